@@ -1,0 +1,64 @@
+//! The caduceus wire protocol, package `caduceus.v1`. See `README.md` beside this
+//! crate for the guarantees the protocol makes.
+
+#![allow(clippy::all, clippy::pedantic, missing_docs)]
+
+pub mod v1 {
+    tonic::include_proto!("caduceus.v1");
+}
+
+pub use v1::*;
+
+/// Metadata key that carries the shared token on every RPC.
+pub const AUTHORIZATION: &str = "authorization";
+
+/// Formats the value of the `authorization` metadata for a token.
+pub fn bearer(token: &str) -> String {
+    format!("Bearer {token}")
+}
+
+/// Extracts the token from an `authorization` metadata value, if it is a
+/// well-formed bearer value.
+pub fn token_from_authorization(value: &str) -> Option<&str> {
+    let (scheme, token) = value.split_once(' ')?;
+    if scheme.eq_ignore_ascii_case("bearer") {
+        let token = token.trim();
+        (!token.is_empty()).then_some(token)
+    } else {
+        None
+    }
+}
+
+/// Compares two tokens in time that does not depend on where they differ.
+pub fn tokens_match(expected: &str, presented: &str) -> bool {
+    let (a, b) = (expected.as_bytes(), presented.as_bytes());
+    let mut diff = a.len() ^ b.len();
+    for i in 0..a.len().max(b.len()) {
+        let x = a.get(i).copied().unwrap_or(0);
+        let y = b.get(i).copied().unwrap_or(0xff);
+        diff |= usize::from(x ^ y);
+    }
+    diff == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bearer_round_trip() {
+        assert_eq!(token_from_authorization(&bearer("s3cret")), Some("s3cret"));
+        assert_eq!(token_from_authorization("Basic abc"), None);
+        assert_eq!(token_from_authorization("Bearer "), None);
+        assert_eq!(token_from_authorization("bearer  x "), Some("x"));
+    }
+
+    #[test]
+    fn token_comparison() {
+        assert!(tokens_match("abc", "abc"));
+        assert!(!tokens_match("abc", "abd"));
+        assert!(!tokens_match("abc", "abcd"));
+        assert!(!tokens_match("abc", ""));
+        assert!(!tokens_match("", "x"));
+    }
+}
