@@ -15,6 +15,6 @@ pub enum RedactMode<'a> {
 }
 
 /// Masks secrets in `text`.
-pub fn redact(text: &str, _mode: RedactMode<'_>) -> Cow<'_, str> {
+pub fn redact<'t>(text: &'t str, _mode: RedactMode<'_>) -> Cow<'t, str> {
     Cow::Borrowed(text)
 }
