@@ -1,0 +1,47 @@
+//! The interface the agent loop programs against, and the factory that turns an
+//! `llm:` configuration into a model.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use crate::config::LlmConfig;
+use crate::error::LlmError;
+use crate::openai::OpenAiClient;
+use crate::replay::ReplayModel;
+use crate::request::ChatRequest;
+use crate::turn::{AssistantTurn, StreamEvent};
+
+/// Where progress events go. `Send` because agent loops run on spawned tasks.
+pub type EventSink<'a> = &'a mut (dyn FnMut(StreamEvent) + Send);
+
+/// A chat model: given the conversation so far, produce the next assistant turn.
+#[async_trait]
+pub trait ChatModel: Send + Sync {
+    /// Produces the next assistant turn. `events` receives progress as it happens
+    /// (see [`StreamEvent`] for the contract); implementations that cannot stream
+    /// report the whole answer once at the end.
+    async fn complete(
+        &self,
+        request: &ChatRequest,
+        events: EventSink<'_>,
+    ) -> Result<AssistantTurn, LlmError>;
+
+    /// One line for logs and status output, e.g. `gpt-4o via https://api.openai.com/v1
+    /// (streaming)`. Never contains credentials.
+    fn describe(&self) -> String;
+
+    /// [`ChatModel::complete`] without progress events.
+    async fn complete_quietly(&self, request: &ChatRequest) -> Result<AssistantTurn, LlmError> {
+        self.complete(request, &mut |_event| {}).await
+    }
+}
+
+/// Builds the model a configuration names: `replay:FILE` gives a [`ReplayModel`],
+/// anything else an [`OpenAiClient`].
+pub fn model_from_config(config: &LlmConfig) -> Result<Arc<dyn ChatModel>, LlmError> {
+    match config.replay_file() {
+        Some(file) => Ok(Arc::new(ReplayModel::open(file)?)),
+        None => Ok(Arc::new(OpenAiClient::new(config.clone())?)),
+    }
+}
