@@ -1,1 +1,225 @@
-//! stub
+//! The caduceus coordinator: the tool registry, the call pipeline, the
+//! scheduler that places calls on workers, and the gRPC services. See
+//! `README.md` for the contract.
+
+pub mod dispatch;
+pub mod guard;
+pub mod registry;
+pub mod scheduler;
+pub mod server;
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::{Stream, StreamExt};
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tonic::Status;
+
+use caduceus_proto::{StatusResponse, Welcome, WorkerCommand, WorkerEvent, worker_command, worker_event};
+
+use dispatch::{CallContext, CallOutcome, CallRequest, DispatchConfig, Dispatcher, RawArguments};
+use guard::Gate;
+use registry::actor::RegistryHandle;
+use registry::{RegistryError, ToolFilter};
+use scheduler::{AttachError, LinkMsg, SchedulerConfig, SchedulerHandle};
+
+/// Everything a coordinator needs to start.
+#[derive(Debug, Clone)]
+pub struct CoordinatorConfig {
+    /// Stable id (sandbox owner labels); random when empty.
+    pub id: String,
+    /// The shared token every worker and client presents.
+    pub token: String,
+    /// Backend new environments are created on (`terminal.backend`, `TERMINAL_ENV`).
+    pub terminal_backend: String,
+    /// Default `terminal` timeout (`TERMINAL_TIMEOUT`), seconds.
+    pub terminal_timeout_secs: u64,
+    /// Interval workers heartbeat at; three missed ones mean the worker is gone.
+    pub heartbeat_interval: Duration,
+    /// Backend settings sent with every call (image, cwd, …).
+    pub environment_settings: Value,
+    /// Results above this many characters are persisted (hermes: 100,000).
+    pub result_cap: u64,
+}
+
+impl Default for CoordinatorConfig {
+    fn default() -> Self {
+        CoordinatorConfig {
+            id: String::new(),
+            token: String::new(),
+            terminal_backend: "local".to_owned(),
+            terminal_timeout_secs: 180,
+            heartbeat_interval: Duration::from_secs(5),
+            environment_settings: Value::Object(serde_json::Map::new()),
+            result_cap: 100_000,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CoordinatorError {
+    #[error("a coordinator needs a non-empty token (--token or CADUCEUS_TOKEN)")]
+    MissingToken,
+    #[error("the built-in tools failed to register: {0}")]
+    Registry(#[from] RegistryError),
+    #[error("an actor failed to start: {0}")]
+    Spawn(#[from] ractor::SpawnErr),
+}
+
+/// A running coordinator. Cheap to share behind an `Arc`.
+pub struct Coordinator {
+    id: String,
+    config: CoordinatorConfig,
+    registry: RegistryHandle,
+    scheduler: SchedulerHandle,
+    dispatcher: Arc<Dispatcher>,
+    started: Instant,
+}
+
+/// The events a worker sends, from gRPC or from an in-process worker.
+pub type WorkerEventStream = Pin<Box<dyn Stream<Item = Result<WorkerEvent, Status>> + Send>>;
+
+impl Coordinator {
+    /// Starts the registry and scheduler actors with the built-in tools.
+    pub async fn start(mut config: CoordinatorConfig, gate: Arc<dyn Gate>) -> Result<Arc<Self>, CoordinatorError> {
+        if config.token.is_empty() {
+            return Err(CoordinatorError::MissingToken);
+        }
+        if config.id.is_empty() {
+            config.id = format!("coord-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+        }
+        let initial = registry::builtin::builtin_registry(&config.terminal_backend)?;
+        let (registry, _) = RegistryHandle::start(initial).await?;
+        let (scheduler, _) = SchedulerHandle::start(
+            registry.clone(),
+            SchedulerConfig { coordinator_id: config.id.clone(), heartbeat_interval: config.heartbeat_interval, notices: None },
+        )
+        .await?;
+        let dispatch_config = DispatchConfig {
+            owner: config.id.clone(),
+            default_result_cap: config.result_cap,
+            terminal_timeout_secs: config.terminal_timeout_secs,
+            environment_settings: config.environment_settings.clone(),
+            ..DispatchConfig::default()
+        };
+        let dispatcher = Arc::new(Dispatcher::new(registry.clone(), scheduler.clone(), gate, dispatch_config));
+        Ok(Arc::new(Coordinator { id: config.id.clone(), config, registry, scheduler, dispatcher, started: Instant::now() }))
+    }
+
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    pub fn token(&self) -> &str {
+        &self.config.token
+    }
+
+    pub fn registry(&self) -> &RegistryHandle {
+        &self.registry
+    }
+
+    pub fn scheduler(&self) -> &SchedulerHandle {
+        &self.scheduler
+    }
+
+    pub fn dispatcher(&self) -> &Arc<Dispatcher> {
+        &self.dispatcher
+    }
+
+    /// One tool call through the whole pipeline, as a client makes it.
+    pub async fn call_tool(&self, tool: &str, arguments: RawArguments, task_id: &str, session_id: Option<String>) -> CallOutcome {
+        let task_id = if task_id.is_empty() { "default" } else { task_id };
+        self.dispatcher
+            .call(CallRequest {
+                tool: tool.to_owned(),
+                arguments,
+                ctx: CallContext { task_id: task_id.to_owned(), session_id, ..CallContext::default() },
+            })
+            .await
+    }
+
+    /// The definitions a model with `filter` would see, and the registry generation.
+    pub fn definitions(&self, filter: &ToolFilter) -> Result<(Vec<Value>, u64), RegistryError> {
+        let snapshot = self.registry.snapshot();
+        Ok((snapshot.definitions(filter)?, snapshot.generation()))
+    }
+
+    pub async fn status(&self) -> StatusResponse {
+        StatusResponse {
+            coordinator_id: self.id.clone(),
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            workers: self.scheduler.status().await,
+            sessions: Vec::new(),
+            registry_generation: self.registry.snapshot().generation(),
+        }
+    }
+
+    pub async fn release_environment(&self, task_id: &str) -> bool {
+        self.scheduler.release(task_id).await
+    }
+
+    pub fn uptime(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// Attaches a worker whose events arrive on `events` and whose commands go
+    /// to `commands`. The first event must be its hello; the first command it
+    /// receives is the welcome. Returns once the worker has joined; a task keeps
+    /// reading its events until the stream ends.
+    pub async fn attach_worker(
+        &self,
+        mut events: WorkerEventStream,
+        commands: mpsc::Sender<Result<WorkerCommand, Status>>,
+        peer: String,
+    ) -> Result<String, Status> {
+        let first = tokio::time::timeout(Duration::from_secs(10), events.next())
+            .await
+            .map_err(|_| Status::deadline_exceeded("no hello within 10s of attaching"))?;
+        let hello = match first {
+            Some(Ok(WorkerEvent { event: Some(worker_event::Event::Hello(hello)) })) => hello,
+            Some(Ok(_)) => return Err(Status::invalid_argument("the first message on Attach must be a hello")),
+            Some(Err(status)) => return Err(status),
+            None => return Err(Status::cancelled("the worker closed the stream before its hello")),
+        };
+        let attached = self.scheduler.attach(hello, peer, commands.clone()).await.map_err(|err| match err {
+            AttachError::DuplicateName(_) => Status::already_exists(err.to_string()),
+            AttachError::InvalidHello(_) => Status::invalid_argument(err.to_string()),
+            AttachError::Unavailable => Status::unavailable(err.to_string()),
+        })?;
+        let welcome = WorkerCommand {
+            command: Some(worker_command::Command::Welcome(Welcome {
+                worker_id: attached.worker_id.clone(),
+                coordinator_id: self.id.clone(),
+                heartbeat_interval_ms: u32::try_from(self.config.heartbeat_interval.as_millis()).unwrap_or(u32::MAX),
+            })),
+        };
+        if commands.send(Ok(welcome)).await.is_err() {
+            attached.link.stop(Some("the worker left before its welcome".to_owned()));
+            return Err(Status::cancelled("the worker left before its welcome"));
+        }
+        let link = attached.link;
+        tokio::spawn(async move {
+            let reason = loop {
+                match events.next().await {
+                    Some(Ok(event)) => {
+                        if link.cast(LinkMsg::Inbound(event)).is_err() {
+                            break "the link stopped".to_owned();
+                        }
+                    }
+                    Some(Err(status)) => break format!("stream error: {}", status.message()),
+                    None => break "stream closed".to_owned(),
+                }
+            };
+            let _ = link.cast(LinkMsg::StreamClosed { reason });
+        });
+        Ok(attached.worker_id)
+    }
+
+    /// Stops accepting calls and stops the actors.
+    pub fn shutdown(&self) {
+        self.scheduler.stop();
+        self.registry.stop();
+    }
+}

@@ -1,1 +1,224 @@
-//! Integration tests live under tests/.
+//! Helpers for the integration tests: start real `caduceus` processes
+//! (coordinator, workers, client commands) with an isolated `CADUCEUS_HOME`,
+//! and stop them when dropped.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// The program under test: the `caduceus` binary built in this crate as
+/// `caduceus-under-test`, next to the test executables' `deps/` directory.
+pub fn bin() -> PathBuf {
+    if let Some(path) = std::env::var_os("CARGO_BIN_EXE_caduceus-under-test") {
+        return PathBuf::from(path);
+    }
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().and_then(Path::parent).unwrap();
+    let path = dir.join("caduceus-under-test");
+    assert!(path.exists(), "{} is missing: run the tests through cargo (it builds the binary)", path.display());
+    path
+}
+
+/// A temporary `CADUCEUS_HOME` and a token shared by a test's processes.
+pub struct Fleet {
+    pub home: tempfile::TempDir,
+    pub token: String,
+}
+
+impl Default for Fleet {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Fleet {
+    pub fn new() -> Self {
+        Fleet { home: tempfile::tempdir().unwrap(), token: format!("tok-{}", std::process::id()) }
+    }
+
+    /// A `caduceus` command with this fleet's home and no inherited coordinator.
+    pub fn command(&self) -> Command {
+        let mut cmd = Command::new(bin());
+        cmd.env("CADUCEUS_HOME", self.home.path())
+            .env_remove("CADUCEUS_COORDINATOR")
+            .env_remove("CADUCEUS_TOKEN")
+            .env_remove("CADUCEUS_CONFIG")
+            .env("CADUCEUS_LOG", "info");
+        cmd
+    }
+
+    /// Starts `caduceus serve` on a free port and waits until it listens.
+    pub fn serve(&self, extra: &[&str]) -> Proc {
+        let mut cmd = self.command();
+        cmd.args(["serve", "--listen", "127.0.0.1:0", "--token", &self.token, "--heartbeat-ms", "500"]).args(extra);
+        let mut proc = Proc::spawn(cmd, "coordinator");
+        let line = proc.wait_for_stderr("caduceus coordinator listening on ", Duration::from_secs(30));
+        let address = line.rsplit(' ').next().unwrap().trim().to_owned();
+        proc.address = Some(address);
+        proc
+    }
+
+    /// Starts `caduceus worker` attached to `coordinator`.
+    pub fn worker(&self, coordinator: &Proc, name: &str, token: &str, extra: &[&str]) -> Proc {
+        let mut cmd = self.command();
+        cmd.args(["worker", "--coordinator", &coordinator.url(), "--token", token, "--name", name]).args(extra);
+        Proc::spawn(cmd, name)
+    }
+
+    /// Runs a client command against `coordinator` and returns its output.
+    pub fn client(&self, coordinator: &Proc, args: &[&str]) -> Output {
+        let mut cmd = self.command();
+        cmd.args(args).env("CADUCEUS_COORDINATOR", coordinator.url()).env("CADUCEUS_TOKEN", &self.token);
+        cmd.output().unwrap()
+    }
+
+    /// `caduceus status --json` against `coordinator`.
+    pub fn status(&self, coordinator: &Proc) -> Value {
+        let out = self.client(coordinator, &["status", "--json"]);
+        assert!(out.status.success(), "status failed: {}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    /// Names of the attached workers.
+    pub fn worker_names(&self, coordinator: &Proc) -> Vec<String> {
+        let status = self.status(coordinator);
+        let mut names: Vec<String> =
+            status["workers"].as_array().unwrap().iter().map(|w| w["name"].as_str().unwrap().to_owned()).collect();
+        names.sort();
+        names
+    }
+
+    /// Waits until the attached workers are exactly `names`.
+    pub fn wait_for_workers(&self, coordinator: &Proc, names: &[&str], within: Duration) {
+        let mut want: Vec<String> = names.iter().map(|s| (*s).to_owned()).collect();
+        want.sort();
+        let deadline = Instant::now() + within;
+        loop {
+            let have = self.worker_names(coordinator);
+            if have == want {
+                return;
+            }
+            assert!(Instant::now() < deadline, "workers {have:?}, expected {want:?}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// A child process that is killed when dropped; its stderr is collected.
+pub struct Proc {
+    pub child: Child,
+    pub label: String,
+    pub address: Option<String>,
+    lines: mpsc::Receiver<String>,
+    pub stderr: Vec<String>,
+}
+
+impl Proc {
+    pub fn spawn(mut cmd: Command, label: &str) -> Proc {
+        cmd.stdout(Stdio::null()).stderr(Stdio::piped()).stdin(Stdio::null());
+        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {label}: {e}"));
+        let stderr = child.stderr.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Proc { child, label: label.to_owned(), address: None, lines, stderr: Vec::new() }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.address.as_deref().unwrap())
+    }
+
+    /// Waits for a stderr line containing `needle` and returns it.
+    pub fn wait_for_stderr(&mut self, needle: &str, within: Duration) -> String {
+        let deadline = Instant::now() + within;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    self.stderr.push(line.clone());
+                    if line.contains(needle) {
+                        return line;
+                    }
+                }
+                Err(_) => panic!("{}: no '{needle}' within {within:?}; stderr so far:\n{}", self.label, self.stderr.join("\n")),
+            }
+        }
+    }
+
+    /// Everything printed to stderr so far.
+    pub fn drain_stderr(&mut self) -> String {
+        while let Ok(line) = self.lines.try_recv() {
+            self.stderr.push(line);
+        }
+        self.stderr.join("\n")
+    }
+
+    /// Waits for the process to exit on its own.
+    pub fn wait_exit(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGKILL, as a crash would.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            // A polite stop first so that workers end their environments.
+            let _ = Command::new("kill").args(["-INT", &self.child.id().to_string()]).status();
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < deadline {
+                if self.child.try_wait().ok().flatten().is_some() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Is any process whose command line contains `needle` alive?
+pub fn process_alive_with(needle: &str) -> bool {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return false };
+    entries.flatten().any(|e| {
+        let path: &Path = &e.path();
+        std::fs::read(path.join("cmdline"))
+            .map(|raw| String::from_utf8_lossy(&raw).replace('\0', " ").contains(needle))
+            .unwrap_or(false)
+    })
+}
+
+/// Parses a tool result printed by `caduceus call`.
+pub fn parse_result(stdout: &[u8]) -> Value {
+    serde_json::from_slice(stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(stdout)))
+}

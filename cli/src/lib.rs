@@ -1,0 +1,423 @@
+//! `caduceus` — one binary: `serve`, `worker`, `call`, `tools`, `status`,
+//! `guard check`. Results go to stdout; logs go to stderr. The command logic
+//! lives in this library so that the integration tests can build the same
+//! program under another name (see `tests/README.md`).
+
+pub mod config;
+pub mod target;
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow, bail};
+use clap::{Args, Parser, Subcommand};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use caduceus_coordinator::guard::{Gate, OpenGate};
+use caduceus_coordinator::registry::ToolFilter;
+use caduceus_coordinator::server::TlsFiles;
+use caduceus_coordinator::{Coordinator, CoordinatorConfig};
+use caduceus_worker::link::LinkOptions;
+use caduceus_worker::tools::ToolSettings;
+use caduceus_worker::{Worker, WorkerConfig};
+
+use config::Config;
+use target::{Remote, Target};
+
+#[derive(Parser)]
+#[command(name = "caduceus", version, about = "Run the tools of AI agents across many hosts")]
+struct Cli {
+    /// Configuration file (default: $CADUCEUS_HOME/config.yaml or ~/.caduceus/config.yaml).
+    #[arg(long, global = true, env = "CADUCEUS_CONFIG")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a coordinator: workers attach to it, clients call tools through it.
+    Serve(ServeArgs),
+    /// Attach this host as a worker to a coordinator.
+    Worker(WorkerArgs),
+    /// Call one tool and print the result exactly as a model would see it.
+    Call(CallArgs),
+    /// List the tools a model would see.
+    Tools(ToolsArgs),
+    /// Show the coordinator's workers and environments.
+    Status(StatusArgs),
+    /// The command guard.
+    Guard {
+        #[command(subcommand)]
+        command: GuardCommand,
+    },
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:7700")]
+    listen: String,
+    /// Shared token workers and clients must present.
+    #[arg(long, env = "CADUCEUS_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// TLS certificate (PEM); TLS is on when both --tls-cert and --tls-key are given.
+    #[arg(long)]
+    tls_cert: Option<PathBuf>,
+    #[arg(long)]
+    tls_key: Option<PathBuf>,
+    /// Heartbeat interval workers are asked to keep, milliseconds.
+    #[arg(long, default_value_t = 2000)]
+    heartbeat_ms: u64,
+}
+
+#[derive(Args)]
+struct WorkerArgs {
+    /// Coordinator address (http://host:port or https://host:port).
+    #[arg(long, env = "CADUCEUS_COORDINATOR")]
+    coordinator: Option<String>,
+    #[arg(long, env = "CADUCEUS_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Name of this worker, unique in the fleet (default: the host name).
+    #[arg(long)]
+    name: Option<String>,
+    /// Backends to offer, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    backends: Option<Vec<String>>,
+    /// Labels, comma-separated key=value pairs.
+    #[arg(long, value_delimiter = ',')]
+    labels: Vec<String>,
+    /// Calls run at once before the scheduler prefers other workers.
+    #[arg(long)]
+    capacity: Option<u32>,
+    /// CA certificate (PEM) to trust for an https coordinator.
+    #[arg(long)]
+    tls_ca: Option<PathBuf>,
+}
+
+#[derive(Args, Clone)]
+struct ClientArgs {
+    /// Coordinator address; without it an embedded coordinator and local worker are started.
+    #[arg(long, env = "CADUCEUS_COORDINATOR")]
+    coordinator: Option<String>,
+    #[arg(long, env = "CADUCEUS_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// CA certificate (PEM) to trust for an https coordinator.
+    #[arg(long)]
+    tls_ca: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct CallArgs {
+    /// Tool name.
+    tool: String,
+    /// Arguments as JSON (passed to the pipeline as given; malformed JSON gets the model's error).
+    #[arg(default_value = "{}")]
+    arguments: String,
+    /// Task id: calls of one task share one environment.
+    #[arg(long, default_value = "default")]
+    task: String,
+    #[command(flatten)]
+    client: ClientArgs,
+}
+
+#[derive(Args)]
+struct ToolsArgs {
+    /// Print the OpenAI function definitions as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Only these toolsets (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    toolsets: Vec<String>,
+    /// Without these toolsets (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    disable: Vec<String>,
+    #[command(flatten)]
+    client: ClientArgs,
+}
+
+#[derive(Args)]
+struct StatusArgs {
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    client: ClientArgs,
+}
+
+#[derive(Subcommand)]
+enum GuardCommand {
+    /// Print the guard's verdict on a command as JSON.
+    Check {
+        /// The command (quote it as one argument).
+        command: String,
+    },
+}
+
+/// The `caduceus` program.
+pub fn main() -> std::process::ExitCode {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let cli = Cli::parse();
+    let quiet = !matches!(cli.command, Command::Serve(_) | Command::Worker(_));
+    init_logging(if quiet { "warn" } else { "info" });
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(err) => {
+            eprintln!("error: cannot start the async runtime: {err}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging(default: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("CADUCEUS_LOG")
+        .or_else(|_| tracing_subscriber::EnvFilter::try_new(default))
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
+}
+
+async fn run(cli: Cli) -> Result<()> {
+    let config = Config::load(cli.config.as_deref())?;
+    match cli.command {
+        Command::Serve(args) => serve(args, &config).await,
+        Command::Worker(args) => worker(args, &config).await,
+        Command::Call(args) => call(args, &config).await,
+        Command::Tools(args) => tools(args, &config).await,
+        Command::Status(args) => status(args, &config).await,
+        Command::Guard { command: GuardCommand::Check { command } } => {
+            let verdict = caduceus_guard::check_command(&command);
+            out(&verdict.to_json().to_string())
+        }
+    }
+}
+
+/// Writes one line to stdout (results only; logs go to stderr).
+fn out(text: &str) -> Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "{text}")?;
+    stdout.flush()?;
+    Ok(())
+}
+
+fn gate(_config: &Config) -> Arc<dyn Gate> {
+    Arc::new(OpenGate)
+}
+
+fn remote(args: &ClientArgs, config: &Config) -> Remote {
+    Remote {
+        url: args.coordinator.clone().or_else(|| config.coordinator.clone()),
+        token: args.token.clone().or_else(|| config.token.clone()),
+        ca: args.tls_ca.clone().or_else(|| config.tls.ca.clone()),
+    }
+}
+
+async fn serve(args: ServeArgs, config: &Config) -> Result<()> {
+    let token = args
+        .token
+        .or_else(|| config.token.clone())
+        .ok_or_else(|| anyhow!("serve needs a token: pass --token or set CADUCEUS_TOKEN (workers and clients must present it)"))?;
+    let listen = config.listen.clone().filter(|_| args.listen == "127.0.0.1:7700").unwrap_or(args.listen);
+    let tls = match (args.tls_cert.or_else(|| config.tls.cert.clone()), args.tls_key.or_else(|| config.tls.key.clone())) {
+        (Some(cert), Some(key)) => Some(TlsFiles { cert, key }),
+        (None, None) => None,
+        _ => bail!("TLS needs both --tls-cert and --tls-key"),
+    };
+    let coordinator = Coordinator::start(
+        CoordinatorConfig {
+            token,
+            terminal_backend: config.terminal.backend.clone(),
+            terminal_timeout_secs: config.terminal.timeout,
+            heartbeat_interval: Duration::from_millis(args.heartbeat_ms.max(100)),
+            ..CoordinatorConfig::default()
+        },
+        gate(config),
+    )
+    .await?;
+    let listener = tokio::net::TcpListener::bind(&listen).await.with_context(|| format!("cannot listen on {listen}"))?;
+    let address = listener.local_addr()?;
+    tracing::info!(%address, id = %coordinator.id(), tls = tls.is_some(), "coordinator listening");
+    // A parseable line for scripts that start the coordinator on port 0.
+    eprintln!("caduceus coordinator listening on {address}");
+    let shutdown = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    caduceus_coordinator::server::serve(coordinator.clone(), listener, tls, shutdown).await?;
+    coordinator.shutdown();
+    Ok(())
+}
+
+/// Worker settings from the configuration.
+pub(crate) fn worker_config(
+    config: &Config,
+    name: String,
+    backends: Vec<String>,
+    labels: HashMap<String, String>,
+    capacity: Option<u32>,
+) -> WorkerConfig {
+    let local_cwd = config
+        .terminal
+        .cwd
+        .clone()
+        .or_else(|| std::env::current_dir().ok().map(|p| p.display().to_string()))
+        .unwrap_or_else(|| "/".to_owned());
+    let shell_env = caduceus_common::env_hygiene::sanitized_env(std::env::vars(), &config.terminal.env_passthrough);
+    WorkerConfig {
+        name,
+        labels,
+        backends,
+        capacity: capacity.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get() as u32 * 8).unwrap_or(16)),
+        local_cwd,
+        tools: ToolSettings {
+            terminal_timeout_secs: config.terminal.timeout,
+            max_foreground_timeout_secs: config.terminal.max_foreground_timeout,
+            max_output_chars: config.tool_output.max_bytes,
+        },
+        shell_env,
+        shell_init: Vec::new(),
+        env_lifetime: Duration::from_secs(config.terminal.lifetime_seconds),
+        reap_interval: Duration::from_secs(config.terminal.reap_interval_seconds.max(1)),
+    }
+}
+
+async fn worker(args: WorkerArgs, config: &Config) -> Result<()> {
+    let url = args
+        .coordinator
+        .or_else(|| config.coordinator.clone())
+        .ok_or_else(|| anyhow!("worker needs the coordinator's address: pass --coordinator or set CADUCEUS_COORDINATOR"))?;
+    let token = args
+        .token
+        .or_else(|| config.token.clone())
+        .ok_or_else(|| anyhow!("worker needs the coordinator's token: pass --token or set CADUCEUS_TOKEN"))?;
+    let name = args.name.or_else(|| config.worker.name.clone()).unwrap_or_else(host_name);
+    let backends = args.backends.or_else(|| config.worker.backends.clone()).unwrap_or_else(|| vec!["local".to_owned()]);
+    let mut labels = config.worker.labels.clone();
+    for pair in &args.labels {
+        let (k, v) = pair.split_once('=').ok_or_else(|| anyhow!("label '{pair}' is not key=value"))?;
+        labels.insert(k.trim().to_owned(), v.trim().to_owned());
+    }
+    let worker = Worker::new(worker_config(config, name, backends, labels, args.capacity.or(config.worker.capacity)));
+    let shutdown = CancellationToken::new();
+    let stop = shutdown.clone();
+    tokio::spawn(async move {
+        let _ = tokio::signal::ctrl_c().await;
+        stop.cancel();
+    });
+    let options = LinkOptions {
+        url,
+        token,
+        ca_cert: args.tls_ca.or_else(|| config.tls.ca.clone()),
+        connect_timeout: Duration::from_secs(10),
+    };
+    let outcome = caduceus_worker::link::run_grpc(worker.clone(), options, shutdown).await;
+    worker.shutdown().await;
+    outcome.map_err(|e| anyhow!("{e}"))
+}
+
+fn host_name() -> String {
+    std::fs::read_to_string("/etc/hostname")
+        .ok()
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "worker".to_owned())
+}
+
+async fn call(args: CallArgs, config: &Config) -> Result<()> {
+    let mut target = Target::open(&remote(&args.client, config), config, gate(config)).await?;
+    let reply = target.call(&args.tool, &args.arguments, &args.task).await;
+    target.close().await;
+    out(&reply?.result)
+}
+
+async fn tools(args: ToolsArgs, config: &Config) -> Result<()> {
+    let mut target = Target::open(&remote(&args.client, config), config, gate(config)).await?;
+    let filter = ToolFilter { enabled_toolsets: args.toolsets, disabled_toolsets: args.disable, blocked_tools: Vec::new() };
+    let definitions = target.definitions(filter).await;
+    target.close().await;
+    let definitions = definitions?;
+    if args.json {
+        return out(&serde_json::to_string_pretty(&definitions)?);
+    }
+    for def in &definitions {
+        let function = &def["function"];
+        let description = function["description"].as_str().unwrap_or_default();
+        let first = description.lines().next().unwrap_or_default();
+        out(&format!("{:<16} {}", function["name"].as_str().unwrap_or_default(), first))?;
+    }
+    Ok(())
+}
+
+async fn status(args: StatusArgs, config: &Config) -> Result<()> {
+    let mut target = Target::open(&remote(&args.client, config), config, gate(config)).await?;
+    let status = target.status().await;
+    target.close().await;
+    let status = status?;
+    let workers: Vec<Value> = status
+        .workers
+        .iter()
+        .map(|w| {
+            json!({
+                "id": w.worker_id,
+                "name": w.name,
+                "version": w.version,
+                "state": w.state,
+                "backends": w.backends,
+                "labels": w.labels,
+                "capacity": w.capacity,
+                "running_calls": w.running_calls,
+                "peer": w.peer,
+                "attached_seconds": w.attached_ms / 1000,
+                "last_heartbeat_ms": w.last_heartbeat_ms,
+                "environments": w.environments.iter().map(|e| json!({
+                    "task_id": e.task_id,
+                    "backend": e.backend,
+                    "sandbox": e.sandbox_id,
+                    "cwd": e.cwd,
+                    "running_calls": e.running_calls,
+                    "background_processes": e.background_processes,
+                    "idle_seconds": e.idle_ms / 1000,
+                })).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    if args.json {
+        return out(&serde_json::to_string_pretty(&json!({
+            "coordinator": status.coordinator_id,
+            "version": status.version,
+            "registry_generation": status.registry_generation,
+            "workers": workers,
+        }))?);
+    }
+    out(&format!("coordinator {} (caduceus {})", status.coordinator_id, status.version))?;
+    if status.workers.is_empty() {
+        return out("no workers attached");
+    }
+    for w in &status.workers {
+        let mut labels: Vec<String> = w.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        labels.sort();
+        out(&format!(
+            "{:<16} {:<9} backends={:<14} load={}/{} envs={} labels={}",
+            w.name,
+            w.state,
+            w.backends.join(","),
+            w.running_calls,
+            w.capacity,
+            w.environments.len(),
+            labels.join(",")
+        ))?;
+        for e in &w.environments {
+            out(&format!("    task {:<20} {} cwd={} idle={}s", e.task_id, e.backend, e.cwd, e.idle_ms / 1000))?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,128 @@
+//! The built-in tools: their schemas (hermes-compatible, in `schemas/`), where
+//! they run, and how the batch planner may schedule them.
+
+use serde_json::Value;
+
+use super::{Availability, Handler, ParallelClass, RegistryError, ToolEntry, ToolRegistry};
+
+struct Builtin {
+    name: &'static str,
+    toolset: &'static str,
+    schema: &'static str,
+    handler: fn() -> Handler,
+    parallel: ParallelClass,
+    emoji: &'static str,
+    /// `None`: the default cap; `Some(u64::MAX)`: never persisted.
+    max_result: Option<u64>,
+}
+
+const BUILTINS: &[Builtin] = &[
+    Builtin {
+        name: "terminal",
+        toolset: "terminal",
+        schema: include_str!("../../schemas/terminal.json"),
+        handler: || Handler::Worker,
+        parallel: ParallelClass::Sequential,
+        emoji: "💻",
+        max_result: Some(100_000),
+    },
+    Builtin {
+        name: "process",
+        toolset: "terminal",
+        schema: include_str!("../../schemas/process.json"),
+        handler: || Handler::Worker,
+        parallel: ParallelClass::Sequential,
+        emoji: "⚙️",
+        max_result: None,
+    },
+    Builtin {
+        name: "read_file",
+        toolset: "file",
+        schema: include_str!("../../schemas/read_file.json"),
+        handler: || Handler::Worker,
+        parallel: ParallelClass::PathScoped,
+        emoji: "📖",
+        // read_file pages on its own; persisting its output would loop (hermes pins it).
+        max_result: Some(u64::MAX),
+    },
+    Builtin {
+        name: "write_file",
+        toolset: "file",
+        schema: include_str!("../../schemas/write_file.json"),
+        handler: || Handler::Worker,
+        parallel: ParallelClass::PathScoped,
+        emoji: "✍️",
+        max_result: Some(100_000),
+    },
+    Builtin {
+        name: "patch",
+        toolset: "file",
+        schema: include_str!("../../schemas/patch.json"),
+        handler: || Handler::Worker,
+        parallel: ParallelClass::PathScoped,
+        emoji: "🔧",
+        max_result: Some(100_000),
+    },
+    Builtin {
+        name: "search_files",
+        toolset: "file",
+        schema: include_str!("../../schemas/search_files.json"),
+        handler: || Handler::Worker,
+        parallel: ParallelClass::Safe,
+        emoji: "🔎",
+        max_result: Some(100_000),
+    },
+    Builtin {
+        name: "todo",
+        toolset: "todo",
+        schema: include_str!("../../schemas/todo.json"),
+        handler: || Handler::AgentLoop,
+        parallel: ParallelClass::Sequential,
+        emoji: "📋",
+        max_result: None,
+    },
+    Builtin {
+        name: "clarify",
+        toolset: "clarify",
+        schema: include_str!("../../schemas/clarify.json"),
+        handler: || Handler::AgentLoop,
+        parallel: ParallelClass::Never,
+        emoji: "❓",
+        max_result: None,
+    },
+    Builtin {
+        name: "delegate_task",
+        toolset: "delegation",
+        schema: include_str!("../../schemas/delegate_task.json"),
+        handler: || Handler::AgentLoop,
+        parallel: ParallelClass::Sequential,
+        emoji: "🔀",
+        max_result: None,
+    },
+];
+
+/// Names of the tools that run on workers.
+pub const WORKER_TOOLS: &[&str] = &["terminal", "process", "read_file", "write_file", "patch", "search_files"];
+
+/// Builds the entry of one built-in tool.
+fn entry_of(builtin: &Builtin) -> Result<ToolEntry, RegistryError> {
+    let schema: Value = serde_json::from_str(builtin.schema)
+        .map_err(|err| RegistryError::InvalidSchema { name: builtin.name.to_owned(), reason: err.to_string() })?;
+    let handler = (builtin.handler)();
+    let availability = if matches!(handler, Handler::Worker) { Availability::Fleet } else { Availability::Always };
+    let mut entry = ToolEntry::new(builtin.name, builtin.toolset, schema, handler)
+        .with_availability(availability)
+        .with_parallel(builtin.parallel)
+        .with_emoji(builtin.emoji);
+    entry.max_result_size_chars = builtin.max_result;
+    Ok(entry)
+}
+
+/// A registry holding every built-in tool.
+pub fn builtin_registry(terminal_backend: &str) -> Result<ToolRegistry, RegistryError> {
+    let mut registry = ToolRegistry::new(terminal_backend);
+    for builtin in BUILTINS {
+        registry.register(entry_of(builtin)?, false)?;
+    }
+    Ok(registry)
+}

@@ -1,0 +1,261 @@
+//! One registered tool and the ways it can be served.
+
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use serde_json::{Map, Value};
+
+use crate::dispatch::CallContext;
+
+/// How long an availability check's verdict is reused (hermes: 30 s).
+pub const CHECK_TTL: Duration = Duration::from_secs(30);
+/// A failing check within this long of the last success is treated as a flake
+/// (hermes #21658): the tool stays visible and the failure is not cached.
+pub const CHECK_FLAP_GRACE: Duration = Duration::from_secs(60);
+
+/// A tool served inside the coordinator process.
+#[async_trait]
+pub trait LocalTool: Send + Sync {
+    /// Runs the tool. The result is the JSON text the model reads; failures are
+    /// results with an `error` field, never panics.
+    async fn call(&self, ctx: &CallContext, args: Map<String, Value>) -> String;
+}
+
+/// Where a call to the tool goes once it has passed the pipeline.
+#[derive(Clone)]
+pub enum Handler {
+    /// Runs in the coordinator.
+    Local(Arc<dyn LocalTool>),
+    /// Belongs to the agent loop (`todo`, `clarify`, `delegate_task`, …): the
+    /// loop intercepts it; a direct call is answered with hermes' error.
+    AgentLoop,
+    /// Runs on a worker, inside the task's environment.
+    Worker,
+    /// Served by an MCP server.
+    Mcp { server: String, tool: String },
+}
+
+impl fmt::Debug for Handler {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Handler::Local(_) => f.write_str("Local"),
+            Handler::AgentLoop => f.write_str("AgentLoop"),
+            Handler::Worker => f.write_str("Worker"),
+            Handler::Mcp { server, tool } => write!(f, "Mcp({server}/{tool})"),
+        }
+    }
+}
+
+impl Handler {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Handler::Local(_) => "coordinator",
+            Handler::AgentLoop => "agent-loop",
+            Handler::Worker => "worker",
+            Handler::Mcp { .. } => "mcp",
+        }
+    }
+}
+
+/// A zero-argument probe: is the tool usable right now?
+pub type CheckFn = Arc<dyn Fn() -> bool + Send + Sync>;
+/// Returns fields merged over the static schema at definition time (e.g. a
+/// description that names live limits). `None` keeps the static schema.
+pub type SchemaOverrideFn = Arc<dyn Fn() -> Option<Map<String, Value>> + Send + Sync>;
+
+/// When a tool is offered to a model.
+#[derive(Clone)]
+pub enum Availability {
+    Always,
+    /// While some attached worker offers the backend environments are created
+    /// on (`terminal.backend`). Evaluated live against the fleet, never cached.
+    Fleet,
+    /// A probe, cached for [`CHECK_TTL`] with the flap guard.
+    Check(CheckFn),
+}
+
+impl fmt::Debug for Availability {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Availability::Always => f.write_str("Always"),
+            Availability::Fleet => f.write_str("Fleet"),
+            Availability::Check(_) => f.write_str("Check"),
+        }
+    }
+}
+
+/// How the batch planner may schedule the tool next to others in one turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ParallelClass {
+    /// Always alone, a barrier (hermes: `clarify`).
+    Never,
+    /// Read-only, may run beside anything parallel-safe.
+    Safe,
+    /// May run in parallel with calls on non-overlapping paths (`path` arg).
+    PathScoped,
+    /// Runs in order with its neighbours.
+    Sequential,
+}
+
+/// Who registered the tool; decides who may replace or remove it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Owner {
+    Builtin,
+    Plugin(String),
+    Mcp(String),
+}
+
+/// Cached verdict of a [`Availability::Check`] probe.
+#[derive(Debug, Default)]
+pub(crate) struct CheckState {
+    cached: Option<(Instant, bool)>,
+    last_good: Option<Instant>,
+}
+
+/// A registered tool. Cheap to share: the registry hands out `Arc<ToolEntry>`.
+pub struct ToolEntry {
+    pub name: String,
+    pub toolset: String,
+    /// `{"name", "description", "parameters"}` (name is filled in if absent).
+    pub schema: Value,
+    pub handler: Handler,
+    pub availability: Availability,
+    /// Environment variables the tool needs; missing ones hide the tool.
+    pub requires_env: Vec<String>,
+    pub description: String,
+    pub emoji: String,
+    /// Results longer than this are persisted and previewed. `None` = the
+    /// default budget; `Some(u64::MAX)` = never (hermes pins read_file so).
+    pub max_result_size_chars: Option<u64>,
+    pub dynamic_schema: Option<SchemaOverrideFn>,
+    pub parallel: ParallelClass,
+    pub owner: Owner,
+    pub(crate) check_state: Mutex<CheckState>,
+}
+
+impl fmt::Debug for ToolEntry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ToolEntry")
+            .field("name", &self.name)
+            .field("toolset", &self.toolset)
+            .field("handler", &self.handler)
+            .field("availability", &self.availability)
+            .field("parallel", &self.parallel)
+            .field("owner", &self.owner)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ToolEntry {
+    /// Starts an entry for `name` in `toolset` with `schema`; the description
+    /// defaults to the schema's.
+    pub fn new(name: impl Into<String>, toolset: impl Into<String>, schema: Value, handler: Handler) -> Self {
+        let description = schema
+            .get("description")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        ToolEntry {
+            name: name.into(),
+            toolset: toolset.into(),
+            schema,
+            handler,
+            availability: Availability::Always,
+            requires_env: Vec::new(),
+            description,
+            emoji: String::new(),
+            max_result_size_chars: None,
+            dynamic_schema: None,
+            parallel: ParallelClass::Sequential,
+            owner: Owner::Builtin,
+            check_state: Mutex::new(CheckState::default()),
+        }
+    }
+
+    pub fn with_availability(mut self, availability: Availability) -> Self {
+        self.availability = availability;
+        self
+    }
+
+    pub fn with_parallel(mut self, parallel: ParallelClass) -> Self {
+        self.parallel = parallel;
+        self
+    }
+
+    pub fn with_emoji(mut self, emoji: impl Into<String>) -> Self {
+        self.emoji = emoji.into();
+        self
+    }
+
+    pub fn with_max_result_size(mut self, chars: u64) -> Self {
+        self.max_result_size_chars = Some(chars);
+        self
+    }
+
+    pub fn with_requires_env(mut self, vars: &[&str]) -> Self {
+        self.requires_env = vars.iter().map(|v| (*v).to_owned()).collect();
+        self
+    }
+
+    pub fn with_owner(mut self, owner: Owner) -> Self {
+        self.owner = owner;
+        self
+    }
+
+    pub fn with_dynamic_schema(mut self, f: SchemaOverrideFn) -> Self {
+        self.dynamic_schema = Some(f);
+        self
+    }
+
+    /// The `parameters.properties` object of the schema, if any.
+    pub fn properties(&self) -> Option<&Map<String, Value>> {
+        self.schema.get("parameters")?.get("properties")?.as_object()
+    }
+
+    /// Names listed in `parameters.required`.
+    pub fn required(&self) -> Vec<&str> {
+        self.schema
+            .get("parameters")
+            .and_then(|p| p.get("required"))
+            .and_then(Value::as_array)
+            .map(|r| r.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default()
+    }
+
+    /// Runs (or reuses) the availability probe with hermes' TTL and flap guard.
+    pub(crate) fn check_cached(&self, check: &CheckFn, now: Instant) -> bool {
+        {
+            let state = self.check_state.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some((at, value)) = state.cached
+                && now.duration_since(at) < CHECK_TTL
+            {
+                return value;
+            }
+        }
+        // Run the probe outside the lock; a panicking probe counts as "unavailable".
+        let value = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check())).unwrap_or(false);
+        let mut state = self.check_state.lock().unwrap_or_else(|e| e.into_inner());
+        if value {
+            state.last_good = Some(now);
+            state.cached = Some((now, true));
+            return true;
+        }
+        if let Some(good) = state.last_good
+            && now.duration_since(good) < CHECK_FLAP_GRACE
+        {
+            tracing::warn!(tool = %self.name, "availability check failed within the grace window of its last success; keeping the tool");
+            return true;
+        }
+        state.cached = Some((now, false));
+        false
+    }
+
+    /// Forgets the cached probe verdict.
+    pub(crate) fn invalidate_check(&self) {
+        let mut state = self.check_state.lock().unwrap_or_else(|e| e.into_inner());
+        state.cached = None;
+    }
+}

@@ -1,0 +1,218 @@
+//! The local backend: processes on the worker's own host, each environment's
+//! shell in its own session (no controlling terminal, own process group).
+
+use std::collections::HashMap;
+use std::os::fd::OwnedFd;
+use std::process::Stdio;
+
+use async_trait::async_trait;
+use nix::sys::signal::{Signal, kill, killpg};
+use nix::unistd::Pid;
+use tokio::net::unix::pipe;
+use tokio::process::{Child, Command};
+
+use crate::sandbox::{ProcessHandle, Sandbox, SandboxError, SpawnSpec, SpawnedProcess, StopSignal};
+
+#[derive(Debug)]
+pub struct LocalSandbox {
+    id: String,
+    cwd: String,
+    home: String,
+    temp: String,
+}
+
+impl LocalSandbox {
+    pub fn new(id: String, cwd: String) -> Self {
+        let home = std::env::var("HOME").unwrap_or_else(|_| "/".to_owned());
+        let temp = ["TMPDIR", "TMP", "TEMP"]
+            .iter()
+            .find_map(|v| std::env::var(v).ok().filter(|s| !s.is_empty()))
+            .unwrap_or_else(|| "/tmp".to_owned());
+        let temp = temp.trim_end_matches('/').to_owned();
+        LocalSandbox { id, cwd, home, temp: if temp.is_empty() { "/".to_owned() } else { temp } }
+    }
+}
+
+#[async_trait]
+impl Sandbox for LocalSandbox {
+    fn backend(&self) -> &str {
+        "local"
+    }
+
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    async fn spawn(&self, spec: SpawnSpec) -> Result<SpawnedProcess, SandboxError> {
+        let fail = |reason: String| SandboxError::Spawn { program: spec.program.clone(), reason };
+        // stdout and stderr share one pipe so their order is kept.
+        let (reader, writer) = std::io::pipe().map_err(|e| fail(format!("pipe: {e}")))?;
+        let writer_err = writer.try_clone().map_err(|e| fail(format!("pipe: {e}")))?;
+        let mut command = Command::new(&spec.program);
+        command
+            .args(&spec.args)
+            .env_clear()
+            .envs(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .current_dir(spec.cwd.as_deref().unwrap_or(&self.cwd))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::from(writer))
+            .stderr(Stdio::from(writer_err))
+            .kill_on_drop(true);
+        detach_from_terminal(&mut command);
+        let mut child = command.spawn().map_err(|e| fail(e.to_string()))?;
+        // Our copies of the pipe's write end go with the Command: without this
+        // the reader never sees end-of-file.
+        drop(command);
+        let stdin = child.stdin.take().ok_or_else(|| fail("no stdin pipe".to_owned()))?;
+        let output = pipe::Receiver::from_owned_fd(OwnedFd::from(reader)).map_err(|e| fail(format!("pipe: {e}")))?;
+        let pid = child.id();
+        Ok(SpawnedProcess { stdin: Box::pin(stdin), output: Box::pin(output), pid, handle: Box::new(LocalProcess { child, pid }) })
+    }
+
+    async fn signal_tree(&self, pid: u32, signal: StopSignal, include_root: bool) -> Result<(), SandboxError> {
+        signal_local_tree(pid, signal, include_root);
+        Ok(())
+    }
+
+    fn temp_dir(&self) -> String {
+        self.temp.clone()
+    }
+
+    fn home_dir(&self) -> String {
+        self.home.clone()
+    }
+
+    fn initial_cwd(&self) -> String {
+        self.cwd.clone()
+    }
+
+    async fn alive(&self) -> bool {
+        true
+    }
+
+    async fn destroy(&self) -> Result<(), SandboxError> {
+        Ok(())
+    }
+}
+
+/// New session: no controlling terminal (a command that opens /dev/tty fails
+/// at once instead of stopping the job), own process group for group kills.
+#[allow(unsafe_code)]
+fn detach_from_terminal(command: &mut Command) {
+    // SAFETY: setsid() is async-signal-safe and touches no memory of the
+    // parent; it is the documented way to start a child in a new session.
+    unsafe {
+        command.pre_exec(|| {
+            nix::unistd::setsid().map(|_| ()).map_err(std::io::Error::from)
+        });
+    }
+}
+
+struct LocalProcess {
+    child: Child,
+    pid: Option<u32>,
+}
+
+#[async_trait]
+impl ProcessHandle for LocalProcess {
+    async fn wait(&mut self) -> Option<i32> {
+        let status = self.child.wait().await.ok()?;
+        use std::os::unix::process::ExitStatusExt;
+        status.code().or_else(|| status.signal().map(|s| 128 + s))
+    }
+
+    async fn kill(&mut self) {
+        if let Some(pid) = self.pid {
+            signal_local_tree(pid, StopSignal::Kill, true);
+            if let Ok(pid) = i32::try_from(pid) {
+                // The whole session's process group, for children that
+                // re-parented away from the tree.
+                let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
+            }
+        }
+        let _ = self.child.kill().await;
+    }
+}
+
+/// Signals the descendants of `root` deepest first (read from /proc), then
+/// `root` itself when asked.
+pub fn signal_local_tree(root: u32, signal: StopSignal, include_root: bool) {
+    let signal = match signal {
+        StopSignal::Interrupt => Signal::SIGINT,
+        StopSignal::Terminate => Signal::SIGTERM,
+        StopSignal::Kill => Signal::SIGKILL,
+    };
+    let table = process_table();
+    let mut order = Vec::new();
+    collect_descendants(root, &table.children, &mut order, 0);
+    // Processes that left the tree (re-parented to init) but stayed in the
+    // root's session: a shell we started with setsid leads its own session.
+    if let Some(members) = table.sessions.get(&root) {
+        for pid in members {
+            if *pid != root && !order.contains(pid) {
+                order.push(*pid);
+            }
+        }
+    }
+    for pid in order {
+        if let Ok(pid) = i32::try_from(pid) {
+            let _ = kill(Pid::from_raw(pid), signal);
+        }
+    }
+    if include_root && let Ok(pid) = i32::try_from(root) {
+        let _ = kill(Pid::from_raw(pid), signal);
+    }
+}
+
+/// Descendants of `pid`, children after their own descendants (deepest first).
+fn collect_descendants(pid: u32, children: &HashMap<u32, Vec<u32>>, out: &mut Vec<u32>, depth: usize) {
+    if depth > 512 {
+        return;
+    }
+    if let Some(kids) = children.get(&pid) {
+        for kid in kids {
+            collect_descendants(*kid, children, out, depth + 1);
+            out.push(*kid);
+        }
+    }
+}
+
+/// Who is whose child, and who is in which session, from /proc/*/stat.
+#[derive(Default)]
+pub struct ProcessTable {
+    /// parent pid -> child pids
+    pub children: HashMap<u32, Vec<u32>>,
+    /// session id -> member pids
+    pub sessions: HashMap<u32, Vec<u32>>,
+}
+
+pub fn process_table() -> ProcessTable {
+    let mut table = ProcessTable::default();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return table;
+    };
+    for entry in entries.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // The command name may contain spaces and parentheses: parse after the last ')'.
+        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+            continue;
+        };
+        let mut fields = rest.split_whitespace();
+        let _state = fields.next();
+        let ppid = fields.next().and_then(|p| p.parse::<u32>().ok());
+        let _pgrp = fields.next();
+        let session = fields.next().and_then(|p| p.parse::<u32>().ok());
+        if let Some(ppid) = ppid {
+            table.children.entry(ppid).or_default().push(pid);
+        }
+        if let Some(session) = session {
+            table.sessions.entry(session).or_default().push(pid);
+        }
+    }
+    table
+}

@@ -1,0 +1,255 @@
+//! The worker's link to its coordinator: attach (hello → welcome), heartbeat,
+//! run calls concurrently, honour cancels, and reconnect with backoff when the
+//! stream is lost. The connection logic is transport-agnostic
+//! ([`serve_connection`]) so an embedded worker uses it over in-process
+//! channels and a remote worker over gRPC ([`run_grpc`]).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
+use tonic::metadata::MetadataValue;
+use tonic::transport::{Certificate, ClientTlsConfig, Endpoint};
+use tonic::{Code, Request, Status};
+
+use caduceus_proto::worker_gateway_client::WorkerGatewayClient;
+use caduceus_proto::{
+    CallOutput, EnvironmentReleased, WorkerCommand, WorkerEvent, bearer, worker_command, worker_event,
+};
+
+use crate::Worker;
+use crate::tools::OutputSink;
+
+/// Live output streamed per call at most; the final result carries the
+/// (bounded) output anyway.
+const MAX_STREAMED_BYTES: usize = 1024 * 1024;
+
+/// Why a connection ended.
+#[derive(Debug)]
+pub enum Disconnect {
+    /// The coordinator asked us to drain and every call finished.
+    Drained,
+    /// The stream broke or closed.
+    Lost(String),
+    /// We were asked to stop.
+    Shutdown,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LinkError {
+    #[error("the coordinator refused this worker: {0}")]
+    Refused(String),
+    #[error("invalid coordinator address '{0}': {1}")]
+    BadAddress(String, String),
+    #[error("cannot read the CA certificate {0}: {1}")]
+    CaFile(PathBuf, std::io::Error),
+}
+
+fn event(e: worker_event::Event) -> WorkerEvent {
+    WorkerEvent { event: Some(e) }
+}
+
+/// Serves one attached connection until it ends. `commands` must start with
+/// the coordinator's welcome (the caller has already sent the hello).
+pub async fn serve_connection<S>(worker: Arc<Worker>, mut commands: S, events: mpsc::Sender<WorkerEvent>, shutdown: CancellationToken) -> Disconnect
+where
+    S: Stream<Item = Result<WorkerCommand, Status>> + Unpin,
+{
+    let welcome = tokio::select! {
+        first = tokio::time::timeout(Duration::from_secs(15), commands.next()) => first,
+        () = shutdown.cancelled() => return Disconnect::Shutdown,
+    };
+    let heartbeat_every = match welcome {
+        Ok(Some(Ok(WorkerCommand { command: Some(worker_command::Command::Welcome(welcome)) }))) => {
+            tracing::info!(worker = %worker.name(), coordinator = %welcome.coordinator_id, id = %welcome.worker_id, "attached");
+            Duration::from_millis(u64::from(welcome.heartbeat_interval_ms.max(100)))
+        }
+        Ok(Some(Ok(_))) => return Disconnect::Lost("the coordinator did not start with a welcome".to_owned()),
+        Ok(Some(Err(status))) => return Disconnect::Lost(status.message().to_owned()),
+        Ok(None) => return Disconnect::Lost("the coordinator closed the stream".to_owned()),
+        Err(_) => return Disconnect::Lost("no welcome within 15s".to_owned()),
+    };
+    let mut heartbeat = tokio::time::interval(heartbeat_every);
+    heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut reaper = tokio::time::interval(worker.reap_interval());
+    reaper.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    reaper.tick().await;
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let mut draining = false;
+
+    let end = loop {
+        tokio::select! {
+            command = commands.next() => match command {
+                Some(Ok(WorkerCommand { command: Some(command) })) => {
+                    if handle_command(&worker, command, &events, &in_flight) {
+                        draining = true;
+                        worker.set_draining();
+                        let _ = events.try_send(event(worker_event::Event::Heartbeat(worker.heartbeat())));
+                    }
+                }
+                Some(Ok(WorkerCommand { command: None })) => {}
+                Some(Err(status)) => break Disconnect::Lost(format!("{}: {}", status.code(), status.message())),
+                None => break Disconnect::Lost("the coordinator closed the stream".to_owned()),
+            },
+            _ = heartbeat.tick() => {
+                let _ = events.try_send(event(worker_event::Event::Heartbeat(worker.heartbeat())));
+                if draining && in_flight.load(Ordering::Relaxed) == 0 {
+                    break Disconnect::Drained;
+                }
+            }
+            _ = reaper.tick() => {
+                for task_id in worker.reap_idle().await {
+                    let _ = events.try_send(event(worker_event::Event::Released(EnvironmentReleased { task_id, reason: "idle".to_owned() })));
+                }
+            }
+            () = shutdown.cancelled() => break Disconnect::Shutdown,
+        }
+    };
+    if matches!(end, Disconnect::Lost(_)) {
+        // The coordinator already answered these calls with an error; stop
+        // them rather than let unobserved commands carry on.
+        worker.cancel_all();
+    }
+    end
+}
+
+/// Handles one command; returns true when it asks us to drain.
+fn handle_command(worker: &Arc<Worker>, command: worker_command::Command, events: &mpsc::Sender<WorkerEvent>, in_flight: &Arc<AtomicUsize>) -> bool {
+    match command {
+        worker_command::Command::Run(call) => {
+            let worker = worker.clone();
+            let events = events.clone();
+            let in_flight = in_flight.clone();
+            in_flight.fetch_add(1, Ordering::Relaxed);
+            tokio::spawn(async move {
+                let output: Option<OutputSink> = call.stream_output.then(|| {
+                    let events = events.clone();
+                    let call_id = call.call_id.clone();
+                    let mut sent = 0usize;
+                    Box::new(move |chunk: &[u8]| {
+                        if sent < MAX_STREAMED_BYTES {
+                            let take = chunk.len().min(MAX_STREAMED_BYTES - sent);
+                            sent += take;
+                            let _ = events.try_send(event(worker_event::Event::Output(CallOutput {
+                                call_id: call_id.clone(),
+                                chunk: chunk[..take].to_vec(),
+                            })));
+                        }
+                    }) as OutputSink
+                });
+                let result = worker.run_call(call, output).await;
+                let _ = events.send(event(worker_event::Event::Result(result))).await;
+                in_flight.fetch_sub(1, Ordering::Relaxed);
+            });
+            false
+        }
+        worker_command::Command::Cancel(cancel) => {
+            if worker.cancel(&cancel.call_id) {
+                tracing::debug!(call_id = %cancel.call_id, reason = %cancel.reason, "call cancelled");
+            }
+            false
+        }
+        worker_command::Command::Release(release) => {
+            let worker = worker.clone();
+            let events = events.clone();
+            tokio::spawn(async move {
+                if worker.environments().release(&release.task_id).await {
+                    let _ = events
+                        .send(event(worker_event::Event::Released(EnvironmentReleased { task_id: release.task_id, reason: "released".to_owned() })))
+                        .await;
+                }
+            });
+            false
+        }
+        worker_command::Command::Drain(_) => true,
+        worker_command::Command::Welcome(_) => false,
+    }
+}
+
+/// Where and how to reach the coordinator.
+#[derive(Debug, Clone)]
+pub struct LinkOptions {
+    /// `http://host:port` or `https://host:port` (a bare `host:port` means http).
+    pub url: String,
+    pub token: String,
+    /// CA certificate (PEM) to trust for https; public roots otherwise.
+    pub ca_cert: Option<PathBuf>,
+    pub connect_timeout: Duration,
+}
+
+/// Keeps the worker attached: connects, serves, and reconnects with
+/// exponential backoff (0.2 s doubling to 10 s, with jitter) until `shutdown`.
+/// A refused token ends it with an error: retrying would not help.
+pub async fn run_grpc(worker: Arc<Worker>, options: LinkOptions, shutdown: CancellationToken) -> Result<(), LinkError> {
+    let endpoint = endpoint_for(&options)?;
+    let mut backoff = Duration::from_millis(200);
+    loop {
+        match connect_once(&worker, &endpoint, &options.token, &shutdown).await {
+            Ok(Disconnect::Shutdown) | Ok(Disconnect::Drained) => return Ok(()),
+            Ok(Disconnect::Lost(reason)) => {
+                tracing::warn!(%reason, "lost the coordinator; reconnecting");
+                backoff = Duration::from_millis(200);
+            }
+            Err(status) if status.code() == Code::Unauthenticated => return Err(LinkError::Refused(status.message().to_owned())),
+            Err(status) if status.code() == Code::InvalidArgument => return Err(LinkError::Refused(status.message().to_owned())),
+            Err(status) => tracing::warn!(code = ?status.code(), message = %status.message(), "cannot attach; retrying in {:?}", backoff),
+        }
+        let jitter = Duration::from_millis(u64::try_from(uuid::Uuid::new_v4().as_u128() % 100).unwrap_or(0));
+        tokio::select! {
+            () = tokio::time::sleep(backoff + jitter) => {}
+            () = shutdown.cancelled() => return Ok(()),
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(10));
+    }
+}
+
+fn endpoint_for(options: &LinkOptions) -> Result<Endpoint, LinkError> {
+    let url = if options.url.contains("://") { options.url.clone() } else { format!("http://{}", options.url) };
+    let bad = |e: String| LinkError::BadAddress(options.url.clone(), e);
+    let mut endpoint = Endpoint::from_shared(url.clone())
+        .map_err(|e| bad(e.to_string()))?
+        .connect_timeout(options.connect_timeout)
+        .tcp_nodelay(true)
+        .http2_keep_alive_interval(Duration::from_secs(10))
+        .keep_alive_timeout(Duration::from_secs(20))
+        .keep_alive_while_idle(true);
+    if url.starts_with("https://") {
+        let mut tls = ClientTlsConfig::new();
+        match &options.ca_cert {
+            Some(path) => {
+                let pem = std::fs::read(path).map_err(|e| LinkError::CaFile(path.clone(), e))?;
+                tls = tls.ca_certificate(Certificate::from_pem(pem));
+            }
+            None => tls = tls.with_webpki_roots(),
+        }
+        endpoint = endpoint.tls_config(tls).map_err(|e| bad(e.to_string()))?;
+    }
+    Ok(endpoint)
+}
+
+/// One attach: Ok(why it ended) once attached, Err(status) when refused.
+async fn connect_once(worker: &Arc<Worker>, endpoint: &Endpoint, token: &str, shutdown: &CancellationToken) -> Result<Disconnect, Status> {
+    let channel = tokio::select! {
+        connected = endpoint.connect() => connected.map_err(|e| Status::unavailable(format!("cannot connect: {e}")))?,
+        () = shutdown.cancelled() => return Ok(Disconnect::Shutdown),
+    };
+    let auth: MetadataValue<_> = bearer(token).parse().map_err(|_| Status::invalid_argument("the token is not valid in a header"))?;
+    let mut client = WorkerGatewayClient::with_interceptor(channel, move |mut request: Request<()>| {
+        request.metadata_mut().insert(caduceus_proto::AUTHORIZATION, auth.clone());
+        Ok(request)
+    })
+    .max_decoding_message_size(64 * 1024 * 1024)
+    .max_encoding_message_size(64 * 1024 * 1024);
+    let (events, outbound) = mpsc::channel(256);
+    events
+        .send(event(worker_event::Event::Hello(worker.hello())))
+        .await
+        .map_err(|_| Status::internal("event channel closed"))?;
+    let response = client.attach(ReceiverStream::new(outbound)).await?;
+    Ok(serve_connection(worker.clone(), response.into_inner(), events, shutdown.clone()).await)
+}

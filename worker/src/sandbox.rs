@@ -1,0 +1,124 @@
+//! The `Sandbox` trait: what every backend (local, Docker, SSH, Singularity,
+//! Modal, Daytona) provides, so that the shell, process and file tools work
+//! unchanged on all of them.
+
+use std::fmt;
+use std::pin::Pin;
+
+use async_trait::async_trait;
+use tokio::io::{AsyncRead, AsyncWrite};
+
+pub type BoxedReader = Pin<Box<dyn AsyncRead + Send>>;
+pub type BoxedWriter = Pin<Box<dyn AsyncWrite + Send>>;
+
+/// A process to start inside the sandbox.
+#[derive(Debug, Clone, Default)]
+pub struct SpawnSpec {
+    pub program: String,
+    pub args: Vec<String>,
+    /// Working directory inside the sandbox; the backend's default when `None`.
+    pub cwd: Option<String>,
+    /// The complete environment of the process (already sanitized).
+    pub env: Vec<(String, String)>,
+}
+
+/// A process started inside a sandbox.
+pub struct SpawnedProcess {
+    /// Its stdin (a pipe).
+    pub stdin: BoxedWriter,
+    /// Its stdout; stderr is merged into it where the backend can merge at the
+    /// descriptor level (local). Shells we start merge with `exec 2>&1` anyway.
+    pub output: BoxedReader,
+    /// Its pid inside the sandbox's namespace, when the backend knows it.
+    pub pid: Option<u32>,
+    pub handle: Box<dyn ProcessHandle>,
+}
+
+/// Waits for or kills one spawned process.
+#[async_trait]
+pub trait ProcessHandle: Send {
+    /// Waits for the process to end; its exit code (128+signal when killed),
+    /// `None` when the backend cannot tell.
+    async fn wait(&mut self) -> Option<i32>;
+    /// Kills the process (and, where the backend can, everything it started).
+    async fn kill(&mut self);
+}
+
+/// Signals used to stop process trees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopSignal {
+    Interrupt,
+    Terminate,
+    Kill,
+}
+
+impl StopSignal {
+    pub fn number(self) -> i32 {
+        match self {
+            StopSignal::Interrupt => 2,
+            StopSignal::Terminate => 15,
+            StopSignal::Kill => 9,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error("cannot start '{program}' in the sandbox: {reason}")]
+    Spawn { program: String, reason: String },
+    #[error("the sandbox is gone: {0}")]
+    Gone(String),
+    #[error("the '{0}' backend is not available on this worker")]
+    Unavailable(String),
+    #[error("{0}")]
+    Other(String),
+}
+
+/// One isolated place where a task's commands run.
+#[async_trait]
+pub trait Sandbox: Send + Sync + fmt::Debug {
+    /// Backend name ("local", "docker", …).
+    fn backend(&self) -> &str;
+    /// Backend-specific id (container id, instance name, host).
+    fn id(&self) -> &str;
+    /// Starts a process with piped stdio.
+    async fn spawn(&self, spec: SpawnSpec) -> Result<SpawnedProcess, SandboxError>;
+    /// Signals the descendants of `pid` (and `pid` itself when `include_root`),
+    /// deepest first, so that a command's whole process tree stops.
+    async fn signal_tree(&self, pid: u32, signal: StopSignal, include_root: bool) -> Result<(), SandboxError>;
+    /// The directory for temporary files inside the sandbox (no trailing slash).
+    fn temp_dir(&self) -> String;
+    /// The home directory inside the sandbox.
+    fn home_dir(&self) -> String;
+    /// The directory a fresh shell starts in.
+    fn initial_cwd(&self) -> String;
+    /// Is the sandbox still there (container running, host reachable)?
+    async fn alive(&self) -> bool;
+    /// Removes the sandbox and everything running in it.
+    async fn destroy(&self) -> Result<(), SandboxError>;
+}
+
+/// A bash script that signals every descendant of `$1` (deepest first) with
+/// signal `$2`, and `$1` itself when `$3` is 1. It reads /proc with builtins
+/// only, so it works in minimal images without procps.
+///
+/// Processes that left the tree but stayed in `$1`'s session (when `$1` leads
+/// one) are signalled too.
+pub const SIGNAL_TREE_SCRIPT: &str = r#"
+root=$1 sig=$2 self=$3
+declare -A kids
+insession=
+for s in /proc/[0-9]*/stat; do
+  IFS= read -r line < "$s" 2>/dev/null || continue
+  rest=${line##*) }
+  set -- $rest
+  pid=${s#/proc/}; pid=${pid%/stat}
+  kids[$2]="${kids[$2]} $pid"
+  if [ "$4" = "$root" ] && [ "$pid" != "$root" ]; then insession="$insession $pid"; fi
+done
+walk() { local p; for p in ${kids[$1]}; do walk "$p"; kill -"$sig" "$p" 2>/dev/null; done; }
+walk "$root"
+for p in $insession; do kill -"$sig" "$p" 2>/dev/null; done
+if [ "$self" = 1 ]; then kill -"$sig" "$root" 2>/dev/null; fi
+exit 0
+"#;

@@ -1,0 +1,113 @@
+//! The tools a worker runs inside a task's environment, and the result cap
+//! that keeps large results in the sandbox instead of the context.
+
+pub mod terminal;
+
+use std::sync::Arc;
+
+use serde_json::{Map, Value, json};
+use tokio::io::AsyncWriteExt;
+use tokio_util::sync::CancellationToken;
+
+use caduceus_common::persist;
+use caduceus_common::result::tool_error;
+
+use crate::env::Environment;
+use crate::sandbox::SpawnSpec;
+use crate::shell::shell_quote;
+
+/// Receives live output of a running call.
+pub type OutputSink = Box<dyn FnMut(&[u8]) + Send>;
+
+/// Worker-wide tool settings.
+#[derive(Debug, Clone)]
+pub struct ToolSettings {
+    /// Default foreground timeout, seconds (hermes: 180, `TERMINAL_TIMEOUT`).
+    pub terminal_timeout_secs: u64,
+    /// Longest foreground timeout, seconds (hermes: 600).
+    pub max_foreground_timeout_secs: u64,
+    /// Characters of terminal output the model sees (hermes: 50,000).
+    pub max_output_chars: usize,
+}
+
+impl Default for ToolSettings {
+    fn default() -> Self {
+        ToolSettings { terminal_timeout_secs: 180, max_foreground_timeout_secs: 600, max_output_chars: 50_000 }
+    }
+}
+
+/// One call of a worker tool.
+pub struct ToolCall {
+    pub call_id: String,
+    pub tool: String,
+    pub args: Map<String, Value>,
+    pub env: Arc<Environment>,
+    pub cancel: CancellationToken,
+    pub output: Option<OutputSink>,
+    /// Results longer than this are persisted in the sandbox; 0 = never.
+    pub result_cap: u64,
+}
+
+/// Runs the call and returns the result the model reads.
+pub async fn run(settings: &ToolSettings, mut call: ToolCall) -> String {
+    let result = match call.tool.as_str() {
+        "terminal" => terminal::run(settings, &call.env, &call.args, &call.cancel, call.output.take()).await,
+        "__persist_result" => persist_result_tool(&call.env, &call.args).await,
+        other => tool_error(format!("Tool '{other}' is not served by this worker")),
+    };
+    if call.result_cap > 0 && result.chars().count() as u64 > call.result_cap {
+        return cap_result(&call.env, &call.call_id, result).await;
+    }
+    result
+}
+
+/// Saves a too-large result inside the sandbox and returns hermes' preview.
+async fn cap_result(env: &Environment, id: &str, result: String) -> String {
+    match persist_in_sandbox(env, id, &result).await {
+        Ok(path) => persist::persisted_preview(&result, &path),
+        Err(err) => {
+            tracing::warn!(task = %env.task_id, "could not persist a large result: {err}");
+            persist::unsaved_preview(&result)
+        }
+    }
+}
+
+/// `__persist_result {id, content}` — the coordinator's way to store a result
+/// of a coordinator-side tool in the task's sandbox.
+async fn persist_result_tool(env: &Environment, args: &Map<String, Value>) -> String {
+    let (Some(id), Some(content)) = (args.get("id").and_then(Value::as_str), args.get("content").and_then(Value::as_str)) else {
+        return tool_error("__persist_result needs string 'id' and 'content'");
+    };
+    match persist_in_sandbox(env, id, content).await {
+        Ok(path) => json!({"path": path}).to_string(),
+        Err(err) => tool_error(err),
+    }
+}
+
+/// Writes `content` to `<tmp>/caduceus-results/<safe id>.txt` inside the
+/// sandbox, through the sandbox's own process API (works on every backend).
+pub async fn persist_in_sandbox(env: &Environment, id: &str, content: &str) -> Result<String, String> {
+    let path = persist::results_path(&env.sandbox.temp_dir(), id);
+    let dir = path.rsplit_once('/').map(|(d, _)| d.to_owned()).unwrap_or_else(|| ".".to_owned());
+    let script = format!("umask 077; mkdir -p {} && cat > {}", shell_quote(&dir), shell_quote(&path));
+    let spec = SpawnSpec {
+        program: "bash".to_owned(),
+        args: vec!["-c".to_owned(), script],
+        cwd: None,
+        env: vec![("PATH".to_owned(), "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_owned())],
+    };
+    let mut process = env.sandbox.spawn(spec).await.map_err(|e| e.to_string())?;
+    let write = async {
+        process.stdin.write_all(content.as_bytes()).await?;
+        process.stdin.shutdown().await
+    };
+    let written = tokio::time::timeout(std::time::Duration::from_secs(30), write).await;
+    drop(process.stdin);
+    let code = tokio::time::timeout(std::time::Duration::from_secs(30), process.handle.wait()).await.ok().flatten();
+    match (written, code) {
+        (Ok(Ok(())), Some(0)) => Ok(path),
+        (Ok(Err(err)), _) => Err(format!("writing {path} failed: {err}")),
+        (Err(_), _) => Err(format!("writing {path} timed out")),
+        (_, code) => Err(format!("writing {path} failed (exit {code:?})")),
+    }
+}
