@@ -1,18 +1,209 @@
-//! The JSON documents every tool returns.
+//! The JSON documents every tool returns, serialized the way hermes'
+//! `json.dumps(…, ensure_ascii=False)` writes them, so the model sees the
+//! same bytes: `", "` and `": "` separators, non-ASCII kept as is, Python's
+//! float spelling (`1e-05`, `1e+16`, `2.0`), keys in insertion order for
+//! structs and for the extras of [`tool_error_with`].
 
+use std::io;
+
+use serde::Serialize;
+use serde::ser::{SerializeMap, Serializer};
+use serde_json::ser::Formatter;
 use serde_json::{Map, Value};
 
+use crate::text::sanitize_tool_error;
+
 /// `{"error": msg}` — the shape of every failure a model reads.
+///
+/// ```
+/// use caduceus_common::result::tool_error;
+/// assert_eq!(tool_error("File not found: é.txt"), r#"{"error": "File not found: é.txt"}"#);
+/// ```
 pub fn tool_error(message: impl Into<String>) -> String {
-    let mut map = Map::new();
-    map.insert("error".to_owned(), Value::String(message.into()));
-    Value::Object(map).to_string()
+    tool_error_with(message, Map::new())
 }
 
-/// `{"error": msg, ...extra}`.
+/// `{"error": msg, ...extra}`: `error` first, then the extras in the map's
+/// order. An `error` entry in `extra` replaces `msg` (Python's
+/// `dict.update`).
+///
+/// ```
+/// use caduceus_common::result::tool_error_with;
+/// use serde_json::{json, Map};
+/// let mut extra = Map::new();
+/// extra.insert("success".into(), json!(false));
+/// assert_eq!(tool_error_with("bad input", extra), r#"{"error": "bad input", "success": false}"#);
+/// ```
 pub fn tool_error_with(message: impl Into<String>, extra: Map<String, Value>) -> String {
-    let mut map = Map::new();
-    map.insert("error".to_owned(), Value::String(message.into()));
-    map.extend(extra);
-    Value::Object(map).to_string()
+    let mut error = Value::String(message.into());
+    let mut others = Vec::with_capacity(extra.len());
+    for (key, value) in extra {
+        if key == "error" {
+            error = value;
+        } else {
+            others.push((key, value));
+        }
+    }
+    to_json(&ErrorDoc { error, others })
 }
+
+/// The error a tool's handler raised, as the model sees it:
+/// `{"error": "[TOOL_ERROR] …"}` with framing tokens stripped and the text
+/// capped (see [`sanitize_tool_error`]).
+pub fn tool_failure(message: &str) -> String {
+    tool_error(sanitize_tool_error(message))
+}
+
+/// hermes' `tool_result(data)`: any serializable value as a result document.
+/// A value that cannot be serialized (a map with non-string keys) becomes a
+/// tool error instead of a panic.
+///
+/// ```
+/// use caduceus_common::result::tool_result;
+/// use serde_json::json;
+/// assert_eq!(tool_result(&json!({"bytes_written": 12})), r#"{"bytes_written": 12}"#);
+/// ```
+pub fn tool_result<T: Serialize + ?Sized>(value: &T) -> String {
+    to_json(value)
+}
+
+/// Serializes `value` in hermes' JSON spelling (see the module docs).
+pub fn to_json<T: Serialize + ?Sized>(value: &T) -> String {
+    let mut out = Vec::with_capacity(128);
+    let mut serializer = serde_json::Serializer::with_formatter(&mut out, PythonFormatter);
+    match value.serialize(&mut serializer) {
+        Ok(()) => String::from_utf8(out)
+            .unwrap_or_else(|err| String::from_utf8_lossy(err.as_bytes()).into_owned()),
+        Err(err) => tool_error(format!("Tool result could not be serialized: {err}")),
+    }
+}
+
+/// The `error` of a result document, when it is a JSON object whose `error`
+/// is present and not null — how a result is classified as a failure.
+///
+/// ```
+/// use caduceus_common::result::error_of;
+/// assert_eq!(error_of(r#"{"error": "boom"}"#).as_deref(), Some("boom"));
+/// assert_eq!(error_of(r#"{"output": "x", "error": null}"#), None);
+/// assert_eq!(error_of("plain text"), None);
+/// ```
+pub fn error_of(result: &str) -> Option<String> {
+    let trimmed = result.trim_start();
+    if !trimmed.starts_with('{') {
+        return None;
+    }
+    match serde_json::from_str::<Value>(trimmed).ok()?.get("error")? {
+        Value::Null => None,
+        Value::String(s) => Some(s.clone()),
+        other => Some(other.to_string()),
+    }
+}
+
+struct ErrorDoc {
+    error: Value,
+    others: Vec<(String, Value)>,
+}
+
+impl Serialize for ErrorDoc {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(1 + self.others.len()))?;
+        map.serialize_entry("error", &self.error)?;
+        for (key, value) in &self.others {
+            map.serialize_entry(key, value)?;
+        }
+        map.end()
+    }
+}
+
+/// Python `json.dumps` defaults: `", "` between items, `": "` after keys,
+/// floats as `repr(float)`.
+struct PythonFormatter;
+
+impl Formatter for PythonFormatter {
+    fn begin_array_value<W: ?Sized + io::Write>(
+        &mut self,
+        writer: &mut W,
+        first: bool,
+    ) -> io::Result<()> {
+        if first {
+            Ok(())
+        } else {
+            writer.write_all(b", ")
+        }
+    }
+
+    fn begin_object_key<W: ?Sized + io::Write>(
+        &mut self,
+        writer: &mut W,
+        first: bool,
+    ) -> io::Result<()> {
+        if first {
+            Ok(())
+        } else {
+            writer.write_all(b", ")
+        }
+    }
+
+    fn begin_object_value<W: ?Sized + io::Write>(&mut self, writer: &mut W) -> io::Result<()> {
+        writer.write_all(b": ")
+    }
+
+    fn write_f64<W: ?Sized + io::Write>(&mut self, writer: &mut W, value: f64) -> io::Result<()> {
+        writer.write_all(python_float_repr(value).as_bytes())
+    }
+
+    fn write_f32<W: ?Sized + io::Write>(&mut self, writer: &mut W, value: f32) -> io::Result<()> {
+        writer.write_all(python_float_repr(f64::from(value)).as_bytes())
+    }
+}
+
+/// Python's `repr(float)`: the shortest round-trip digits, positional when
+/// the decimal exponent is in -4..16, else `d.ddde±XX`.
+fn python_float_repr(value: f64) -> String {
+    if !value.is_finite() {
+        // JSON has no spelling for these; serde_json writes null for them
+        // too, so this is only reached through a custom serializer.
+        return "null".to_owned();
+    }
+    if value == 0.0 {
+        return if value.is_sign_negative() {
+            "-0.0"
+        } else {
+            "0.0"
+        }
+        .to_owned();
+    }
+    let scientific = format!("{:e}", value.abs());
+    let (mantissa, exponent) = scientific
+        .split_once('e')
+        .unwrap_or((scientific.as_str(), "0"));
+    let exponent: i32 = exponent.parse().unwrap_or(0);
+    let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
+    let sign = if value < 0.0 { "-" } else { "" };
+    let point = exponent + 1;
+    let digit_count = digits.len() as i32;
+    let body = if point > -4 && point <= 16 {
+        if point <= 0 {
+            format!("0.{}{digits}", "0".repeat(point.unsigned_abs() as usize))
+        } else if point >= digit_count {
+            format!("{digits}{}.0", "0".repeat((point - digit_count) as usize))
+        } else {
+            let (int, frac) = digits.split_at(point as usize);
+            format!("{int}.{frac}")
+        }
+    } else {
+        let (first, rest) = digits.split_at(1);
+        let fraction = if rest.is_empty() {
+            String::new()
+        } else {
+            format!(".{rest}")
+        };
+        let exp_sign = if exponent < 0 { '-' } else { '+' };
+        format!("{first}{fraction}e{exp_sign}{:02}", exponent.unsigned_abs())
+    };
+    format!("{sign}{body}")
+}
+
+#[cfg(test)]
+#[path = "result_tests.rs"]
+mod tests;

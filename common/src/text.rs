@@ -1,8 +1,13 @@
-//! Text shaping for tool output. (stub: to be completed)
+//! Text shaping for tool output: ANSI stripping, the 40 % head / 60 % tail cut
+//! of long output (whole-string and streaming), and the sanitising of tool
+//! error messages.
 
-use std::borrow::Cow;
+mod ansi;
+mod head_tail;
+mod tool_error;
+mod truncate;
 
-/// Removes ANSI escape sequences.
-pub fn strip_ansi(text: &str) -> Cow<'_, str> {
-    Cow::Borrowed(text)
-}
+pub use ansi::strip_ansi;
+pub use head_tail::HeadTailBuffer;
+pub use tool_error::sanitize_tool_error;
+pub use truncate::{group_thousands, truncate_head_tail, truncate_head_tail_with_suffix};
