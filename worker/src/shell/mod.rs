@@ -326,7 +326,7 @@ impl PersistentShell {
             }
         }
 
-        Ok(ExecOutcome { total_chars: capture.total_chars(), output: capture.finish(), exit_code, end, cwd, shell_replaced: replaced })
+        Ok(ExecOutcome { total_chars: capture.total_chars() as u64, output: capture.finish(), exit_code, end, cwd, shell_replaced: replaced })
     }
 
     /// Kills the shell and everything it started.
