@@ -91,6 +91,11 @@ impl Worker {
         &self.config.name
     }
 
+    /// Random per process: sandboxes it creates carry it as their owner.
+    pub fn instance_id(&self) -> &str {
+        &self.instance_id
+    }
+
     pub fn environments(&self) -> &EnvManager {
         &self.envs
     }
@@ -179,8 +184,14 @@ impl Worker {
                 None => return tool_error(format!("task '{}' has no environment on worker '{}'", call.task_id, self.config.name)),
             }
         } else {
-            let settings: Value = serde_json::from_str(&spec.settings_json).unwrap_or(Value::Null);
-            match self.envs.get_or_create(&call.task_id, &spec.backend, &settings).await {
+            let request = backends::CreateRequest {
+                task_id: call.task_id.clone(),
+                owner: spec.owner.clone(),
+                worker: self.config.name.clone(),
+                worker_instance: self.instance_id.clone(),
+                settings: serde_json::from_str(&spec.settings_json).unwrap_or(Value::Null),
+            };
+            match self.envs.get_or_create(&spec.backend, &request).await {
                 Ok(env) => env,
                 Err(err) => return tool_error(format!("Could not create the environment for task '{}': {err}", call.task_id)),
             }

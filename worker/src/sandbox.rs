@@ -84,7 +84,7 @@ pub trait Sandbox: Send + Sync + fmt::Debug {
     /// Starts a process with piped stdio.
     async fn spawn(&self, spec: SpawnSpec) -> Result<SpawnedProcess, SandboxError>;
     /// Signals the descendants of `pid` (and `pid` itself when `include_root`),
-    /// deepest first, so that a command's whole process tree stops.
+    /// parents first, so that a command's whole process tree stops.
     async fn signal_tree(&self, pid: u32, signal: StopSignal, include_root: bool) -> Result<(), SandboxError>;
     /// The directory for temporary files inside the sandbox (no trailing slash).
     fn temp_dir(&self) -> String;
@@ -98,7 +98,7 @@ pub trait Sandbox: Send + Sync + fmt::Debug {
     async fn destroy(&self) -> Result<(), SandboxError>;
 }
 
-/// A bash script that signals every descendant of `$1` (deepest first) with
+/// A bash script that signals every descendant of `$1` (parents first) with
 /// signal `$2`, and `$1` itself when `$3` is 1. It reads /proc with builtins
 /// only, so it works in minimal images without procps.
 ///
@@ -116,7 +116,7 @@ for s in /proc/[0-9]*/stat; do
   kids[$2]="${kids[$2]} $pid"
   if [ "$4" = "$root" ] && [ "$pid" != "$root" ]; then insession="$insession $pid"; fi
 done
-walk() { local p; for p in ${kids[$1]}; do walk "$p"; kill -"$sig" "$p" 2>/dev/null; done; }
+walk() { local p; for p in ${kids[$1]}; do kill -"$sig" "$p" 2>/dev/null; walk "$p"; done; }
 walk "$root"
 for p in $insession; do kill -"$sig" "$p" 2>/dev/null; done
 if [ "$self" = 1 ]; then kill -"$sig" "$root" 2>/dev/null; fi

@@ -134,7 +134,7 @@ impl ProcessHandle for LocalProcess {
     }
 }
 
-/// Signals the descendants of `root` deepest first (read from /proc), then
+/// Signals the descendants of `root`, parents first (read from /proc), then
 /// `root` itself when asked.
 pub fn signal_local_tree(root: u32, signal: StopSignal, include_root: bool) {
     let signal = match signal {
@@ -164,15 +164,17 @@ pub fn signal_local_tree(root: u32, signal: StopSignal, include_root: bool) {
     }
 }
 
-/// Descendants of `pid`, children after their own descendants (deepest first).
+/// Descendants of `pid`, parents before their children: a parent shell that
+/// dies first cannot print "Terminated" for its child into the output, and
+/// every child's pid is already known.
 fn collect_descendants(pid: u32, children: &HashMap<u32, Vec<u32>>, out: &mut Vec<u32>, depth: usize) {
     if depth > 512 {
         return;
     }
     if let Some(kids) = children.get(&pid) {
         for kid in kids {
-            collect_descendants(*kid, children, out, depth + 1);
             out.push(*kid);
+            collect_descendants(*kid, children, out, depth + 1);
         }
     }
 }

@@ -7,12 +7,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
 use tokio::sync::Mutex as AsyncMutex;
 
 use caduceus_proto::EnvironmentInfo;
 
-use crate::backends::Backends;
+use crate::backends::{Backends, CreateRequest};
 use crate::sandbox::{Sandbox, SandboxError};
 use crate::shell::{PersistentShell, ShellConfig};
 
@@ -114,7 +113,8 @@ impl EnvManager {
     }
 
     /// The task's environment, created on `backend` if it has none.
-    pub async fn get_or_create(&self, task_id: &str, backend: &str, settings: &Value) -> Result<Arc<Environment>, SandboxError> {
+    pub async fn get_or_create(&self, backend: &str, request: &CreateRequest) -> Result<Arc<Environment>, SandboxError> {
+        let task_id = request.task_id.as_str();
         if let Some(env) = self.get(task_id) {
             return Ok(env);
         }
@@ -126,7 +126,7 @@ impl EnvManager {
         if let Some(env) = self.get(task_id) {
             return Ok(env);
         }
-        let sandbox = self.backends.create(backend, task_id, settings).await?;
+        let sandbox = self.backends.create(backend, request).await?;
         let shell = PersistentShell::new(
             sandbox.clone(),
             ShellConfig {
