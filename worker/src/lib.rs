@@ -43,6 +43,15 @@ pub struct WorkerConfig {
     pub env_lifetime: Duration,
     /// How often the reaper looks (hermes: 60 s).
     pub reap_interval: Duration,
+    /// Docker backend settings (`terminal.docker_*`, `terminal.container_*`).
+    pub docker: backends::docker::settings::DockerSettings,
+    /// Sandbox leases: length, renewal and sweep intervals.
+    pub lease: backends::lease::LeasePolicy,
+    /// Sandboxes kept ready per backend and settings (`terminal.warm_pool`).
+    pub warm_pools: Vec<backends::pool::PoolSpec>,
+    /// How often backend availability is probed (changes go out with the
+    /// next heartbeat at once).
+    pub backend_probe_interval: Duration,
 }
 
 impl Default for WorkerConfig {
@@ -58,6 +67,10 @@ impl Default for WorkerConfig {
             shell_init: Vec::new(),
             env_lifetime: Duration::from_secs(300),
             reap_interval: Duration::from_secs(60),
+            docker: Default::default(),
+            lease: Default::default(),
+            warm_pools: Vec::new(),
+            backend_probe_interval: Duration::from_secs(15),
         }
     }
 }
@@ -69,22 +82,106 @@ pub struct Worker {
     /// call id -> its cancel token
     calls: std::sync::Mutex<HashMap<String, CancellationToken>>,
     draining: AtomicBool,
+    /// Woken when something heartbeats carry changed (backend availability).
+    heartbeat_due: tokio::sync::Notify,
 }
 
 impl Worker {
     pub fn new(config: WorkerConfig) -> Arc<Self> {
-        let (backends, refused) = Backends::new(&config.backends, config.local_cwd.clone());
+        let instance_id = uuid::Uuid::new_v4().simple().to_string();
+        let options = backends::BackendOptions {
+            local_cwd: config.local_cwd.clone(),
+            docker: config.docker.clone(),
+            lease: config.lease,
+            warm_pools: config.warm_pools.clone(),
+            worker: config.name.clone(),
+            worker_instance: instance_id.clone(),
+        };
+        let (backends, refused) = Backends::with_options(&config.backends, &options);
         for reason in refused {
             tracing::warn!("{reason}");
         }
-        let envs = EnvManager::new(backends, EnvSettings { shell_env: config.shell_env.clone(), shell_init: config.shell_init.clone() });
+        let envs = EnvManager::new(
+            backends,
+            EnvSettings { shell_env: config.shell_env.clone(), shell_init: config.shell_init.clone(), lease_ttl: config.lease.ttl },
+        );
         Arc::new(Worker {
             config,
-            instance_id: uuid::Uuid::new_v4().simple().to_string(),
+            instance_id,
             envs,
             calls: std::sync::Mutex::new(HashMap::new()),
             draining: AtomicBool::new(false),
+            heartbeat_due: tokio::sync::Notify::new(),
         })
+    }
+
+    /// Probes the backends and sweeps once, then keeps doing so in the
+    /// background until `shutdown`: availability every
+    /// `backend_probe_interval`, lease renewal every `lease.renew_every`,
+    /// sweeps every `lease.sweep_every`, warm pools refilled on demand.
+    pub async fn start_housekeeping(self: &Arc<Self>, shutdown: CancellationToken) {
+        self.envs.backends().refresh().await;
+        self.sweep().await;
+        let worker = self.clone();
+        tokio::spawn(async move { worker.housekeeping(shutdown).await });
+    }
+
+    async fn housekeeping(self: Arc<Self>, shutdown: CancellationToken) {
+        let tick = |every: Duration| {
+            let mut interval = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+            interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            interval
+        };
+        let mut probe = tick(self.config.backend_probe_interval.max(Duration::from_millis(100)));
+        let mut renew = tick(self.config.lease.renew_every);
+        let mut sweep = tick(self.config.lease.sweep_every);
+        let mut pool_retry = tick(Duration::from_secs(60));
+        let pools = self.clone();
+        let pool_shutdown = shutdown.clone();
+        // Refilling can take seconds per sandbox: its own task, so renewals
+        // and sweeps never wait behind it.
+        tokio::spawn(async move {
+            loop {
+                pools.envs.backends().refill_pools().await;
+                tokio::select! {
+                    () = pools.envs.backends().pools().wanted() => {}
+                    () = tokio::time::sleep(Duration::from_secs(5)) => {}
+                    () = pool_shutdown.cancelled() => break,
+                }
+            }
+        });
+        loop {
+            tokio::select! {
+                _ = probe.tick() => {
+                    if self.envs.backends().refresh().await {
+                        tracing::info!(available = ?self.envs.backends().available(), "backend availability changed");
+                        self.heartbeat_due.notify_one();
+                    }
+                }
+                _ = renew.tick() => {
+                    self.envs.renew_leases().await;
+                    self.envs.backends().pools().renew().await;
+                }
+                _ = sweep.tick() => { self.sweep().await; }
+                _ = pool_retry.tick() => self.envs.backends().pools().reset_failures(),
+                () = shutdown.cancelled() => break,
+            }
+        }
+    }
+
+    /// Removes sandboxes of any worker whose lease expired, and this
+    /// worker's own sandboxes that nothing holds any more.
+    pub async fn sweep(&self) -> Vec<String> {
+        let removed = self.envs.backends().sweep(&self.envs.sweep_context(&self.instance_id)).await;
+        if !removed.is_empty() {
+            tracing::info!(count = removed.len(), "sweeper removed sandboxes");
+        }
+        removed
+    }
+
+    /// Resolves when a heartbeat should go out before its time.
+    pub async fn heartbeat_due(&self) {
+        self.heartbeat_due.notified().await;
     }
 
     pub fn name(&self) -> &str {
@@ -156,32 +253,39 @@ impl Worker {
         if let Ok(mut calls) = self.calls.lock() {
             calls.insert(call.call_id.clone(), cancel.clone());
         }
-        let result = self.execute(&call, cancel, output).await;
+        let (result, reset) = self.execute(&call, cancel, output).await;
         if let Ok(mut calls) = self.calls.lock() {
             calls.remove(&call.call_id);
         }
+        let environment_reset = reset.is_some();
+        let result = match reset {
+            Some(notice) => with_reset_notice(&result, &notice),
+            None => result,
+        };
         CallResult {
             call_id: call.call_id,
             result,
-            environment_reset: false,
+            environment_reset,
             duration_us: u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
         }
     }
 
-    async fn execute(&self, call: &RunCall, cancel: CancellationToken, output: Option<OutputSink>) -> String {
+    /// Runs the call; the second value is the notice when the environment
+    /// had to be recreated because its sandbox was gone.
+    async fn execute(&self, call: &RunCall, cancel: CancellationToken, output: Option<OutputSink>) -> (String, Option<String>) {
         if self.draining.load(Ordering::Relaxed) {
-            return tool_error(format!("worker '{}' is draining and takes no new calls", self.config.name));
+            return (tool_error(format!("worker '{}' is draining and takes no new calls", self.config.name)), None);
         }
         let args: Map<String, Value> = match serde_json::from_str(&call.arguments_json) {
             Ok(Value::Object(map)) => map,
-            _ => return tool_error("Invalid tool arguments: the worker received arguments that are not a JSON object"),
+            _ => return (tool_error("Invalid tool arguments: the worker received arguments that are not a JSON object"), None),
         };
         let spec = call.environment.clone().unwrap_or_default();
         let env = if spec.backend.is_empty() {
             // Only an existing environment (result persistence must not create one).
             match self.envs.get(&call.task_id) {
                 Some(env) => env,
-                None => return tool_error(format!("task '{}' has no environment on worker '{}'", call.task_id, self.config.name)),
+                None => return (tool_error(format!("task '{}' has no environment on worker '{}'", call.task_id, self.config.name)), None),
             }
         } else {
             let request = backends::CreateRequest {
@@ -193,9 +297,30 @@ impl Worker {
             };
             match self.envs.get_or_create(&spec.backend, &request).await {
                 Ok(env) => env,
-                Err(err) => return tool_error(format!("Could not create the environment for task '{}': {err}", call.task_id)),
+                Err(err) => return (tool_error(format!("Could not create the environment for task '{}': {err}", call.task_id)), None),
             }
         };
+        // A container that was killed, OOM-killed or removed under the
+        // environment: recreate it once and say so.
+        let (env, mut reset) = match self.envs.ensure_live(env).await {
+            Ok(found) => found,
+            Err(err) => {
+                return (tool_error(format!("The environment of task '{}' was lost and could not be recreated: {err}", call.task_id)), None);
+            }
+        };
+        let result = self.run_tool(call, args, env.clone(), cancel, output).await;
+        // The sandbox vanished during the call: the next call gets a fresh
+        // one; this result says so now.
+        if reset.is_none() && !env.sandbox.alive().await {
+            match self.envs.ensure_live(env).await {
+                Ok((_, notice)) => reset = notice.map(|n| n.replace("this call ran in a fresh environment", "it vanished during this call, whose command may not have completed; the next call runs in a fresh environment")),
+                Err(err) => tracing::warn!(task = %call.task_id, "cannot recreate the environment: {err}"),
+            }
+        }
+        (result, reset)
+    }
+
+    async fn run_tool(&self, call: &RunCall, args: Map<String, Value>, env: Arc<env::Environment>, cancel: CancellationToken, output: Option<OutputSink>) -> String {
         let _running = env.begin_call();
         tools::run(
             &self.config.tools,
@@ -221,9 +346,21 @@ impl Worker {
         self.config.reap_interval
     }
 
-    /// Ends every environment (worker shutdown).
+    /// Ends every environment and warm-pool sandbox (worker shutdown).
     pub async fn shutdown(&self) {
         self.cancel_all();
         self.envs.shutdown().await;
+    }
+}
+
+/// Adds the reset notice to a result: an `environment_reset` field of a JSON
+/// object (as the coordinator does for a lost worker), else a leading line.
+fn with_reset_notice(result: &str, notice: &str) -> String {
+    match serde_json::from_str::<Value>(result) {
+        Ok(Value::Object(mut map)) => {
+            map.insert("environment_reset".to_owned(), Value::String(notice.to_owned()));
+            Value::Object(map).to_string()
+        }
+        _ => format!("[{notice}]\n{result}"),
     }
 }

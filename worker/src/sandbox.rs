@@ -8,6 +8,8 @@ use std::pin::Pin;
 use async_trait::async_trait;
 use tokio::io::{AsyncRead, AsyncWrite};
 
+use crate::backends::lease::LeaseRecord;
+
 pub type BoxedReader = Pin<Box<dyn AsyncRead + Send>>;
 pub type BoxedWriter = Pin<Box<dyn AsyncWrite + Send>>;
 
@@ -96,6 +98,27 @@ pub trait Sandbox: Send + Sync + fmt::Debug {
     async fn alive(&self) -> bool;
     /// Removes the sandbox and everything running in it.
     async fn destroy(&self) -> Result<(), SandboxError>;
+
+    /// The environment of a new shell, given the worker's (sanitized) one.
+    /// Local: all of it. Backends with their own system (containers, remote
+    /// hosts) pass only the variables configured to cross, so the sandbox
+    /// keeps its own PATH, HOME, …
+    fn shell_env(&self, worker_env: &[(String, String)]) -> Vec<(String, String)> {
+        worker_env.to_vec()
+    }
+
+    /// Renews the sandbox's lease (see `backends/lease.rs`): a sandbox that
+    /// is not renewed for its lease length is removed by any worker's
+    /// sweeper. The default does nothing (nothing sweeps local processes).
+    async fn renew_lease(&self, _record: &LeaseRecord) -> Result<(), SandboxError> {
+        Ok(())
+    }
+
+    /// Paths whose content outlives the sandbox (persistent directories),
+    /// named when the environment has to be reset.
+    fn persistent_paths(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// A bash script that signals every descendant of `$1` (parents first) with

@@ -1,8 +1,13 @@
 //! The backends this worker offers. Each is a [`Provider`]: it says whether it
 //! can serve right now, creates sandboxes for tasks, and sweeps sandboxes left
-//! behind by dead owners or with expired leases.
+//! behind by dead owners or with expired leases. Shared machinery for every
+//! backend: [`lease`] (labels, renewable records, the sweeper's rule) and
+//! [`pool`] (warm pools). See `README.md`.
 
+pub mod docker;
+pub mod lease;
 pub mod local;
+pub mod pool;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -25,11 +30,12 @@ pub struct CreateRequest {
     pub settings: Value,
 }
 
-/// What a sweep may keep: sandboxes of live environments of this worker.
+/// What a sweep may keep: sandboxes this worker holds.
 #[derive(Debug, Clone, Default)]
 pub struct SweepContext {
     pub worker_instance: String,
-    /// Backend ids (`Sandbox::id`) of this worker's live environments.
+    /// Backend ids (`Sandbox::id`) of this worker's live environments and
+    /// warm-pool entries.
     pub live: HashSet<String>,
 }
 
@@ -41,10 +47,34 @@ pub trait Provider: Send + Sync {
     async fn available(&self) -> bool;
     async fn create(&self, request: &CreateRequest) -> Result<Arc<dyn Sandbox>, SandboxError>;
     /// Removes this backend's sandboxes whose lease expired or whose owner is
-    /// gone, never one in `context.live`. Returns the ids removed.
+    /// gone, never one in `context.live` (see [`lease::judge`]). Returns the
+    /// ids removed.
     async fn sweep(&self, _context: &SweepContext) -> Vec<String> {
         Vec::new()
     }
+    /// Warm-pool key of a request: requests with equal keys can use each
+    /// other's pre-started sandboxes. `None` (the default): not poolable.
+    fn pool_key(&self, _request: &CreateRequest) -> Option<String> {
+        None
+    }
+    /// Starts a sandbox for the warm pool `key` (labelled as a pool entry,
+    /// with no task yet).
+    async fn create_for_pool(&self, request: &CreateRequest, _key: &str) -> Result<Arc<dyn Sandbox>, SandboxError> {
+        self.create(request).await
+    }
+}
+
+/// Everything the providers of a worker are built from.
+#[derive(Debug, Clone, Default)]
+pub struct BackendOptions {
+    /// Directory local environments start in.
+    pub local_cwd: String,
+    pub docker: docker::settings::DockerSettings,
+    pub lease: lease::LeasePolicy,
+    pub warm_pools: Vec<pool::PoolSpec>,
+    /// This worker's name and process instance id (pool entries' labels).
+    pub worker: String,
+    pub worker_instance: String,
 }
 
 /// The local backend as a provider.
@@ -67,11 +97,13 @@ impl Provider for LocalProvider {
     }
 }
 
-/// The providers of this worker and which of them are available.
+/// The providers of this worker, which of them are available, and their
+/// warm pools.
 pub struct Backends {
     providers: Vec<Arc<dyn Provider>>,
     /// Names of providers available at the last check.
     available: std::sync::RwLock<Vec<String>>,
+    pools: pool::WarmPools,
 }
 
 impl std::fmt::Debug for Backends {
@@ -84,16 +116,46 @@ impl Backends {
     /// Builds the providers for the requested backend names; names this worker
     /// cannot serve are returned as messages.
     pub fn new(requested: &[String], local_cwd: String) -> (Self, Vec<String>) {
+        Self::with_options(requested, &BackendOptions { local_cwd, ..BackendOptions::default() })
+    }
+
+    /// Builds the providers for the requested backend names with their
+    /// settings; names this worker cannot serve, and warm pools it cannot
+    /// keep, are returned as messages. Backends that need probing (Docker)
+    /// count as unavailable until the first [`refresh`](Self::refresh).
+    pub fn with_options(requested: &[String], options: &BackendOptions) -> (Self, Vec<String>) {
         let mut providers: Vec<Arc<dyn Provider>> = Vec::new();
         let mut refused = Vec::new();
+        let mut available = Vec::new();
         for backend in requested {
+            if providers.iter().any(|p| p.name() == backend.as_str()) {
+                continue;
+            }
             match backend.as_str() {
-                "local" => providers.push(Arc::new(LocalProvider { cwd: local_cwd.clone() })),
+                "local" => {
+                    providers.push(Arc::new(LocalProvider { cwd: options.local_cwd.clone() }));
+                    available.push("local".to_owned());
+                }
+                "docker" => providers.push(Arc::new(docker::DockerProvider::new(options.docker.clone(), options.lease))),
                 other => refused.push(format!("backend '{other}' is not supported by this worker")),
             }
         }
-        let available = providers.iter().map(|p| p.name().to_owned()).collect();
-        (Backends { providers, available: std::sync::RwLock::new(available) }, refused)
+        let pools = pool::WarmPools::default();
+        refused.extend(pools.configure(&options.warm_pools, &providers, &options.worker, &options.worker_instance));
+        (Backends { providers, available: std::sync::RwLock::new(available), pools }, refused)
+    }
+
+    pub fn providers(&self) -> &[Arc<dyn Provider>] {
+        &self.providers
+    }
+
+    pub fn pools(&self) -> &pool::WarmPools {
+        &self.pools
+    }
+
+    /// Starts warm-pool entries until the pools are full.
+    pub async fn refill_pools(&self) -> usize {
+        self.pools.refill(&self.providers, &self.available()).await
     }
 
     /// Backends available at the last [`refresh`](Self::refresh).
@@ -122,19 +184,32 @@ impl Backends {
         self.providers.iter().find(|p| p.name() == backend)
     }
 
-    /// Creates a sandbox for a task on `backend`.
+    /// Creates a sandbox for a task on `backend`, from its warm pool when one
+    /// matches and has a live entry ready.
     pub async fn create(&self, backend: &str, request: &CreateRequest) -> Result<Arc<dyn Sandbox>, SandboxError> {
-        match self.provider(backend) {
-            Some(provider) if self.available().iter().any(|b| b == backend) => provider.create(request).await,
-            _ => Err(SandboxError::Unavailable(backend.to_owned())),
+        let provider = match self.provider(backend) {
+            Some(provider) if self.available().iter().any(|b| b == backend) => provider,
+            _ => return Err(SandboxError::Unavailable(backend.to_owned())),
+        };
+        if let Some(key) = provider.pool_key(request) {
+            while let Some(sandbox) = self.pools.take(backend, &key) {
+                if sandbox.alive().await {
+                    tracing::debug!(%backend, sandbox = %sandbox.id(), task = %request.task_id, "sandbox taken from the warm pool");
+                    return Ok(sandbox);
+                }
+                let _ = sandbox.destroy().await;
+            }
         }
+        provider.create(request).await
     }
 
-    /// Sweeps every provider.
+    /// Sweeps every provider; warm-pool entries are kept like live sandboxes.
     pub async fn sweep(&self, context: &SweepContext) -> Vec<String> {
+        let mut context = context.clone();
+        context.live.extend(self.pools.ids());
         let mut removed = Vec::new();
         for provider in &self.providers {
-            removed.extend(provider.sweep(context).await);
+            removed.extend(provider.sweep(&context).await);
         }
         removed
     }

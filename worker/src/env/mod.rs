@@ -11,7 +11,8 @@ use tokio::sync::Mutex as AsyncMutex;
 
 use caduceus_proto::EnvironmentInfo;
 
-use crate::backends::{Backends, CreateRequest};
+use crate::backends::lease::LeaseRecord;
+use crate::backends::{Backends, CreateRequest, SweepContext};
 use crate::sandbox::{Sandbox, SandboxError};
 use crate::shell::{PersistentShell, ShellConfig};
 
@@ -20,6 +21,8 @@ pub struct Environment {
     pub backend: String,
     pub sandbox: Arc<dyn Sandbox>,
     pub shell: PersistentShell,
+    /// What the environment was created from (to recreate it after a reset).
+    pub request: CreateRequest,
     created: Instant,
     last_used: std::sync::Mutex<Instant>,
     running: AtomicU32,
@@ -89,6 +92,43 @@ impl Drop for CallGuard {
 pub struct EnvSettings {
     pub shell_env: Vec<(String, String)>,
     pub shell_init: Vec<String>,
+    /// Lease length written into renewed lease records.
+    pub lease_ttl: Duration,
+}
+
+/// The lease record of an environment's sandbox (renewal time set by the caller).
+fn lease_record(request: &CreateRequest, ttl_secs: u64) -> LeaseRecord {
+    LeaseRecord {
+        owner: request.owner.clone(),
+        worker: request.worker.clone(),
+        worker_instance: request.worker_instance.clone(),
+        task: request.task_id.clone(),
+        renewed_at: 0,
+        ttl_secs,
+    }
+}
+
+/// Tells the model its environment was recreated (same wording as the
+/// coordinator's notice for a lost worker).
+fn reset_notice(lost: &Environment) -> String {
+    let kept = lost.sandbox.persistent_paths();
+    let what = if kept.is_empty() {
+        "Files, the working directory, variables and background processes from earlier calls are gone.".to_owned()
+    } else {
+        format!(
+            "Files under {} were kept; other files, the working directory, variables and background processes from earlier calls are gone.",
+            kept.join(" and ")
+        )
+    };
+    format!(
+        "The previous environment of this task was lost (its {} sandbox {} stopped or was removed); this call ran in a fresh environment. {what}",
+        lost.backend,
+        short_id(lost.sandbox.id())
+    )
+}
+
+fn short_id(id: &str) -> &str {
+    if id.len() == 64 && id.chars().all(|c| c.is_ascii_hexdigit()) { &id[..12] } else { id }
 }
 
 pub struct EnvManager {
@@ -126,31 +166,101 @@ impl EnvManager {
         if let Some(env) = self.get(task_id) {
             return Ok(env);
         }
+        let env = self.build(backend, request).await?;
+        if let Ok(mut envs) = self.envs.lock() {
+            envs.insert(task_id.to_owned(), env.clone());
+        }
+        self.creating.lock().await.remove(task_id);
+        tracing::info!(task = %task_id, %backend, sandbox = %env.sandbox.id(), "environment created");
+        Ok(env)
+    }
+
+    /// A new environment (sandbox and not yet started shell); not registered.
+    async fn build(&self, backend: &str, request: &CreateRequest) -> Result<Arc<Environment>, SandboxError> {
+        let task_id = request.task_id.as_str();
         let sandbox = self.backends.create(backend, request).await?;
+        // Record the new owner at once (a pool entry carried none).
+        let record = lease_record(request, self.lease_ttl_secs());
+        let renewing = sandbox.clone();
+        tokio::spawn(async move {
+            if let Err(err) = renewing.renew_lease(&record.renewed(std::time::SystemTime::now())).await {
+                tracing::debug!(sandbox = %renewing.id(), "first lease renewal failed: {err}");
+            }
+        });
         let shell = PersistentShell::new(
             sandbox.clone(),
             ShellConfig {
-                env: self.settings.shell_env.clone(),
+                env: sandbox.shell_env(&self.settings.shell_env),
                 cwd: sandbox.initial_cwd(),
                 init: self.settings.shell_init.clone(),
                 ..ShellConfig::default()
             },
         );
-        let env = Arc::new(Environment {
+        Ok(Arc::new(Environment {
             task_id: task_id.to_owned(),
             backend: backend.to_owned(),
             sandbox,
             shell,
+            request: request.clone(),
             created: Instant::now(),
             last_used: std::sync::Mutex::new(Instant::now()),
             running: AtomicU32::new(0),
-        });
-        if let Ok(mut envs) = self.envs.lock() {
-            envs.insert(task_id.to_owned(), env.clone());
+        }))
+    }
+
+    fn lease_ttl_secs(&self) -> u64 {
+        self.settings.lease_ttl.as_secs()
+    }
+
+    /// The environment `env` if its sandbox is still there; otherwise a new
+    /// one for the same task (the old one is ended) and a notice for the
+    /// model saying what was lost. Only the first caller replaces it.
+    pub async fn ensure_live(&self, env: Arc<Environment>) -> Result<(Arc<Environment>, Option<String>), SandboxError> {
+        if env.sandbox.alive().await {
+            return Ok((env, None));
         }
-        self.creating.lock().await.remove(task_id);
-        tracing::info!(task = %task_id, %backend, "environment created");
-        Ok(env)
+        let task_id = env.task_id.clone();
+        let lock = {
+            let mut creating = self.creating.lock().await;
+            creating.entry(task_id.clone()).or_default().clone()
+        };
+        let _held = lock.lock().await;
+        let current = self.get(&task_id);
+        if let Some(current) = current.as_ref()
+            && !Arc::ptr_eq(current, &env)
+        {
+            // Someone else replaced it meanwhile.
+            return Ok((current.clone(), Some(reset_notice(&env))));
+        }
+        tracing::warn!(task = %task_id, sandbox = %env.sandbox.id(), "the environment's sandbox is gone; recreating it");
+        if let Ok(mut envs) = self.envs.lock() {
+            envs.remove(&task_id);
+        }
+        env.end().await;
+        let fresh = self.build(&env.backend, &env.request).await?;
+        if let Ok(mut envs) = self.envs.lock() {
+            envs.insert(task_id.clone(), fresh.clone());
+        }
+        self.creating.lock().await.remove(&task_id);
+        Ok((fresh, Some(reset_notice(&env))))
+    }
+
+    /// Renews the leases of every live environment's sandbox.
+    pub async fn renew_leases(&self) {
+        let all: Vec<Arc<Environment>> = self.envs.lock().map(|envs| envs.values().cloned().collect()).unwrap_or_default();
+        let now = std::time::SystemTime::now();
+        for env in all {
+            let record = lease_record(&env.request, self.lease_ttl_secs()).renewed(now);
+            if let Err(err) = env.sandbox.renew_lease(&record).await {
+                tracing::debug!(task = %env.task_id, "lease renewal failed: {err}");
+            }
+        }
+    }
+
+    /// What the sweeper must keep: this worker's live sandboxes.
+    pub fn sweep_context(&self, worker_instance: &str) -> SweepContext {
+        let live = self.envs.lock().map(|envs| envs.values().map(|e| e.sandbox.id().to_owned()).collect()).unwrap_or_default();
+        SweepContext { worker_instance: worker_instance.to_owned(), live }
     }
 
     /// Ends the task's environment. Returns whether there was one.
@@ -190,11 +300,12 @@ impl EnvManager {
         infos
     }
 
-    /// Ends every environment.
+    /// Ends every environment and empties the warm pools.
     pub async fn shutdown(&self) {
         let all: Vec<Arc<Environment>> = self.envs.lock().map(|mut envs| envs.drain().map(|(_, e)| e).collect()).unwrap_or_default();
         for env in all {
             env.end().await;
         }
+        self.backends.pools().drain().await;
     }
 }

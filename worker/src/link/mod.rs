@@ -96,6 +96,9 @@ where
                 Some(Err(status)) => break Disconnect::Lost(format!("{}: {}", status.code(), status.message())),
                 None => break Disconnect::Lost("the coordinator closed the stream".to_owned()),
             },
+            () = worker.heartbeat_due() => {
+                let _ = events.try_send(event(worker_event::Event::Heartbeat(worker.heartbeat())));
+            }
             _ = heartbeat.tick() => {
                 let _ = events.try_send(event(worker_event::Event::Heartbeat(worker.heartbeat())));
                 if draining && in_flight.load(Ordering::Relaxed) == 0 {

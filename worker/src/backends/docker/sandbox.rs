@@ -1,0 +1,202 @@
+//! One Docker container as a [`Sandbox`].
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bollard::Docker;
+use bollard::query_parameters::{DownloadFromContainerOptionsBuilder, RemoveContainerOptionsBuilder, UploadToContainerOptionsBuilder, WaitContainerOptionsBuilder};
+use futures::StreamExt;
+
+use super::engine::{is_gone, server_error};
+use super::exec;
+use super::tar;
+use crate::backends::lease::{LeaseRecord, epoch_secs};
+use crate::sandbox::{Sandbox, SandboxError, SpawnSpec, SpawnedProcess, StopSignal};
+
+/// Where the lease record lives inside the container (on its root file
+/// system: the engine's archive API does not reach into tmpfs mounts).
+pub const LEASE_FILE: &str = "/.caduceus-lease";
+
+/// How the watcher learned the container's fate.
+#[derive(Debug, Default)]
+struct Watch {
+    /// The container stopped or was removed.
+    gone: AtomicBool,
+    /// The watcher lost its connection; `alive()` asks the engine instead.
+    blind: AtomicBool,
+}
+
+pub struct DockerSandbox {
+    docker: Docker,
+    id: String,
+    name: String,
+    cwd: String,
+    forward_env: Vec<String>,
+    persistent_paths: Vec<String>,
+    watch: Arc<Watch>,
+    watcher: tokio::task::JoinHandle<()>,
+}
+
+impl std::fmt::Debug for DockerSandbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DockerSandbox").field("id", &self.id).field("name", &self.name).finish()
+    }
+}
+
+impl Drop for DockerSandbox {
+    fn drop(&mut self) {
+        self.watcher.abort();
+    }
+}
+
+impl DockerSandbox {
+    /// Wraps a started container and starts watching it.
+    pub fn new(docker: Docker, id: String, name: String, cwd: String, forward_env: Vec<String>, persistent_paths: Vec<String>) -> Self {
+        let watch = Arc::new(Watch::default());
+        let watcher = tokio::spawn(watch_container(docker.clone(), id.clone(), watch.clone()));
+        DockerSandbox { docker, id, name, cwd, forward_env, persistent_paths, watch, watcher }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn docker(&self) -> &Docker {
+        &self.docker
+    }
+}
+
+/// Waits for the container to stop (a long poll on the engine) and records it.
+async fn watch_container(docker: Docker, id: String, watch: Arc<Watch>) {
+    loop {
+        let options = WaitContainerOptionsBuilder::default().condition("not-running").build();
+        let mut stream = docker.wait_container(&id, Some(options));
+        match stream.next().await {
+            // Any answer means it stopped (a non-zero exit arrives as an error).
+            Some(Ok(_)) | Some(Err(bollard::errors::Error::DockerContainerWaitError { .. })) => break,
+            Some(Err(err)) if is_gone(&err) => break,
+            _ => {
+                // Connection trouble or a request timeout: ask directly, then wait again.
+                watch.blind.store(true, Ordering::Relaxed);
+                match docker.inspect_container(&id, None).await {
+                    Ok(inspect) if inspect.state.as_ref().and_then(|s| s.running) == Some(true) => {
+                        watch.blind.store(false, Ordering::Relaxed);
+                    }
+                    Ok(_) => break,
+                    Err(err) if is_gone(&err) => break,
+                    Err(_) => {}
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    }
+    watch.gone.store(true, Ordering::Relaxed);
+}
+
+#[async_trait]
+impl Sandbox for DockerSandbox {
+    fn backend(&self) -> &str {
+        "docker"
+    }
+
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    async fn spawn(&self, spec: SpawnSpec) -> Result<SpawnedProcess, SandboxError> {
+        if self.watch.gone.load(Ordering::Relaxed) {
+            return Err(SandboxError::Gone(format!("container {} is no longer running", self.name)));
+        }
+        let spec = SpawnSpec { cwd: spec.cwd.or_else(|| Some(self.cwd.clone())), ..spec };
+        exec::spawn(&self.docker, &self.id, &spec).await.map_err(|failure| failure.into_sandbox_error(&spec.program))
+    }
+
+    async fn signal_tree(&self, pid: u32, signal: StopSignal, include_root: bool) -> Result<(), SandboxError> {
+        exec::signal_tree(&self.docker, &self.id, pid, signal, include_root).await
+    }
+
+    fn temp_dir(&self) -> String {
+        "/tmp".to_owned()
+    }
+
+    fn home_dir(&self) -> String {
+        "/root".to_owned()
+    }
+
+    fn initial_cwd(&self) -> String {
+        self.cwd.clone()
+    }
+
+    async fn alive(&self) -> bool {
+        if self.watch.gone.load(Ordering::Relaxed) {
+            return false;
+        }
+        if !self.watch.blind.load(Ordering::Relaxed) {
+            return true;
+        }
+        match self.docker.inspect_container(&self.id, None).await {
+            Ok(inspect) => inspect.state.and_then(|s| s.running) == Some(true),
+            Err(err) => !is_gone(&err),
+        }
+    }
+
+    async fn destroy(&self) -> Result<(), SandboxError> {
+        self.watcher.abort();
+        self.watch.gone.store(true, Ordering::Relaxed);
+        remove_container(&self.docker, &self.id).await
+    }
+
+    fn shell_env(&self, worker_env: &[(String, String)]) -> Vec<(String, String)> {
+        // The container has its own PATH, HOME, …; only forwarded names cross.
+        worker_env.iter().filter(|(k, _)| self.forward_env.iter().any(|f| f == k)).cloned().collect()
+    }
+
+    async fn renew_lease(&self, record: &LeaseRecord) -> Result<(), SandboxError> {
+        write_lease(&self.docker, &self.id, record).await
+    }
+
+    fn persistent_paths(&self) -> Vec<String> {
+        self.persistent_paths.clone()
+    }
+}
+
+/// Removes a container and its anonymous volumes; gone already is fine.
+pub async fn remove_container(docker: &Docker, id: &str) -> Result<(), SandboxError> {
+    let options = RemoveContainerOptionsBuilder::default().force(true).v(true).build();
+    match docker.remove_container(id, Some(options)).await {
+        Ok(()) => Ok(()),
+        Err(err) if matches!(server_error(&err), Some((404, _))) => Ok(()),
+        Err(err) if server_error(&err).is_some_and(|(code, m)| code == 409 && m.contains("already in progress")) => Ok(()),
+        Err(err) => Err(SandboxError::Other(format!("cannot remove container {id}: {err}"))),
+    }
+}
+
+/// Writes the lease record into the container (one archive upload).
+pub async fn write_lease(docker: &Docker, id: &str, record: &LeaseRecord) -> Result<(), SandboxError> {
+    let name = LEASE_FILE.trim_start_matches('/');
+    let archive = tar::single_file(name, 0o644, epoch_secs(std::time::SystemTime::now()), record.to_json().as_bytes());
+    let options = UploadToContainerOptionsBuilder::default().path("/").build();
+    docker
+        .upload_to_container(id, Some(options), bollard::body_full(archive.into()))
+        .await
+        .map_err(|err| if is_gone(&err) { SandboxError::Gone(err.to_string()) } else { SandboxError::Other(format!("cannot renew the lease of {id}: {err}")) })
+}
+
+/// Reads the lease record from the container; `None` when missing or unreadable.
+pub async fn read_lease(docker: &Docker, id: &str) -> Option<LeaseRecord> {
+    let options = DownloadFromContainerOptionsBuilder::default().path(LEASE_FILE).build();
+    let mut stream = docker.download_from_container(id, Some(options));
+    let mut archive = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        archive.extend_from_slice(&chunk.ok()?);
+        if archive.len() > 64 * 1024 {
+            return None;
+        }
+    }
+    match tar::first_entry(&archive).ok()? {
+        tar::TarEntry::File(file) => LeaseRecord::from_json(&String::from_utf8_lossy(&file.data)),
+        _ => None,
+    }
+}

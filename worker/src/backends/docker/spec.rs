@@ -1,0 +1,115 @@
+//! The container a sandbox runs in, as an engine create request: hermes'
+//! hardening (all capabilities dropped but the five a root shell needs to
+//! manage files and users, no new privileges, small tmpfs for /tmp, /var/tmp
+//! and /run, 256 processes), resource limits, network, volumes, environment,
+//! persistent or tmpfs home and workspace, an init process reaping orphans,
+//! and `sleep infinity` as the main process.
+
+use std::collections::HashMap;
+
+use bollard::models::{ContainerCreateBody, HostConfig};
+
+use super::settings::DockerSettings;
+
+/// Capabilities kept (everything else is dropped).
+pub const CAPS_KEPT: &[&str] = &["DAC_OVERRIDE", "CHOWN", "FOWNER", "SETUID", "SETGID"];
+
+/// What this engine accepted so far (learned from refusals).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EngineSupport {
+    /// `--storage-opt size=` (overlay2 on xfs+pquota, btrfs, zfs, …).
+    pub storage_opt: bool,
+    /// CPU and memory limits (cgroups usable).
+    pub resources: bool,
+}
+
+impl Default for EngineSupport {
+    fn default() -> Self {
+        EngineSupport { storage_opt: true, resources: true }
+    }
+}
+
+/// Where the task's persistent directories are on the host, when persistent.
+#[derive(Debug, Clone)]
+pub struct PersistentMounts {
+    pub home: String,
+    pub workspace: String,
+}
+
+/// The create request for one sandbox container.
+pub fn container_body(
+    settings: &DockerSettings,
+    labels: HashMap<String, String>,
+    persistent: Option<&PersistentMounts>,
+    support: EngineSupport,
+) -> ContainerCreateBody {
+    let mut tmpfs = HashMap::from([
+        ("/tmp".to_owned(), "rw,nosuid,size=512m".to_owned()),
+        ("/var/tmp".to_owned(), "rw,noexec,nosuid,size=256m".to_owned()),
+        ("/run".to_owned(), "rw,noexec,nosuid,size=64m".to_owned()),
+    ]);
+    let mut binds: Vec<String> = settings.volumes.clone();
+    match persistent {
+        Some(dirs) => {
+            binds.push(format!("{}:/root", dirs.home));
+            binds.push(format!("{}:/workspace", dirs.workspace));
+        }
+        None => {
+            tmpfs.insert("/workspace".to_owned(), "rw,exec,size=10g".to_owned());
+            tmpfs.insert("/home".to_owned(), "rw,exec,size=1g".to_owned());
+            tmpfs.insert("/root".to_owned(), "rw,exec,size=1g".to_owned());
+        }
+    }
+    let mut host = HostConfig {
+        init: Some(true),
+        cap_drop: Some(vec!["ALL".to_owned()]),
+        cap_add: Some(CAPS_KEPT.iter().map(|c| (*c).to_owned()).collect()),
+        security_opt: Some(vec!["no-new-privileges".to_owned()]),
+        tmpfs: Some(tmpfs),
+        binds: (!binds.is_empty()).then_some(binds),
+        pids_limit: (settings.pids_limit > 0).then_some(settings.pids_limit),
+        network_mode: (!settings.network).then(|| "none".to_owned()),
+        ..HostConfig::default()
+    };
+    if support.resources {
+        if settings.cpu > 0.0 {
+            host.nano_cpus = Some((settings.cpu * 1e9).round() as i64);
+        }
+        if settings.memory_mb > 0 {
+            host.memory = Some(i64::try_from(settings.memory_mb).unwrap_or(i64::MAX / (1 << 20)) * 1024 * 1024);
+        }
+    }
+    if support.storage_opt && settings.disk_mb > 0 {
+        host.storage_opt = Some(HashMap::from([("size".to_owned(), format!("{}m", settings.disk_mb))]));
+    }
+    let env: Vec<String> = settings.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    ContainerCreateBody {
+        image: Some(settings.image.clone()),
+        cmd: Some(vec!["sleep".to_owned(), "infinity".to_owned()]),
+        entrypoint: Some(Vec::new()),
+        working_dir: Some(settings.cwd.clone()),
+        env: (!env.is_empty()).then_some(env),
+        labels: Some(labels),
+        host_config: Some(host),
+        ..ContainerCreateBody::default()
+    }
+}
+
+/// Which optional feature an engine refusal names, so creation can be
+/// retried without it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    StorageOpt,
+    Resources,
+}
+
+pub fn refused_feature(message: &str) -> Option<Refused> {
+    let m = message.to_ascii_lowercase();
+    if m.contains("storage-opt") || m.contains("storage opt") || m.contains("storageopt") {
+        return Some(Refused::StorageOpt);
+    }
+    if m.contains("nanocpus") || m.contains("cfs") || m.contains("cgroup") || m.contains("memory limit") {
+        return Some(Refused::Resources);
+    }
+    None
+}
