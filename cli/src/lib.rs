@@ -238,6 +238,7 @@ async fn serve(args: ServeArgs, config: &Config) -> Result<()> {
             terminal_backend: config.terminal.backend.clone(),
             terminal_timeout_secs: config.terminal.timeout,
             heartbeat_interval: Duration::from_millis(args.heartbeat_ms.max(100)),
+            environment_settings: config.terminal.environment_settings(),
             ..CoordinatorConfig::default()
         },
         gate(config),
@@ -286,6 +287,13 @@ pub(crate) fn worker_config(
         shell_init: Vec::new(),
         env_lifetime: Duration::from_secs(config.terminal.lifetime_seconds),
         reap_interval: Duration::from_secs(config.terminal.reap_interval_seconds.max(1)),
+        docker: config.terminal.docker_settings(),
+        lease: config.terminal.lease_policy(),
+        warm_pools: config.terminal.warm_pools().unwrap_or_else(|err| {
+            tracing::warn!("{err:#}; no warm pools");
+            Vec::new()
+        }),
+        backend_probe_interval: Duration::from_secs(config.terminal.backend_probe_seconds.max(1)),
     }
 }
 
@@ -305,8 +313,10 @@ async fn worker(args: WorkerArgs, config: &Config) -> Result<()> {
         let (k, v) = pair.split_once('=').ok_or_else(|| anyhow!("label '{pair}' is not key=value"))?;
         labels.insert(k.trim().to_owned(), v.trim().to_owned());
     }
+    config.terminal.warm_pools()?;
     let worker = Worker::new(worker_config(config, name, backends, labels, args.capacity.or(config.worker.capacity)));
     let shutdown = CancellationToken::new();
+    worker.start_housekeeping(shutdown.clone()).await;
     let stop = shutdown.clone();
     tokio::spawn(async move {
         let _ = tokio::signal::ctrl_c().await;

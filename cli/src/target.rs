@@ -129,8 +129,9 @@ impl Embedded {
         let coordinator = Coordinator::start(
             CoordinatorConfig {
                 token: uuid::Uuid::new_v4().simple().to_string(),
-                terminal_backend: "local".to_owned(),
+                terminal_backend: config.terminal.backend.clone(),
                 terminal_timeout_secs: config.terminal.timeout,
+                environment_settings: config.terminal.environment_settings(),
                 ..CoordinatorConfig::default()
             },
             gate,
@@ -140,7 +141,12 @@ impl Embedded {
         let mut started = Vec::new();
         for index in 0..workers {
             let name = if workers == 1 { "local".to_owned() } else { format!("local-{}", index + 1) };
-            let worker = Worker::new(crate::worker_config(config, name, vec!["local".to_owned()], Default::default(), None));
+            let mut backends = vec!["local".to_owned()];
+            if config.terminal.backend != "local" {
+                backends.push(config.terminal.backend.clone());
+            }
+            let worker = Worker::new(crate::worker_config(config, name, backends, Default::default(), None));
+            worker.start_housekeeping(shutdown.clone()).await;
             attach_in_process(&coordinator, worker.clone(), shutdown.clone()).await?;
             started.push(worker);
         }

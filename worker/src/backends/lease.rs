@@ -12,10 +12,13 @@
 //!
 //! A sweeper ([`judge`]) removes a sandbox once its lease expired: last renewal
 //! (or creation, when it was never renewed) plus the lease length is in the
-//! past. A worker also removes, at once, sandboxes it created itself that none
-//! of its environments or pools holds any more (a leak of this very process).
-//! Renewal times in the future are not believed (a sandbox cannot extend its
-//! own lease past the label's length by writing a date far ahead).
+//! past, and never one its own worker holds. The rule is the same for a
+//! sandbox of a dead worker, of a live worker that leaked it, or of this very
+//! worker: nothing renews it, so it goes one lease after it was let go. (A
+//! faster "mine and not held, remove now" rule races with hand-overs from the
+//! warm pool to an environment, so there is none.) Renewal times in the
+//! future are not believed beyond a small clock skew (a sandbox cannot
+//! extend its own lease by writing a date far ahead).
 
 #[cfg(test)]
 #[path = "lease_tests.rs"]
@@ -187,9 +190,6 @@ pub fn judge(candidate: &SweepCandidate, context: &SweepContext, now: SystemTime
         return Verdict::Keep;
     }
     let labels = &candidate.labels;
-    if !context.worker_instance.is_empty() && labels.worker_instance == context.worker_instance {
-        return Verdict::Remove("created by this worker and held by none of its environments or pools".to_owned());
-    }
     let now_secs = epoch_secs(now);
     let ttl = if labels.lease_seconds > 0 { labels.lease_seconds } else { candidate.record.as_ref().map(|r| r.ttl_secs).unwrap_or(0) };
     let renewed = candidate

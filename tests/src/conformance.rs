@@ -1,0 +1,256 @@
+//! Helpers for the backend conformance suite (`tests/tests/conformance.rs`):
+//! which backends this machine can test, a coordinator plus one worker per
+//! backend as real processes, and a gRPC client for calls.
+//!
+//! Adding a backend: write a `BackendUnderTest` constructor below (its
+//! config, worker flags, and a `missing()` check that names what the machine
+//! lacks and how to get it), then one `#[test]` in the suite calling
+//! `run_suite`.
+
+use std::time::{Duration, Instant};
+
+use caduceus_proto::control_client::ControlClient;
+use caduceus_proto::{CallToolRequest, ReleaseEnvironmentRequest, StatusRequest, StatusResponse, bearer};
+use serde_json::Value;
+use tonic::Request;
+use tonic::metadata::MetadataValue;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
+
+use crate::{Fleet, Proc};
+
+/// The image the Docker cases run in (`deploy/base-image.sh` builds it).
+pub const DOCKER_IMAGE: &str = "caduceus-base:bookworm";
+
+/// One backend the suite runs against.
+#[derive(Debug, Clone)]
+pub struct BackendUnderTest {
+    /// Backend name as workers and `terminal.backend` know it.
+    pub name: &'static str,
+    /// Lines appended under `terminal:` in the fleet's config.yaml.
+    pub terminal_config: String,
+    /// Is this a sandbox with its own lifetime (container, instance) whose
+    /// leases and sweeping the suite checks?
+    pub leased: bool,
+}
+
+impl BackendUnderTest {
+    pub fn local() -> Self {
+        BackendUnderTest { name: "local", terminal_config: String::new(), leased: false }
+    }
+
+    /// Docker with short leases (3 s, swept every second) so the suite can
+    /// watch sandboxes of a killed worker go.
+    pub fn docker() -> Self {
+        BackendUnderTest {
+            name: "docker",
+            terminal_config: format!(
+                "  docker_image: {DOCKER_IMAGE}\n  container_persistent: false\n  container_memory: 512\n  lease_seconds: 3\n  sweep_interval_seconds: 1\n  backend_probe_seconds: 1\n  warm_pool:\n    docker: 1\n"
+            ),
+            leased: true,
+        }
+    }
+
+    /// What this machine lacks to test the backend, and how to get it.
+    pub fn missing(&self) -> Option<String> {
+        match self.name {
+            "local" => None,
+            "docker" => docker_missing(),
+            other => Some(format!("no readiness check for backend '{other}'")),
+        }
+    }
+
+    /// `Some(self)` when the machine can test it; otherwise says so loudly on
+    /// stderr and returns `None` — or panics when `CADUCEUS_REQUIRE_ALL=1`.
+    pub fn ready_or_skip(self) -> Option<Self> {
+        let Some(missing) = self.missing() else {
+            return Some(self);
+        };
+        if std::env::var("CADUCEUS_REQUIRE_ALL").ok().as_deref() == Some("1") {
+            panic!("CADUCEUS_REQUIRE_ALL=1 and the '{}' backend cannot be tested here: {missing}", self.name);
+        }
+        #[allow(clippy::print_stderr)]
+        {
+            eprintln!("SKIPPED conformance suite for the '{}' backend: {missing}", self.name);
+        }
+        None
+    }
+}
+
+fn docker_missing() -> Option<String> {
+    let version = std::process::Command::new("docker").args(["version", "--format", "{{.Server.Version}}"]).output();
+    match version {
+        Err(_) => return Some("the docker CLI is not installed (the tests use it to inspect containers): apt-get install docker.io".to_owned()),
+        Ok(out) if !out.status.success() => {
+            return Some(format!(
+                "no reachable Docker engine ({}): install docker.io and start dockerd",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        Ok(_) => {}
+    }
+    let image = std::process::Command::new("docker").args(["image", "inspect", DOCKER_IMAGE]).output();
+    match image {
+        Ok(out) if out.status.success() => None,
+        _ => Some(format!("the image {DOCKER_IMAGE} is missing: build it with deploy/base-image.sh (no registry needed)")),
+    }
+}
+
+/// Ids of containers carrying `label` (`key=value`), running or not.
+pub fn containers_with_label(label: &str) -> Vec<String> {
+    let out = std::process::Command::new("docker").args(["ps", "-aq", "--no-trunc", "--filter", &format!("label={label}")]).output();
+    match out {
+        Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout).lines().map(|l| l.trim().to_owned()).filter(|l| !l.is_empty()).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Runs `docker <args>`; true on success (stderr is shown on failure).
+pub fn docker(args: &[&str]) -> bool {
+    match std::process::Command::new("docker").args(args).output() {
+        Ok(out) if out.status.success() => true,
+        Ok(out) => {
+            #[allow(clippy::print_stderr)]
+            {
+                eprintln!("docker {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
+            }
+            false
+        }
+        Err(_) => false,
+    }
+}
+
+/// A coordinator and one worker for a backend, with a unique worker name.
+pub struct Stand {
+    pub fleet: Fleet,
+    pub coordinator: Proc,
+    pub worker: Proc,
+    pub worker_name: String,
+    pub backend: BackendUnderTest,
+}
+
+impl Stand {
+    /// Writes the config, starts `serve` and a worker offering the backend,
+    /// and waits until the coordinator sees the backend available.
+    pub async fn start(backend: BackendUnderTest) -> Stand {
+        let fleet = Fleet::new();
+        let config = format!("terminal:\n  backend: {}\n{}", backend.name, backend.terminal_config);
+        std::fs::write(fleet.home.path().join("config.yaml"), config).unwrap_or_else(|e| panic!("cannot write config.yaml: {e}"));
+        let coordinator = fleet.serve(&[]);
+        let worker_name = format!("conf-{}-{}-{}", backend.name, std::process::id(), uuid_fragment());
+        let worker = start_worker(&fleet, &coordinator, &worker_name, backend.name);
+        let stand = Stand { fleet, coordinator, worker, worker_name, backend };
+        stand.wait_for_backend(Duration::from_secs(30)).await;
+        stand
+    }
+
+    /// Kills the worker with SIGKILL (no clean-up) and starts it again under
+    /// the same name.
+    pub async fn crash_and_restart_worker(&mut self) {
+        self.worker.kill();
+        // The coordinator notices the closed stream; wait until the name is free.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.fleet.worker_names(&self.coordinator).contains(&self.worker_name) {
+            assert!(Instant::now() < deadline, "the coordinator still lists the killed worker");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        self.worker = start_worker(&self.fleet, &self.coordinator, &self.worker_name, self.backend.name);
+        self.wait_for_backend(Duration::from_secs(30)).await;
+    }
+
+    async fn wait_for_backend(&self, within: Duration) {
+        let deadline = Instant::now() + within;
+        let mut control = self.control().await;
+        loop {
+            let status = control.status().await;
+            if status.workers.iter().any(|w| w.name == self.worker_name && w.backends.iter().any(|b| b == self.backend.name)) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "worker {} never offered the '{}' backend: {status:?}", self.worker_name, self.backend.name);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    pub async fn control(&self) -> Control {
+        Control::connect(&self.coordinator.url(), &self.fleet.token).await
+    }
+}
+
+fn start_worker(fleet: &Fleet, coordinator: &Proc, name: &str, backend: &str) -> Proc {
+    fleet.worker(coordinator, name, &fleet.token, &["--backends", backend])
+}
+
+fn uuid_fragment() -> String {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+    format!("{nanos:08x}")
+}
+
+type Client = ControlClient<InterceptedService<Channel, Box<dyn FnMut(Request<()>) -> Result<Request<()>, tonic::Status> + Send>>>;
+
+/// A Control client presenting the fleet's token.
+pub struct Control {
+    client: Client,
+}
+
+impl Control {
+    pub async fn connect(url: &str, token: &str) -> Control {
+        let channel = tonic::transport::Endpoint::from_shared(url.to_owned())
+            .unwrap_or_else(|e| panic!("bad url {url}: {e}"))
+            .connect()
+            .await
+            .unwrap_or_else(|e| panic!("cannot reach {url}: {e}"));
+        let value: MetadataValue<_> = bearer(token).parse().unwrap_or_else(|_| panic!("bad token"));
+        let auth: Box<dyn FnMut(Request<()>) -> Result<Request<()>, tonic::Status> + Send> = Box::new(move |mut req: Request<()>| {
+            req.metadata_mut().insert("authorization", value.clone());
+            Ok(req)
+        });
+        Control { client: ControlClient::with_interceptor(channel, auth) }
+    }
+
+    /// Calls a tool and parses its result.
+    pub async fn call(&mut self, task: &str, tool: &str, arguments: &Value) -> Value {
+        let response = self
+            .client
+            .call_tool(CallToolRequest { tool: tool.into(), arguments_json: arguments.to_string(), task_id: task.into(), session_id: String::new() })
+            .await
+            .unwrap_or_else(|e| panic!("call_tool failed: {e}"))
+            .into_inner();
+        serde_json::from_str(&response.result).unwrap_or_else(|e| panic!("result is not JSON ({e}): {}", response.result))
+    }
+
+    /// `terminal {command, timeout?}`.
+    pub async fn terminal(&mut self, task: &str, command: &str, timeout: Option<u64>) -> Value {
+        let mut args = serde_json::json!({"command": command});
+        if let Some(timeout) = timeout {
+            args["timeout"] = timeout.into();
+        }
+        self.call(task, "terminal", &args).await
+    }
+
+    pub async fn release(&mut self, task: &str) -> bool {
+        self.client
+            .release_environment(ReleaseEnvironmentRequest { task_id: task.into() })
+            .await
+            .unwrap_or_else(|e| panic!("release failed: {e}"))
+            .into_inner()
+            .released
+    }
+
+    pub async fn status(&mut self) -> StatusResponse {
+        self.client.status(StatusRequest {}).await.unwrap_or_else(|e| panic!("status failed: {e}")).into_inner()
+    }
+
+    /// The backend id of the sandbox hosting `task`, once the coordinator
+    /// has heard of it.
+    pub async fn sandbox_of(&mut self, task: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let status = self.status().await;
+            if let Some(env) = status.workers.iter().flat_map(|w| w.environments.iter()).find(|e| e.task_id == task) {
+                return env.sandbox_id.clone();
+            }
+            assert!(Instant::now() < deadline, "no environment for task {task} in {status:?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
