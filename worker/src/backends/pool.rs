@@ -252,3 +252,7 @@ pub fn parse_specs(value: &Value) -> Result<Vec<PoolSpec>, String> {
         _ => Err("warm_pool must be a map of backend to size or a list of entries".to_owned()),
     }
 }
+
+#[cfg(test)]
+#[path = "pool_tests.rs"]
+mod tests;
