@@ -39,7 +39,7 @@ fn labels_round_trip_and_only_managed_ones_count() {
     let map = l.to_map();
     assert_eq!(map[label::WORKER_INSTANCE], "inst-1");
     assert_eq!(LeaseLabels::from_map(&map), Some(l));
-    let mut foreign = map.clone();
+    let mut foreign = map;
     foreign.remove(label::MANAGED);
     assert_eq!(LeaseLabels::from_map(&foreign), None);
 }

@@ -80,8 +80,8 @@ pub async fn spawn(docker: &Docker, container: &str, spec: &SpawnSpec) -> Result
         working_dir: spec.cwd.clone(),
         ..Default::default()
     };
-    let created = docker.create_exec(container, options).await.map_err(ExecFailure::from_engine)?;
-    let started = docker.start_exec(&created.id, None).await.map_err(ExecFailure::from_engine)?;
+    let created = docker.create_exec(container, options).await.map_err(|e| ExecFailure::from_engine(&e))?;
+    let started = docker.start_exec(&created.id, None).await.map_err(|e| ExecFailure::from_engine(&e))?;
     let StartExecResults::Attached { output, input } = started else {
         return Err(ExecFailure::Other("the engine started the exec detached".to_owned()));
     };
@@ -136,7 +136,7 @@ pub enum ExecFailure {
 }
 
 impl ExecFailure {
-    fn from_engine(err: bollard::errors::Error) -> Self {
+    fn from_engine(err: &bollard::errors::Error) -> Self {
         if is_gone(&err) { ExecFailure::Gone(err.to_string()) } else { ExecFailure::Other(err.to_string()) }
     }
 
