@@ -265,3 +265,66 @@ fn cli_call_prints_the_model_result() {
         "{names:?}"
     );
 }
+
+#[test]
+fn large_results_are_persisted_in_the_sandbox_with_a_preview() {
+    let fleet = Fleet::new();
+    // Let the terminal return more than the 100,000-character result cap.
+    std::fs::write(
+        fleet.home.path().join("config.yaml"),
+        "tool_output:\n  max_bytes: 300000\n",
+    )
+    .unwrap();
+    let coordinator = fleet.serve(&[]);
+    let _w1 = fleet.worker(&coordinator, "w1", &fleet.token, &[]);
+    fleet.wait_for_workers(&coordinator, &["w1"], Duration::from_secs(30));
+
+    let out = fleet.client(
+        &coordinator,
+        &[
+            "call",
+            "terminal",
+            r#"{"command": "head -c 150000 /dev/zero | tr '\\0' x"}"#,
+            "--task",
+            "big",
+        ],
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.starts_with("<persisted-output>\nThis tool result was too large ("),
+        "{}",
+        &text[..text.len().min(300)]
+    );
+    assert!(
+        text.len() < 5_000,
+        "the model sees a preview, not the whole result"
+    );
+    let path = text
+        .lines()
+        .find_map(|l| l.strip_prefix("Full output saved to: "))
+        .unwrap()
+        .trim()
+        .to_owned();
+    assert!(path.contains("/caduceus-results/"), "{path}");
+    // The full result is in the task's sandbox.
+    let out = fleet.client(
+        &coordinator,
+        &[
+            "call",
+            "terminal",
+            &json!({"command": format!("wc -c < {path}")}).to_string(),
+            "--task",
+            "big",
+        ],
+    );
+    let size: usize = parse_result(&out.stdout)["output"]
+        .as_str()
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        size > 150_000,
+        "the saved result holds the whole output ({size} bytes)"
+    );
+}
