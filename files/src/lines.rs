@@ -112,13 +112,13 @@ impl LineCollector {
     pub fn feed(&mut self, mut chunk: &[u8]) {
         while !chunk.is_empty() {
             if self.line_index >= self.end {
-                // Past the window: only count. This loop is vectorized by LLVM.
-                self.line_index += chunk.iter().filter(|&&byte| byte == b'\n').count();
+                // Past the window: only count.
+                self.line_index += memchr::memchr_iter(b'\n', chunk).count();
                 self.open_line = chunk.last() != Some(&b'\n');
                 return;
             }
             let in_window = self.line_index >= self.first;
-            match chunk.iter().position(|&byte| byte == b'\n') {
+            match memchr::memchr(b'\n', chunk) {
                 Some(newline) => {
                     if in_window {
                         self.keep(&chunk[..newline]);

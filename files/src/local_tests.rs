@@ -209,3 +209,15 @@ async fn remove_rename_and_list() {
         Err(FsError::IsADirectory(_))
     ));
 }
+
+#[tokio::test]
+async fn usable_as_a_shared_trait_object() {
+    let (_dir, root) = scratch();
+    let fs: std::sync::Arc<dyn FileSystem> = std::sync::Arc::new(LocalFs::new());
+    let file = format!("{root}/t.txt");
+    fs.write_atomic(&file, b"a\nb\n").await.unwrap();
+    let LineRead::Page(page) = fs.read_lines(&file, &window(2, 1)).await.unwrap() else {
+        panic!("no page");
+    };
+    assert_eq!((page.lines, page.total_lines), (vec!["b".to_owned()], 2));
+}

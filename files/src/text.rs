@@ -2,6 +2,7 @@
 //! Python-compatible renderings used inside hermes' messages.
 
 use std::borrow::Cow;
+use std::fmt::Write;
 
 pub const BOM: char = '\u{feff}';
 
@@ -24,6 +25,9 @@ pub fn detect_line_ending(text: &str) -> Option<&'static str> {
 
 /// Rewrites every line ending (`\r\n`, lone `\r`, `\n`) as `target`.
 pub fn normalize_line_endings(text: &str, target: &str) -> String {
+    if target == "\n" && !text.contains('\r') {
+        return text.to_owned();
+    }
     let unix = text.replace("\r\n", "\n").replace('\r', "\n");
     if target == "\n" {
         unix
@@ -81,8 +85,8 @@ pub fn number_lines(lines: &[String], first_line: usize, max_chars: usize) -> St
         if index > 0 {
             out.push('\n');
         }
-        out.push_str(&(first_line + index).to_string());
-        out.push('|');
+        // Writing into a String cannot fail.
+        let _ = write!(out, "{}|", first_line + index);
         match line.char_indices().nth(max_chars) {
             Some((cut, _)) => {
                 out.push_str(&line[..cut]);

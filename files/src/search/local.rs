@@ -3,11 +3,12 @@
 //! entries skipped, symlinks not followed, `--glob` overrides), `grep-searcher`
 //! scans each file line by line and skips it at the first NUL byte.
 //!
-//! Files are searched in path order so that a capped answer is still the
-//! first N hits of the full, deterministic answer. This is blocking code; the
-//! async caller runs it on the blocking pool.
+//! Files are searched in path order (by a few threads when there are many) so
+//! that a capped answer is still the first N hits of the full, deterministic
+//! answer. This is blocking code; the async caller runs it on the blocking pool.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::UNIX_EPOCH;
 
 use grep_regex::{RegexMatcher, RegexMatcherBuilder};
@@ -36,16 +37,16 @@ pub fn search(query: &SearchQuery) -> Result<SearchHits, FsError> {
         } => {
             let matcher = build_matcher(pattern)?;
             let files = walk(root, file_glob.as_deref())?;
-            let mut searcher = SearcherBuilder::new()
+            let mut builder = SearcherBuilder::new();
+            builder
                 .line_number(true)
                 .binary_detection(BinaryDetection::quit(0))
                 .before_context(*context)
-                .after_context(*context)
-                .build();
+                .after_context(*context);
             match mode {
-                OutputMode::Content => search_lines(query, &files, &matcher, &mut searcher),
+                OutputMode::Content => Ok(search_lines(query, &files, &matcher, &builder)),
                 OutputMode::FilesOnly | OutputMode::Count => {
-                    search_counts(query, &files, &matcher, &mut searcher, *mode)
+                    Ok(search_counts(query, &files, &matcher, &builder, *mode))
                 }
             }
         }
@@ -126,12 +127,12 @@ fn search_lines(
     query: &SearchQuery,
     files: &[(String, PathBuf)],
     matcher: &RegexMatcher,
-    searcher: &mut Searcher,
-) -> Result<SearchHits, FsError> {
-    let mut lines = Vec::new();
+    builder: &SearcherBuilder,
+) -> SearchHits {
     // One more than asked for tells "exactly max" from "more than max".
     let wanted = query.max_entries.saturating_add(1);
-    for (display, path) in files {
+    let per_file = search_in_order(files, wanted, builder, |searcher, display, path| {
+        let mut lines = Vec::new();
         let mut sink = LineSink {
             path: display,
             lines: &mut lines,
@@ -139,43 +140,38 @@ fn search_lines(
         };
         // Unreadable files are skipped, as rg skips them with a warning.
         let _ = searcher.search_path(matcher, path, &mut sink);
-        if lines.len() >= wanted {
-            break;
-        }
-    }
+        (lines.len(), lines)
+    });
+    let mut lines: Vec<LineHit> = per_file.into_iter().flatten().collect();
     let complete = lines.len() <= query.max_entries;
     lines.truncate(query.max_entries);
-    Ok(SearchHits::Lines { lines, complete })
+    SearchHits::Lines { lines, complete }
 }
 
 fn search_counts(
     query: &SearchQuery,
     files: &[(String, PathBuf)],
     matcher: &RegexMatcher,
-    searcher: &mut Searcher,
+    builder: &SearcherBuilder,
     mode: OutputMode,
-) -> Result<SearchHits, FsError> {
-    let mut counts = Vec::new();
+) -> SearchHits {
     let wanted = query.max_entries.saturating_add(1);
-    for (display, path) in files {
+    let per_file = search_in_order(files, wanted, builder, |searcher, display, path| {
         let mut sink = CountSink {
             count: 0,
             stop_at_first: mode == OutputMode::FilesOnly,
         };
-        if searcher.search_path(matcher, path, &mut sink).is_err() || sink.count == 0 {
-            continue;
-        }
-        counts.push(FileCount {
-            path: display.clone(),
+        let found = searcher.search_path(matcher, path, &mut sink).is_ok() && sink.count > 0;
+        let entry = found.then(|| FileCount {
+            path: display.to_owned(),
             count: sink.count,
         });
-        if counts.len() >= wanted {
-            break;
-        }
-    }
+        (usize::from(found), entry)
+    });
+    let mut counts: Vec<FileCount> = per_file.into_iter().flatten().collect();
     let complete = counts.len() <= query.max_entries;
     counts.truncate(query.max_entries);
-    Ok(match mode {
+    match mode {
         OutputMode::FilesOnly => SearchHits::Files {
             files: counts
                 .into_iter()
@@ -187,7 +183,88 @@ fn search_counts(
             complete,
         },
         _ => SearchHits::Counts { counts, complete },
-    })
+    }
+}
+
+/// Files per worker thread below which searching in parallel does not pay.
+const FILES_PER_WORKER: usize = 64;
+const MAX_WORKERS: usize = 4;
+
+/// Searches `files` in order and returns each searched file's result, in file
+/// order, stopping once `wanted` entries were found (`search_one` returns
+/// how many entries its result holds). Large lists are shared by a few
+/// threads that take files in increasing order, so every file before the
+/// last one taken was searched: the answer is the same as a sequential
+/// search's, only sooner.
+fn search_in_order<T, F>(
+    files: &[(String, PathBuf)],
+    wanted: usize,
+    builder: &SearcherBuilder,
+    search_one: F,
+) -> Vec<T>
+where
+    T: Send,
+    F: Fn(&mut Searcher, &str, &Path) -> (usize, T) + Sync,
+{
+    let workers = std::thread::available_parallelism()
+        .map_or(1, usize::from)
+        .min(MAX_WORKERS)
+        .min(files.len() / FILES_PER_WORKER)
+        .max(1);
+    let mut results: Vec<(usize, usize, T)> = Vec::new();
+    if workers == 1 {
+        let mut searcher = builder.build();
+        let mut found = 0;
+        for (index, (display, path)) in files.iter().enumerate() {
+            let (size, result) = search_one(&mut searcher, display, path);
+            found += size;
+            results.push((index, size, result));
+            if found >= wanted {
+                break;
+            }
+        }
+    } else {
+        let next = AtomicUsize::new(0);
+        let found = AtomicUsize::new(0);
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..workers)
+                .map(|_| {
+                    scope.spawn(|| {
+                        let mut searcher = builder.build();
+                        let mut mine = Vec::new();
+                        while found.load(Ordering::Relaxed) < wanted {
+                            let index = next.fetch_add(1, Ordering::Relaxed);
+                            let Some((display, path)) = files.get(index) else {
+                                break;
+                            };
+                            let (size, result) = search_one(&mut searcher, display, path);
+                            found.fetch_add(size, Ordering::Relaxed);
+                            mine.push((index, size, result));
+                        }
+                        mine
+                    })
+                })
+                .collect();
+            for handle in handles {
+                // A worker that panicked loses its files; the rest still count.
+                if let Ok(mut mine) = handle.join() {
+                    results.append(&mut mine);
+                }
+            }
+        });
+        results.sort_by_key(|(index, _, _)| *index);
+    }
+    // Keep the prefix a sequential search would have produced.
+    let mut total = 0;
+    let mut kept = Vec::with_capacity(results.len());
+    for (_, size, result) in results {
+        if total >= wanted {
+            break;
+        }
+        total += size;
+        kept.push(result);
+    }
+    kept
 }
 
 /// Decodes one reported line without its terminator.

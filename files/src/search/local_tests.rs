@@ -175,3 +175,63 @@ fn missing_root_bad_regex_and_caps() {
     assert_eq!(lines.len(), 2);
     assert!(!complete);
 }
+
+#[test]
+fn parallel_search_gives_the_sequential_prefix() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir
+        .path()
+        .canonicalize()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    for index in 0..400 {
+        let sub = format!("{root}/d{}", index % 7);
+        std::fs::create_dir_all(&sub).unwrap();
+        std::fs::write(
+            format!("{sub}/f{index:03}.txt"),
+            "needle one\nhay\nneedle two\n",
+        )
+        .unwrap();
+    }
+    let mut everything = content(&root, "needle", OutputMode::Content, 0, None);
+    everything.max_entries = 10_000;
+    let full = search(&everything).unwrap();
+    let SearchHits::Lines {
+        lines: all,
+        complete,
+    } = full
+    else {
+        panic!("lines expected");
+    };
+    assert!(complete);
+    assert_eq!(all.len(), 800);
+    let mut sorted = all.clone();
+    crate::search::sort_lines(&mut sorted);
+    assert_eq!(all, sorted, "results come back in path order");
+    for cap in [1, 101, 799] {
+        let mut query = content(&root, "needle", OutputMode::Content, 0, None);
+        query.max_entries = cap;
+        let SearchHits::Lines { lines, complete } = search(&query).unwrap() else {
+            panic!("lines expected");
+        };
+        assert!(!complete);
+        assert_eq!(lines[..], all[..cap], "cap {cap}");
+    }
+    let mut counted = content(&root, "needle", OutputMode::Count, 0, None);
+    counted.max_entries = 50;
+    let SearchHits::Counts { counts, complete } = search(&counted).unwrap() else {
+        panic!("counts expected");
+    };
+    assert!(!complete);
+    let expected: Vec<String> = all
+        .iter()
+        .step_by(2)
+        .take(50)
+        .map(|hit| hit.path.clone())
+        .collect();
+    assert_eq!(
+        counts.iter().map(|c| c.path.clone()).collect::<Vec<_>>(),
+        expected
+    );
+}

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use super::{
     Anchors, Args, FileToolContext, arg_bool, arg_str, as_strs, error_json, outside_cwd_warning,
@@ -52,7 +52,7 @@ impl PatchOutput {
 }
 
 /// Edits files; see the crate README for both modes and their results.
-pub async fn patch(ctx: &FileToolContext<'_>, args: &Args) -> String {
+pub async fn patch(ctx: &FileToolContext<'_>, args: &Map<String, Value>) -> String {
     ctx.tracker.note_other_tool();
     match arg_str(args, "mode").unwrap_or("replace") {
         "replace" => replace(ctx, args).await,

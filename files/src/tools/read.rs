@@ -3,9 +3,9 @@
 use std::borrow::Cow;
 
 use serde::Serialize;
-use serde_json::json;
+use serde_json::{Map, Value, json};
 
-use super::{Anchors, Args, FileToolContext, arg_int, arg_str, as_strs, error_json, to_json};
+use super::{Anchors, FileToolContext, arg_int, arg_str, as_strs, error_json, to_json};
 use crate::fs::{FsError, LineRead};
 use crate::lines::{LinePage, LineWindow};
 use crate::paths;
@@ -42,7 +42,7 @@ struct ReadOutput {
 
 /// Reads a window of a text file with `N|` line numbers. See the crate README
 /// for the result shapes.
-pub async fn read_file(ctx: &FileToolContext<'_>, args: &Args) -> String {
+pub async fn read_file(ctx: &FileToolContext<'_>, args: &Map<String, Value>) -> String {
     let path = match arg_str(args, "path") {
         Some(path) if !path.trim().is_empty() => path,
         _ => return error_json("read_file: missing required field 'path'."),

@@ -6,7 +6,7 @@ use std::borrow::Cow;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
-use super::{Anchors, Args, FileToolContext, arg_int, arg_str, error_json, to_json};
+use super::{Anchors, FileToolContext, arg_int, arg_str, error_json, to_json};
 use crate::fs::FsError;
 use crate::paths;
 use crate::safety::{self, SafetyAnchors};
@@ -50,7 +50,7 @@ struct SearchOutput {
 
 /// Searches file contents (regex) or file names (glob). Results are sorted:
 /// by path then line for content, newest first for file names.
-pub async fn search_files(ctx: &FileToolContext<'_>, args: &Args) -> String {
+pub async fn search_files(ctx: &FileToolContext<'_>, args: &Map<String, Value>) -> String {
     let pattern = arg_str(args, "pattern").unwrap_or("");
     let target = match arg_str(args, "target").unwrap_or("content") {
         "grep" => "content",

@@ -1,10 +1,10 @@
 //! `write_file(path, content)`.
 
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use super::{
-    Anchors, Args, FileToolContext, as_strs, error_json, outside_cwd_warning, py_type_name,
+    Anchors, FileToolContext, as_strs, error_json, outside_cwd_warning, py_type_name,
     stale_warning, to_json,
 };
 use crate::fs::FsError;
@@ -30,7 +30,7 @@ struct WriteOutput {
 
 /// Replaces a file's content atomically, keeping its mode, BOM and CRLF line
 /// endings; refuses sensitive paths and structured files that do not parse.
-pub async fn write_file(ctx: &FileToolContext<'_>, args: &Args) -> String {
+pub async fn write_file(ctx: &FileToolContext<'_>, args: &Map<String, Value>) -> String {
     ctx.tracker.note_other_tool();
     let path = match args.get("path") {
         Some(Value::String(path)) if !path.is_empty() => path.as_str(),
