@@ -1,9 +1,10 @@
 //! [`FileSystem`] on the worker's own disk, with direct syscalls.
 //!
-//! Small operations run inline on the calling task: a `stat` + `read` of a
-//! 60 KB file takes tens of microseconds, less than a hop to the blocking pool
-//! and back. Anything that may take longer (files above
-//! [`LocalFs::with_inline_limit`], every search) runs on `spawn_blocking`.
+//! Small reads run inline on the calling task: a `stat` + `read` of a 60 KB
+//! file from the page cache takes tens of microseconds, less than a hop to the
+//! blocking pool and back. Anything that may take longer (files above
+//! [`LocalFs::with_inline_limit`], every write, every search) runs on
+//! `spawn_blocking`.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -17,7 +18,7 @@ use crate::fs::{FileBytes, FileKind, FileStat, FileSystem, FsError, LineRead, Wr
 use crate::lines::{BINARY_SNIFF_BYTES, LineCollector, LinePage, LineWindow, looks_binary};
 use crate::search::{self, SearchHits, SearchQuery};
 
-/// Files (and writes) up to this size are handled without leaving the task.
+/// Files up to this size are read without leaving the task.
 const DEFAULT_INLINE_LIMIT: u64 = 1 << 20;
 const CHUNK: usize = 64 * 1024;
 
@@ -40,8 +41,8 @@ impl LocalFs {
         }
     }
 
-    /// Size in bytes up to which reads and writes run inline; larger ones go
-    /// to the blocking pool. `0` sends everything there.
+    /// Size in bytes up to which reads run inline; larger ones go to the
+    /// blocking pool. `0` sends everything there.
     pub fn with_inline_limit(bytes: u64) -> Self {
         Self {
             inline_limit: bytes,
@@ -108,10 +109,10 @@ impl FileSystem for LocalFs {
         .await
     }
 
+    /// Always on the blocking pool: renaming over an existing file on ext4
+    /// starts writeback of the new data, which stalls for milliseconds on a
+    /// busy disk (measured: p90 4 ms inline on the build machine).
     async fn write_atomic(&self, path: &str, data: &[u8]) -> Result<WriteOutcome, FsError> {
-        if self.fits_inline(data.len() as u64) {
-            return write_atomic_blocking(path, data);
-        }
         let owned = path.to_owned();
         let data = data.to_vec();
         self.run(false, move || write_atomic_blocking(&owned, &data))
