@@ -550,9 +550,12 @@ impl Simulation {
         errors
     }
 
-    /// The file operations that turn the originals into the simulated result.
+    /// The file operations that turn the originals into the simulated result:
+    /// renames first, then writes, removals last (so a failed write has not
+    /// yet deleted anything it would need to restore).
     fn steps(&self) -> Vec<Step> {
-        let mut steps = Vec::new();
+        let mut renames = Vec::new();
+        let mut removals = Vec::new();
         let mut renamed_to = vec![false; self.files.len()];
         for (index, state) in self.files.iter().enumerate() {
             if state.original.is_some() && state.current.is_none() {
@@ -565,21 +568,19 @@ impl Simulation {
                 match target {
                     Some(to) => {
                         renamed_to[to] = true;
-                        steps.push(Step::Rename { from: index, to });
+                        renames.push(Step::Rename { from: index, to });
                     }
-                    None => steps.push(Step::Remove(index)),
+                    None => removals.push(Step::Remove(index)),
                 }
             }
         }
-        for (index, state) in self.files.iter().enumerate() {
-            if state.current.is_some()
-                && !renamed_to[index]
-                && self.encoded(index) != state.original
-            {
-                steps.push(Step::Write(index));
-            }
-        }
-        steps
+        let writes = self.files.iter().enumerate().filter_map(|(index, state)| {
+            (state.current.is_some() && !renamed_to[index] && self.encoded(index) != state.original)
+                .then_some(Step::Write(index))
+        });
+        renames.extend(writes);
+        renames.append(&mut removals);
+        renames
     }
 
     fn success(&self, ctx: &FileToolContext<'_>, steps: &[Step]) -> PatchOutput {
