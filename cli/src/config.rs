@@ -152,7 +152,10 @@ impl TerminalSection {
             env: self.docker_env.clone(),
             forward_env: self.docker_forward_env.clone(),
             persistent: self.container_persistent.unwrap_or(defaults.persistent),
-            sandbox_dir: self.sandbox_dir.clone().unwrap_or_else(|| home_dir().join("sandboxes")),
+            sandbox_dir: self
+                .sandbox_dir
+                .clone()
+                .unwrap_or_else(|| home_dir().join("sandboxes")),
             cwd: self.docker_cwd.clone().unwrap_or(defaults.cwd),
             pids_limit: self.container_pids.unwrap_or(defaults.pids_limit),
             host: self.docker_host.clone(),
@@ -185,7 +188,11 @@ impl TerminalSection {
             map.insert("docker_cwd".into(), v.clone().into());
         }
         if !self.docker_env.is_empty() {
-            let env: serde_json::Map<String, serde_json::Value> = self.docker_env.iter().map(|(k, v)| (k.clone(), v.clone().into())).collect();
+            let env: serde_json::Map<String, serde_json::Value> = self
+                .docker_env
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone().into()))
+                .collect();
             map.insert("docker_env".into(), env.into());
         }
         serde_json::Value::Object(map)
@@ -197,11 +204,15 @@ impl TerminalSection {
             return Ok(Vec::new());
         };
         let json = serde_json::to_value(value).context("terminal.warm_pool is not valid")?;
-        caduceus_worker::backends::pool::parse_specs(&json).map_err(|e| anyhow::anyhow!("terminal.warm_pool: {e}"))
+        caduceus_worker::backends::pool::parse_specs(&json)
+            .map_err(|e| anyhow::anyhow!("terminal.warm_pool: {e}"))
     }
 
     pub fn lease_policy(&self) -> LeasePolicy {
-        LeasePolicy::new(Duration::from_secs(self.lease_seconds.max(1)), Duration::from_secs(self.sweep_interval_seconds.max(1)))
+        LeasePolicy::new(
+            Duration::from_secs(self.lease_seconds.max(1)),
+            Duration::from_secs(self.sweep_interval_seconds.max(1)),
+        )
     }
 }
 
@@ -232,7 +243,9 @@ pub fn home_dir() -> PathBuf {
     if let Some(home) = std::env::var_os("CADUCEUS_HOME").filter(|h| !h.is_empty()) {
         return PathBuf::from(home);
     }
-    let user_home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/"));
+    let user_home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/"));
     user_home.join(".caduceus")
 }
 
@@ -246,8 +259,11 @@ impl Config {
         };
         let mut config = match std::fs::read_to_string(&path) {
             Ok(text) if text.trim().is_empty() => Config::default(),
-            Ok(text) => serde_yaml::from_str(&text).with_context(|| format!("invalid configuration in {}", path.display()))?,
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound && !must_exist => Config::default(),
+            Ok(text) => serde_yaml::from_str(&text)
+                .with_context(|| format!("invalid configuration in {}", path.display()))?,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound && !must_exist => {
+                Config::default()
+            }
             Err(err) => return Err(err).with_context(|| format!("cannot read {}", path.display())),
         };
         config.apply_env();
@@ -296,13 +312,16 @@ impl Config {
         if let Some(v) = var("TERMINAL_DOCKER_NETWORK").and_then(|v| parse_bool(&v)) {
             t.docker_network = Some(v);
         }
-        if let Some(v) = var("TERMINAL_DOCKER_VOLUMES").and_then(|v| serde_json::from_str(&v).ok()) {
+        if let Some(v) = var("TERMINAL_DOCKER_VOLUMES").and_then(|v| serde_json::from_str(&v).ok())
+        {
             t.docker_volumes = v;
         }
         if let Some(v) = var("TERMINAL_DOCKER_ENV").and_then(|v| serde_json::from_str(&v).ok()) {
             t.docker_env = v;
         }
-        if let Some(v) = var("TERMINAL_DOCKER_FORWARD_ENV").and_then(|v| serde_json::from_str(&v).ok()) {
+        if let Some(v) =
+            var("TERMINAL_DOCKER_FORWARD_ENV").and_then(|v| serde_json::from_str(&v).ok())
+        {
             t.docker_forward_env = v;
         }
         if let Some(v) = var("TERMINAL_SANDBOX_DIR") {

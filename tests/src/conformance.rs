@@ -10,7 +10,9 @@
 use std::time::{Duration, Instant};
 
 use caduceus_proto::control_client::ControlClient;
-use caduceus_proto::{CallToolRequest, ReleaseEnvironmentRequest, StatusRequest, StatusResponse, bearer};
+use caduceus_proto::{
+    CallToolRequest, ReleaseEnvironmentRequest, StatusRequest, StatusResponse, bearer,
+};
 use serde_json::Value;
 use tonic::Request;
 use tonic::metadata::MetadataValue;
@@ -36,7 +38,11 @@ pub struct BackendUnderTest {
 
 impl BackendUnderTest {
     pub fn local() -> Self {
-        BackendUnderTest { name: "local", terminal_config: String::new(), leased: false }
+        BackendUnderTest {
+            name: "local",
+            terminal_config: String::new(),
+            leased: false,
+        }
     }
 
     /// Docker with short leases (3 s, swept every second) so the suite can
@@ -67,18 +73,26 @@ impl BackendUnderTest {
             return Some(self);
         };
         if std::env::var("CADUCEUS_REQUIRE_ALL").ok().as_deref() == Some("1") {
-            panic!("CADUCEUS_REQUIRE_ALL=1 and the '{}' backend cannot be tested here: {missing}", self.name);
+            panic!(
+                "CADUCEUS_REQUIRE_ALL=1 and the '{}' backend cannot be tested here: {missing}",
+                self.name
+            );
         }
         #[allow(clippy::print_stderr)]
         {
-            eprintln!("SKIPPED conformance suite for the '{}' backend: {missing}", self.name);
+            eprintln!(
+                "SKIPPED conformance suite for the '{}' backend: {missing}",
+                self.name
+            );
         }
         None
     }
 }
 
 fn docker_missing() -> Option<String> {
-    let version = std::process::Command::new("docker").args(["version", "--format", "{{.Server.Version}}"]).output();
+    let version = std::process::Command::new("docker")
+        .args(["version", "--format", "{{.Server.Version}}"])
+        .output();
     match version {
         Err(_) => return Some("the docker CLI is not installed (the tests use it to inspect containers): apt-get install docker.io".to_owned()),
         Ok(out) if !out.status.success() => {
@@ -89,18 +103,34 @@ fn docker_missing() -> Option<String> {
         }
         Ok(_) => {}
     }
-    let image = std::process::Command::new("docker").args(["image", "inspect", DOCKER_IMAGE]).output();
+    let image = std::process::Command::new("docker")
+        .args(["image", "inspect", DOCKER_IMAGE])
+        .output();
     match image {
         Ok(out) if out.status.success() => None,
-        _ => Some(format!("the image {DOCKER_IMAGE} is missing: build it with deploy/base-image.sh (no registry needed)")),
+        _ => Some(format!(
+            "the image {DOCKER_IMAGE} is missing: build it with deploy/base-image.sh (no registry needed)"
+        )),
     }
 }
 
 /// Ids of containers carrying `label` (`key=value`), running or not.
 pub fn containers_with_label(label: &str) -> Vec<String> {
-    let out = std::process::Command::new("docker").args(["ps", "-aq", "--no-trunc", "--filter", &format!("label={label}")]).output();
+    let out = std::process::Command::new("docker")
+        .args([
+            "ps",
+            "-aq",
+            "--no-trunc",
+            "--filter",
+            &format!("label={label}"),
+        ])
+        .output();
     match out {
-        Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout).lines().map(|l| l.trim().to_owned()).filter(|l| !l.is_empty()).collect(),
+        Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| l.trim().to_owned())
+            .filter(|l| !l.is_empty())
+            .collect(),
         _ => Vec::new(),
     }
 }
@@ -112,7 +142,11 @@ pub fn docker(args: &[&str]) -> bool {
         Ok(out) => {
             #[allow(clippy::print_stderr)]
             {
-                eprintln!("docker {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
+                eprintln!(
+                    "docker {}: {}",
+                    args.join(" "),
+                    String::from_utf8_lossy(&out.stderr).trim()
+                );
             }
             false
         }
@@ -134,12 +168,27 @@ impl Stand {
     /// and waits until the coordinator sees the backend available.
     pub async fn start(backend: BackendUnderTest) -> Stand {
         let fleet = Fleet::new();
-        let config = format!("terminal:\n  backend: {}\n{}", backend.name, backend.terminal_config);
-        std::fs::write(fleet.home.path().join("config.yaml"), config).unwrap_or_else(|e| panic!("cannot write config.yaml: {e}"));
+        let config = format!(
+            "terminal:\n  backend: {}\n{}",
+            backend.name, backend.terminal_config
+        );
+        std::fs::write(fleet.home.path().join("config.yaml"), config)
+            .unwrap_or_else(|e| panic!("cannot write config.yaml: {e}"));
         let coordinator = fleet.serve(&[]);
-        let worker_name = format!("conf-{}-{}-{}", backend.name, std::process::id(), uuid_fragment());
+        let worker_name = format!(
+            "conf-{}-{}-{}",
+            backend.name,
+            std::process::id(),
+            uuid_fragment()
+        );
         let worker = start_worker(&fleet, &coordinator, &worker_name, backend.name);
-        let stand = Stand { fleet, coordinator, worker, worker_name, backend };
+        let stand = Stand {
+            fleet,
+            coordinator,
+            worker,
+            worker_name,
+            backend,
+        };
         stand.wait_for_backend(Duration::from_secs(30)).await;
         stand
     }
@@ -150,11 +199,23 @@ impl Stand {
         self.worker.kill();
         // The coordinator notices the closed stream; wait until the name is free.
         let deadline = Instant::now() + Duration::from_secs(30);
-        while self.fleet.worker_names(&self.coordinator).contains(&self.worker_name) {
-            assert!(Instant::now() < deadline, "the coordinator still lists the killed worker");
+        while self
+            .fleet
+            .worker_names(&self.coordinator)
+            .contains(&self.worker_name)
+        {
+            assert!(
+                Instant::now() < deadline,
+                "the coordinator still lists the killed worker"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
-        self.worker = start_worker(&self.fleet, &self.coordinator, &self.worker_name, self.backend.name);
+        self.worker = start_worker(
+            &self.fleet,
+            &self.coordinator,
+            &self.worker_name,
+            self.backend.name,
+        );
         self.wait_for_backend(Duration::from_secs(30)).await;
     }
 
@@ -163,10 +224,17 @@ impl Stand {
         let mut control = self.control().await;
         loop {
             let status = control.status().await;
-            if status.workers.iter().any(|w| w.name == self.worker_name && w.backends.iter().any(|b| b == self.backend.name)) {
+            if status.workers.iter().any(|w| {
+                w.name == self.worker_name && w.backends.iter().any(|b| b == self.backend.name)
+            }) {
                 return;
             }
-            assert!(Instant::now() < deadline, "worker {} never offered the '{}' backend: {status:?}", self.worker_name, self.backend.name);
+            assert!(
+                Instant::now() < deadline,
+                "worker {} never offered the '{}' backend: {status:?}",
+                self.worker_name,
+                self.backend.name
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
@@ -181,11 +249,15 @@ fn start_worker(fleet: &Fleet, coordinator: &Proc, name: &str, backend: &str) ->
 }
 
 fn uuid_fragment() -> String {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
     format!("{nanos:08x}")
 }
 
-type Client = ControlClient<InterceptedService<Channel, Box<dyn FnMut(Request<()>) -> Result<Request<()>, tonic::Status> + Send>>>;
+type AuthFn = Box<dyn FnMut(Request<()>) -> Result<Request<()>, tonic::Status> + Send>;
+type Client = ControlClient<InterceptedService<Channel, AuthFn>>;
 
 /// A Control client presenting the fleet's token.
 pub struct Control {
@@ -199,23 +271,33 @@ impl Control {
             .connect()
             .await
             .unwrap_or_else(|e| panic!("cannot reach {url}: {e}"));
-        let value: MetadataValue<_> = bearer(token).parse().unwrap_or_else(|_| panic!("bad token"));
-        let auth: Box<dyn FnMut(Request<()>) -> Result<Request<()>, tonic::Status> + Send> = Box::new(move |mut req: Request<()>| {
+        let value: MetadataValue<_> = bearer(token)
+            .parse()
+            .unwrap_or_else(|_| panic!("bad token"));
+        let auth: AuthFn = Box::new(move |mut req: Request<()>| {
             req.metadata_mut().insert("authorization", value.clone());
             Ok(req)
         });
-        Control { client: ControlClient::with_interceptor(channel, auth) }
+        Control {
+            client: ControlClient::with_interceptor(channel, auth),
+        }
     }
 
     /// Calls a tool and parses its result.
     pub async fn call(&mut self, task: &str, tool: &str, arguments: &Value) -> Value {
         let response = self
             .client
-            .call_tool(CallToolRequest { tool: tool.into(), arguments_json: arguments.to_string(), task_id: task.into(), session_id: String::new() })
+            .call_tool(CallToolRequest {
+                tool: tool.into(),
+                arguments_json: arguments.to_string(),
+                task_id: task.into(),
+                session_id: String::new(),
+            })
             .await
             .unwrap_or_else(|e| panic!("call_tool failed: {e}"))
             .into_inner();
-        serde_json::from_str(&response.result).unwrap_or_else(|e| panic!("result is not JSON ({e}): {}", response.result))
+        serde_json::from_str(&response.result)
+            .unwrap_or_else(|e| panic!("result is not JSON ({e}): {}", response.result))
     }
 
     /// `terminal {command, timeout?}`.
@@ -229,7 +311,9 @@ impl Control {
 
     pub async fn release(&mut self, task: &str) -> bool {
         self.client
-            .release_environment(ReleaseEnvironmentRequest { task_id: task.into() })
+            .release_environment(ReleaseEnvironmentRequest {
+                task_id: task.into(),
+            })
             .await
             .unwrap_or_else(|e| panic!("release failed: {e}"))
             .into_inner()
@@ -237,7 +321,11 @@ impl Control {
     }
 
     pub async fn status(&mut self) -> StatusResponse {
-        self.client.status(StatusRequest {}).await.unwrap_or_else(|e| panic!("status failed: {e}")).into_inner()
+        self.client
+            .status(StatusRequest {})
+            .await
+            .unwrap_or_else(|e| panic!("status failed: {e}"))
+            .into_inner()
     }
 
     /// The backend id of the sandbox hosting `task`, once the coordinator
@@ -246,10 +334,18 @@ impl Control {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             let status = self.status().await;
-            if let Some(env) = status.workers.iter().flat_map(|w| w.environments.iter()).find(|e| e.task_id == task) {
+            if let Some(env) = status
+                .workers
+                .iter()
+                .flat_map(|w| w.environments.iter())
+                .find(|e| e.task_id == task)
+            {
                 return env.sandbox_id.clone();
             }
-            assert!(Instant::now() < deadline, "no environment for task {task} in {status:?}");
+            assert!(
+                Instant::now() < deadline,
+                "no environment for task {task} in {status:?}"
+            );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }

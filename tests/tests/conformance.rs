@@ -9,38 +9,63 @@
 //! killed under a live environment, a worker killed with SIGKILL and
 //! restarted, and nothing left behind after the suite.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::print_stderr)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::print_stderr
+)]
 
 use std::future::Future;
 use std::pin::Pin;
 use std::time::{Duration, Instant};
 
-use caduceus_tests::conformance::{BackendUnderTest, Control, Stand, containers_with_label, docker};
+use caduceus_tests::conformance::{
+    BackendUnderTest, Control, Stand, containers_with_label, docker,
+};
 use serde_json::Value;
 
 /// A case gets a client and a task id of its own.
-type Case = for<'a> fn(&'a mut Control, &'a str, &'a BackendUnderTest) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
+type Case = for<'a> fn(
+    &'a mut Control,
+    &'a str,
+    &'a BackendUnderTest,
+) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
 
 const CASES: &[(&str, Case)] = &[
-    ("shell state persists between calls", |c, t, b| Box::pin(shell_state_persists(c, t, b))),
-    ("output, stderr and exit codes", |c, t, b| Box::pin(output_and_exit_codes(c, t, b))),
-    ("a timeout stops the whole process tree", |c, t, b| Box::pin(timeout_kills_the_tree(c, t, b))),
-    ("release ends the environment", |c, t, b| Box::pin(release_ends_the_environment(c, t, b))),
+    ("shell state persists between calls", |c, t, b| {
+        Box::pin(shell_state_persists(c, t, b))
+    }),
+    ("output, stderr and exit codes", |c, t, b| {
+        Box::pin(output_and_exit_codes(c, t, b))
+    }),
+    ("a timeout stops the whole process tree", |c, t, b| {
+        Box::pin(timeout_kills_the_tree(c, t, b))
+    }),
+    ("release ends the environment", |c, t, b| {
+        Box::pin(release_ends_the_environment(c, t, b))
+    }),
 ];
 
 fn output(result: &Value) -> &str {
-    result["output"].as_str().unwrap_or_else(|| panic!("no output in {result}"))
+    result["output"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no output in {result}"))
 }
 
 async fn shell_state_persists(control: &mut Control, task: &str, _backend: &BackendUnderTest) {
     let first = control.terminal(task, "cd /tmp && export CONF_A=1 && CONF_B=2 && conf_fn() { echo fn-ok; } && alias conf_al='echo alias-ok'", None).await;
     assert_eq!(first["exit_code"], 0, "{first}");
-    let second = control.terminal(task, "echo $CONF_A $CONF_B $PWD; conf_fn; conf_al", None).await;
+    let second = control
+        .terminal(task, "echo $CONF_A $CONF_B $PWD; conf_fn; conf_al", None)
+        .await;
     assert_eq!(output(&second), "1 2 /tmp\nfn-ok\nalias-ok", "{second}");
 }
 
 async fn output_and_exit_codes(control: &mut Control, task: &str, _backend: &BackendUnderTest) {
-    let result = control.terminal(task, "echo out; echo err >&2; false", None).await;
+    let result = control
+        .terminal(task, "echo out; echo err >&2; false", None)
+        .await;
     assert_eq!(output(&result), "out\nerr", "{result}");
     assert_eq!(result["exit_code"], 1);
     assert_eq!(result["error"], Value::Null);
@@ -56,24 +81,48 @@ async fn timeout_kills_the_tree(control: &mut Control, task: &str, backend: &Bac
     let command = format!("(sleep {n}.1 &); sleep {n}.2 & sleep {n}.3");
     let started = Instant::now();
     let result = control.terminal(task, &command, Some(1)).await;
-    assert!(started.elapsed() < Duration::from_secs(15), "the timeout took {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "the timeout took {:?}",
+        started.elapsed()
+    );
     assert_eq!(result["exit_code"], 124, "{result}");
-    assert!(output(&result).ends_with("[Command timed out after 1s]"), "{result}");
-    let left = control.terminal(task, &format!("ps -eo args= | grep -c '^sleep {n}\\.' || true"), None).await;
-    assert_eq!(output(&left), "0", "processes of the timed-out command survived: {left}");
+    assert!(
+        output(&result).ends_with("[Command timed out after 1s]"),
+        "{result}"
+    );
+    let left = control
+        .terminal(
+            task,
+            &format!("ps -eo args= | grep -c '^sleep {n}\\.' || true"),
+            None,
+        )
+        .await;
+    assert_eq!(
+        output(&left),
+        "0",
+        "processes of the timed-out command survived: {left}"
+    );
     // The shell itself survived with its state.
     let after = control.terminal(task, "echo still-here", None).await;
     assert_eq!(output(&after), "still-here");
 }
 
-async fn release_ends_the_environment(control: &mut Control, task: &str, backend: &BackendUnderTest) {
+async fn release_ends_the_environment(
+    control: &mut Control,
+    task: &str,
+    backend: &BackendUnderTest,
+) {
     control.terminal(task, "export CONF_GONE=1", None).await;
     let sandbox = control.sandbox_of(task).await;
     assert!(control.release(task).await, "release found no environment");
     if backend.name == "docker" {
         let deadline = Instant::now() + Duration::from_secs(10);
         while docker(&["inspect", &sandbox]) {
-            assert!(Instant::now() < deadline, "container {sandbox} still exists after release");
+            assert!(
+                Instant::now() < deadline,
+                "container {sandbox} still exists after release"
+            );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
@@ -95,11 +144,18 @@ async fn run_suite(backend: BackendUnderTest) {
         crashed_worker_leaves_nothing_behind(&mut stand, &mut control).await;
         let label = format!("caduceus.worker={}", stand.worker_name);
         drop(control);
-        let Stand { worker, coordinator, .. } = stand;
+        let Stand {
+            worker,
+            coordinator,
+            ..
+        } = stand;
         // A polite stop: the worker removes its environments and pool.
         drop(worker);
         let left = containers_with_label(&label);
-        assert!(left.is_empty(), "containers left after the worker stopped: {left:?}");
+        assert!(
+            left.is_empty(),
+            "containers left after the worker stopped: {left:?}"
+        );
         drop(coordinator);
     }
 }
@@ -107,14 +163,23 @@ async fn run_suite(backend: BackendUnderTest) {
 async fn killed_sandbox_resets_the_environment(control: &mut Control) {
     eprintln!("conformance[docker]: a killed container resets the environment");
     let task = "conf-reset";
-    let first = control.terminal(task, "export CONF_KEPT=no; echo one", None).await;
+    let first = control
+        .terminal(task, "export CONF_KEPT=no; echo one", None)
+        .await;
     assert_eq!(output(&first), "one");
     let sandbox = control.sandbox_of(task).await;
     assert!(docker(&["kill", &sandbox]), "docker kill {sandbox} failed");
-    let next = control.terminal(task, "echo two \"[$CONF_KEPT]\"", None).await;
+    let next = control
+        .terminal(task, "echo two \"[$CONF_KEPT]\"", None)
+        .await;
     assert_eq!(output(&next), "two []", "{next}");
-    let notice = next["environment_reset"].as_str().unwrap_or_else(|| panic!("no environment_reset in {next}"));
-    assert!(notice.contains("this call ran in a fresh environment"), "{notice}");
+    let notice = next["environment_reset"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no environment_reset in {next}"));
+    assert!(
+        notice.contains("this call ran in a fresh environment"),
+        "{notice}"
+    );
     // And it stays working without further notices.
     let third = control.terminal(task, "echo three", None).await;
     assert_eq!(output(&third), "three");
@@ -122,7 +187,9 @@ async fn killed_sandbox_resets_the_environment(control: &mut Control) {
 }
 
 async fn crashed_worker_leaves_nothing_behind(stand: &mut Stand, control: &mut Control) {
-    eprintln!("conformance[docker]: a worker killed with SIGKILL leaves nothing behind once leases pass");
+    eprintln!(
+        "conformance[docker]: a worker killed with SIGKILL leaves nothing behind once leases pass"
+    );
     control.terminal("conf-doomed", "echo doomed", None).await;
     let label = format!("caduceus.worker={}", stand.worker_name);
     let before = containers_with_label(&label);
@@ -136,7 +203,10 @@ async fn crashed_worker_leaves_nothing_behind(stand: &mut Stand, control: &mut C
         if survivors.is_empty() {
             break;
         }
-        assert!(Instant::now() < deadline, "containers of the killed worker survived their leases: {survivors:?}");
+        assert!(
+            Instant::now() < deadline,
+            "containers of the killed worker survived their leases: {survivors:?}"
+        );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     // The restarted worker serves the task again (in a fresh environment).

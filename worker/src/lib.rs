@@ -61,7 +61,9 @@ impl Default for WorkerConfig {
             labels: HashMap::new(),
             backends: vec!["local".to_owned()],
             capacity: 16,
-            local_cwd: std::env::current_dir().map(|p| p.display().to_string()).unwrap_or_else(|_| "/".to_owned()),
+            local_cwd: std::env::current_dir()
+                .map(|p| p.display().to_string())
+                .unwrap_or_else(|_| "/".to_owned()),
             tools: ToolSettings::default(),
             shell_env: Vec::new(),
             shell_init: Vec::new(),
@@ -103,7 +105,11 @@ impl Worker {
         }
         let envs = EnvManager::new(
             backends,
-            EnvSettings { shell_env: config.shell_env.clone(), shell_init: config.shell_init.clone(), lease_ttl: config.lease.ttl },
+            EnvSettings {
+                shell_env: config.shell_env.clone(),
+                shell_init: config.shell_init.clone(),
+                lease_ttl: config.lease.ttl,
+            },
         );
         Arc::new(Worker {
             config,
@@ -132,7 +138,11 @@ impl Worker {
             interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             interval
         };
-        let mut probe = tick(self.config.backend_probe_interval.max(Duration::from_millis(100)));
+        let mut probe = tick(
+            self.config
+                .backend_probe_interval
+                .max(Duration::from_millis(100)),
+        );
         let mut renew = tick(self.config.lease.renew_every);
         let mut sweep = tick(self.config.lease.sweep_every);
         let mut pool_retry = tick(Duration::from_secs(60));
@@ -172,7 +182,11 @@ impl Worker {
     /// Removes sandboxes of any worker whose lease expired, and this
     /// worker's own sandboxes that nothing holds any more.
     pub async fn sweep(&self) -> Vec<String> {
-        let removed = self.envs.backends().sweep(&self.envs.sweep_context(&self.instance_id)).await;
+        let removed = self
+            .envs
+            .backends()
+            .sweep(&self.envs.sweep_context(&self.instance_id))
+            .await;
         if !removed.is_empty() {
             tracing::info!(count = removed.len(), "sweeper removed sandboxes");
         }
@@ -214,7 +228,11 @@ impl Worker {
         Heartbeat {
             running_calls: u32::try_from(running).unwrap_or(u32::MAX),
             environments: self.envs.infos(),
-            backends: if self.draining.load(Ordering::Relaxed) { Vec::new() } else { self.envs.backends().available() },
+            backends: if self.draining.load(Ordering::Relaxed) {
+                Vec::new()
+            } else {
+                self.envs.backends().available()
+            },
         }
     }
 
@@ -228,7 +246,12 @@ impl Worker {
 
     /// Cancels one running call (its command's process tree is stopped).
     pub fn cancel(&self, call_id: &str) -> bool {
-        match self.calls.lock().ok().and_then(|calls| calls.get(call_id).cloned()) {
+        match self
+            .calls
+            .lock()
+            .ok()
+            .and_then(|calls| calls.get(call_id).cloned())
+        {
             Some(token) => {
                 token.cancel();
                 true
@@ -272,20 +295,46 @@ impl Worker {
 
     /// Runs the call; the second value is the notice when the environment
     /// had to be recreated because its sandbox was gone.
-    async fn execute(&self, call: &RunCall, cancel: CancellationToken, output: Option<OutputSink>) -> (String, Option<String>) {
+    async fn execute(
+        &self,
+        call: &RunCall,
+        cancel: CancellationToken,
+        output: Option<OutputSink>,
+    ) -> (String, Option<String>) {
         if self.draining.load(Ordering::Relaxed) {
-            return (tool_error(format!("worker '{}' is draining and takes no new calls", self.config.name)), None);
+            return (
+                tool_error(format!(
+                    "worker '{}' is draining and takes no new calls",
+                    self.config.name
+                )),
+                None,
+            );
         }
         let args: Map<String, Value> = match serde_json::from_str(&call.arguments_json) {
             Ok(Value::Object(map)) => map,
-            _ => return (tool_error("Invalid tool arguments: the worker received arguments that are not a JSON object"), None),
+            _ => {
+                return (
+                    tool_error(
+                        "Invalid tool arguments: the worker received arguments that are not a JSON object",
+                    ),
+                    None,
+                );
+            }
         };
         let spec = call.environment.clone().unwrap_or_default();
         let env = if spec.backend.is_empty() {
             // Only an existing environment (result persistence must not create one).
             match self.envs.get(&call.task_id) {
                 Some(env) => env,
-                None => return (tool_error(format!("task '{}' has no environment on worker '{}'", call.task_id, self.config.name)), None),
+                None => {
+                    return (
+                        tool_error(format!(
+                            "task '{}' has no environment on worker '{}'",
+                            call.task_id, self.config.name
+                        )),
+                        None,
+                    );
+                }
             }
         } else {
             let request = backends::CreateRequest {
@@ -297,7 +346,15 @@ impl Worker {
             };
             match self.envs.get_or_create(&spec.backend, &request).await {
                 Ok(env) => env,
-                Err(err) => return (tool_error(format!("Could not create the environment for task '{}': {err}", call.task_id)), None),
+                Err(err) => {
+                    return (
+                        tool_error(format!(
+                            "Could not create the environment for task '{}': {err}",
+                            call.task_id
+                        )),
+                        None,
+                    );
+                }
             }
         };
         // A container that was killed, OOM-killed or removed under the
@@ -305,7 +362,13 @@ impl Worker {
         let (env, mut reset) = match self.envs.ensure_live(env).await {
             Ok(found) => found,
             Err(err) => {
-                return (tool_error(format!("The environment of task '{}' was lost and could not be recreated: {err}", call.task_id)), None);
+                return (
+                    tool_error(format!(
+                        "The environment of task '{}' was lost and could not be recreated: {err}",
+                        call.task_id
+                    )),
+                    None,
+                );
             }
         };
         let result = self.run_tool(call, args, env.clone(), cancel, output).await;
@@ -320,7 +383,14 @@ impl Worker {
         (result, reset)
     }
 
-    async fn run_tool(&self, call: &RunCall, args: Map<String, Value>, env: Arc<env::Environment>, cancel: CancellationToken, output: Option<OutputSink>) -> String {
+    async fn run_tool(
+        &self,
+        call: &RunCall,
+        args: Map<String, Value>,
+        env: Arc<env::Environment>,
+        cancel: CancellationToken,
+        output: Option<OutputSink>,
+    ) -> String {
         let _running = env.begin_call();
         tools::run(
             &self.config.tools,
@@ -358,7 +428,10 @@ impl Worker {
 fn with_reset_notice(result: &str, notice: &str) -> String {
     match serde_json::from_str::<Value>(result) {
         Ok(Value::Object(mut map)) => {
-            map.insert("environment_reset".to_owned(), Value::String(notice.to_owned()));
+            map.insert(
+                "environment_reset".to_owned(),
+                Value::String(notice.to_owned()),
+            );
             Value::Object(map).to_string()
         }
         _ => format!("[{notice}]\n{result}"),

@@ -68,7 +68,11 @@ impl LeasePolicy {
     /// A policy with the lease `ttl`, renewed every `ttl / 3`, swept every `sweep_every`.
     pub fn new(ttl: Duration, sweep_every: Duration) -> Self {
         let ttl = ttl.max(Duration::from_secs(1));
-        LeasePolicy { ttl, renew_every: (ttl / 3).max(Duration::from_millis(200)), sweep_every: sweep_every.max(Duration::from_millis(200)) }
+        LeasePolicy {
+            ttl,
+            renew_every: (ttl / 3).max(Duration::from_millis(200)),
+            sweep_every: sweep_every.max(Duration::from_millis(200)),
+        }
     }
 }
 
@@ -82,7 +86,9 @@ impl Default for LeasePolicy {
 
 /// Seconds since the epoch.
 pub fn epoch_secs(at: SystemTime) -> u64 {
-    at.duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+    at.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
 }
 
 /// The fixed labels of a sandbox.
@@ -104,10 +110,16 @@ impl LeaseLabels {
             (label::MANAGED.to_owned(), "1".to_owned()),
             (label::OWNER.to_owned(), self.owner.clone()),
             (label::WORKER.to_owned(), self.worker.clone()),
-            (label::WORKER_INSTANCE.to_owned(), self.worker_instance.clone()),
+            (
+                label::WORKER_INSTANCE.to_owned(),
+                self.worker_instance.clone(),
+            ),
             (label::TASK.to_owned(), self.task.clone()),
             (label::CREATED.to_owned(), self.created.to_string()),
-            (label::LEASE_SECONDS.to_owned(), self.lease_seconds.to_string()),
+            (
+                label::LEASE_SECONDS.to_owned(),
+                self.lease_seconds.to_string(),
+            ),
         ]);
         if let Some(pool) = &self.pool {
             map.insert(label::POOL.to_owned(), pool.clone());
@@ -121,7 +133,11 @@ impl LeaseLabels {
             return None;
         }
         let text = |key: &str| map.get(key).cloned().unwrap_or_default();
-        let number = |key: &str| map.get(key).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        let number = |key: &str| {
+            map.get(key)
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
         Some(LeaseLabels {
             owner: text(label::OWNER),
             worker: text(label::WORKER),
@@ -152,7 +168,10 @@ pub struct LeaseRecord {
 impl LeaseRecord {
     /// The same lease, renewed now.
     pub fn renewed(&self, now: SystemTime) -> Self {
-        LeaseRecord { renewed_at: epoch_secs(now), ..self.clone() }
+        LeaseRecord {
+            renewed_at: epoch_secs(now),
+            ..self.clone()
+        }
     }
 
     pub fn to_json(&self) -> String {
@@ -191,7 +210,11 @@ pub fn judge(candidate: &SweepCandidate, context: &SweepContext, now: SystemTime
     }
     let labels = &candidate.labels;
     let now_secs = epoch_secs(now);
-    let ttl = if labels.lease_seconds > 0 { labels.lease_seconds } else { candidate.record.as_ref().map(|r| r.ttl_secs).unwrap_or(0) };
+    let ttl = if labels.lease_seconds > 0 {
+        labels.lease_seconds
+    } else {
+        candidate.record.as_ref().map(|r| r.ttl_secs).unwrap_or(0)
+    };
     let renewed = candidate
         .record
         .as_ref()
@@ -201,8 +224,16 @@ pub fn judge(candidate: &SweepCandidate, context: &SweepContext, now: SystemTime
         .max(labels.created);
     let expires = renewed.saturating_add(ttl);
     if expires < now_secs {
-        let who = candidate.record.as_ref().map(|r| r.worker.as_str()).filter(|w| !w.is_empty()).unwrap_or(&labels.worker);
-        Verdict::Remove(format!("lease expired {}s ago (last renewed by worker '{who}')", now_secs - expires))
+        let who = candidate
+            .record
+            .as_ref()
+            .map(|r| r.worker.as_str())
+            .filter(|w| !w.is_empty())
+            .unwrap_or(&labels.worker);
+        Verdict::Remove(format!(
+            "lease expired {}s ago (last renewed by worker '{who}')",
+            now_secs - expires
+        ))
     } else {
         Verdict::Keep
     }

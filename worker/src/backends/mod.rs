@@ -8,6 +8,7 @@ pub mod docker;
 pub mod lease;
 pub mod local;
 pub mod pool;
+pub mod script_fs;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -59,7 +60,11 @@ pub trait Provider: Send + Sync {
     }
     /// Starts a sandbox for the warm pool `key` (labelled as a pool entry,
     /// with no task yet).
-    async fn create_for_pool(&self, request: &CreateRequest, _key: &str) -> Result<Arc<dyn Sandbox>, SandboxError> {
+    async fn create_for_pool(
+        &self,
+        request: &CreateRequest,
+        _key: &str,
+    ) -> Result<Arc<dyn Sandbox>, SandboxError> {
         self.create(request).await
     }
 }
@@ -93,7 +98,10 @@ impl Provider for LocalProvider {
     }
 
     async fn create(&self, request: &CreateRequest) -> Result<Arc<dyn Sandbox>, SandboxError> {
-        Ok(Arc::new(local::LocalSandbox::new(format!("local:{}", request.task_id), self.cwd.clone())))
+        Ok(Arc::new(local::LocalSandbox::new(
+            format!("local:{}", request.task_id),
+            self.cwd.clone(),
+        )))
     }
 }
 
@@ -108,15 +116,23 @@ pub struct Backends {
 
 impl std::fmt::Debug for Backends {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Backends").field("available", &self.available()).finish()
+        f.debug_struct("Backends")
+            .field("available", &self.available())
+            .finish()
     }
 }
 
 impl Backends {
     /// Builds the providers for the requested backend names; names this worker
     /// cannot serve are returned as messages.
-    pub fn new(requested: &[String], local_cwd: String) -> (Self, Vec<String>) {
-        Self::with_options(requested, &BackendOptions { local_cwd, ..BackendOptions::default() })
+    pub fn new(requested: &[String], local_cwd: &str) -> (Self, Vec<String>) {
+        Self::with_options(
+            requested,
+            &BackendOptions {
+                local_cwd: local_cwd.to_owned(),
+                ..BackendOptions::default()
+            },
+        )
     }
 
     /// Builds the providers for the requested backend names with their
@@ -133,16 +149,33 @@ impl Backends {
             }
             match backend.as_str() {
                 "local" => {
-                    providers.push(Arc::new(LocalProvider { cwd: options.local_cwd.clone() }));
+                    providers.push(Arc::new(LocalProvider {
+                        cwd: options.local_cwd.clone(),
+                    }));
                     available.push("local".to_owned());
                 }
-                "docker" => providers.push(Arc::new(docker::DockerProvider::new(options.docker.clone(), options.lease))),
+                "docker" => providers.push(Arc::new(docker::DockerProvider::new(
+                    options.docker.clone(),
+                    options.lease,
+                ))),
                 other => refused.push(format!("backend '{other}' is not supported by this worker")),
             }
         }
         let pools = pool::WarmPools::default();
-        refused.extend(pools.configure(&options.warm_pools, &providers, &options.worker, &options.worker_instance));
-        (Backends { providers, available: std::sync::RwLock::new(available), pools }, refused)
+        refused.extend(pools.configure(
+            &options.warm_pools,
+            &providers,
+            &options.worker,
+            &options.worker_instance,
+        ));
+        (
+            Backends {
+                providers,
+                available: std::sync::RwLock::new(available),
+                pools,
+            },
+            refused,
+        )
     }
 
     pub fn providers(&self) -> &[Arc<dyn Provider>] {
@@ -186,7 +219,11 @@ impl Backends {
 
     /// Creates a sandbox for a task on `backend`, from its warm pool when one
     /// matches and has a live entry ready.
-    pub async fn create(&self, backend: &str, request: &CreateRequest) -> Result<Arc<dyn Sandbox>, SandboxError> {
+    pub async fn create(
+        &self,
+        backend: &str,
+        request: &CreateRequest,
+    ) -> Result<Arc<dyn Sandbox>, SandboxError> {
         let provider = match self.provider(backend) {
             Some(provider) if self.available().iter().any(|b| b == backend) => provider,
             _ => return Err(SandboxError::Unavailable(backend.to_owned())),

@@ -50,19 +50,30 @@ pub struct WarmPools {
 
 impl std::fmt::Debug for WarmPools {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WarmPools").field("sizes", &self.sizes()).finish()
+        f.debug_struct("WarmPools")
+            .field("sizes", &self.sizes())
+            .finish()
     }
 }
 
 impl WarmPools {
     /// Declares the pools; entries are started by [`refill`](Self::refill).
     /// Specs whose provider is missing or gives no key are reported back.
-    pub fn configure(&self, specs: &[PoolSpec], providers: &[Arc<dyn Provider>], worker: &str, worker_instance: &str) -> Vec<String> {
+    pub fn configure(
+        &self,
+        specs: &[PoolSpec],
+        providers: &[Arc<dyn Provider>],
+        worker: &str,
+        worker_instance: &str,
+    ) -> Vec<String> {
         let mut problems = Vec::new();
         let mut slots = Vec::new();
         for spec in specs.iter().filter(|s| s.size > 0) {
             let Some(provider) = providers.iter().find(|p| p.name() == spec.backend) else {
-                problems.push(format!("warm pool for '{}' ignored: this worker does not offer that backend", spec.backend));
+                problems.push(format!(
+                    "warm pool for '{}' ignored: this worker does not offer that backend",
+                    spec.backend
+                ));
                 continue;
             };
             let request = CreateRequest {
@@ -70,7 +81,11 @@ impl WarmPools {
                 owner: String::new(),
                 worker: worker.to_owned(),
                 worker_instance: worker_instance.to_owned(),
-                settings: if spec.settings.is_null() { Value::Object(Default::default()) } else { spec.settings.clone() },
+                settings: if spec.settings.is_null() {
+                    Value::Object(Default::default())
+                } else {
+                    spec.settings.clone()
+                },
             };
             let Some(key) = provider.pool_key(&request) else {
                 problems.push(format!(
@@ -79,7 +94,14 @@ impl WarmPools {
                 ));
                 continue;
             };
-            slots.push(Slot { backend: spec.backend.clone(), key, target: spec.size, request, idle: VecDeque::new(), failures: 0 });
+            slots.push(Slot {
+                backend: spec.backend.clone(),
+                key,
+                target: spec.size,
+                request,
+                idle: VecDeque::new(),
+                failures: 0,
+            });
         }
         if let Ok(mut current) = self.slots.lock() {
             *current = slots;
@@ -90,12 +112,26 @@ impl WarmPools {
 
     /// (backend, key, ready) of each pool.
     pub fn sizes(&self) -> Vec<(String, String, usize)> {
-        self.slots.lock().map(|s| s.iter().map(|s| (s.backend.clone(), s.key.clone(), s.idle.len())).collect()).unwrap_or_default()
+        self.slots
+            .lock()
+            .map(|s| {
+                s.iter()
+                    .map(|s| (s.backend.clone(), s.key.clone(), s.idle.len()))
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// A ready sandbox for `key` on `backend`, if the pool has one.
     pub fn take(&self, backend: &str, key: &str) -> Option<Arc<dyn Sandbox>> {
-        let taken = self.slots.lock().ok()?.iter_mut().find(|s| s.backend == backend && s.key == key)?.idle.pop_front();
+        let taken = self
+            .slots
+            .lock()
+            .ok()?
+            .iter_mut()
+            .find(|s| s.backend == backend && s.key == key)?
+            .idle
+            .pop_front();
         if taken.is_some() {
             self.refill.notify_one();
         }
@@ -104,7 +140,14 @@ impl WarmPools {
 
     /// Ids of the idle entries (the sweeper keeps them).
     pub fn ids(&self) -> Vec<String> {
-        self.slots.lock().map(|s| s.iter().flat_map(|s| s.idle.iter().map(|b| b.id().to_owned())).collect()).unwrap_or_default()
+        self.slots
+            .lock()
+            .map(|s| {
+                s.iter()
+                    .flat_map(|s| s.idle.iter().map(|b| b.id().to_owned()))
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// Resolves when an entry was taken or the pools were configured.
@@ -120,7 +163,9 @@ impl WarmPools {
             let job = self.slots.lock().ok().and_then(|slots| {
                 slots
                     .iter()
-                    .find(|s| s.idle.len() < s.target && s.failures < 3 && available.contains(&s.backend))
+                    .find(|s| {
+                        s.idle.len() < s.target && s.failures < 3 && available.contains(&s.backend)
+                    })
                     .map(|s| (s.backend.clone(), s.key.clone(), s.request.clone()))
             });
             let Some((backend, key, request)) = job else {
@@ -132,7 +177,10 @@ impl WarmPools {
             let created = provider.create_for_pool(&request, &key).await;
             let mut leftover = None;
             if let Ok(mut slots) = self.slots.lock() {
-                match slots.iter_mut().find(|s| s.backend == backend && s.key == key) {
+                match slots
+                    .iter_mut()
+                    .find(|s| s.backend == backend && s.key == key)
+                {
                     Some(slot) => match created {
                         Ok(sandbox) => {
                             slot.failures = 0;
@@ -212,8 +260,11 @@ impl WarmPools {
 
     /// Removes every idle entry (worker shutdown).
     pub async fn drain(&self) {
-        let all: Vec<Arc<dyn Sandbox>> =
-            self.slots.lock().map(|mut slots| slots.iter_mut().flat_map(|s| s.idle.drain(..)).collect()).unwrap_or_default();
+        let all: Vec<Arc<dyn Sandbox>> = self
+            .slots
+            .lock()
+            .map(|mut slots| slots.iter_mut().flat_map(|s| s.idle.drain(..)).collect())
+            .unwrap_or_default();
         for sandbox in all {
             let _ = sandbox.destroy().await;
         }
@@ -229,16 +280,30 @@ pub fn parse_specs(value: &Value) -> Result<Vec<PoolSpec>, String> {
         Value::Object(map) => map
             .iter()
             .map(|(backend, size)| {
-                let size = size.as_u64().ok_or_else(|| format!("warm_pool.{backend}: expected a number of sandboxes"))?;
-                Ok(PoolSpec { backend: backend.clone(), settings: Value::Object(Default::default()), size: size as usize })
+                let size = size.as_u64().ok_or_else(|| {
+                    format!("warm_pool.{backend}: expected a number of sandboxes")
+                })?;
+                Ok(PoolSpec {
+                    backend: backend.clone(),
+                    settings: Value::Object(Default::default()),
+                    size: size as usize,
+                })
             })
             .collect(),
         Value::Array(entries) => entries
             .iter()
             .map(|entry| {
-                let map = entry.as_object().ok_or("warm_pool entries must be objects with backend and size")?;
-                let backend = map.get("backend").and_then(Value::as_str).ok_or("warm_pool entry without a backend")?;
-                let size = map.get("size").and_then(Value::as_u64).ok_or_else(|| format!("warm_pool entry for '{backend}' without a size"))?;
+                let map = entry
+                    .as_object()
+                    .ok_or("warm_pool entries must be objects with backend and size")?;
+                let backend = map
+                    .get("backend")
+                    .and_then(Value::as_str)
+                    .ok_or("warm_pool entry without a backend")?;
+                let size = map
+                    .get("size")
+                    .and_then(Value::as_u64)
+                    .ok_or_else(|| format!("warm_pool entry for '{backend}' without a size"))?;
                 let mut settings = map.clone();
                 settings.remove("backend");
                 settings.remove("size");
@@ -246,7 +311,11 @@ pub fn parse_specs(value: &Value) -> Result<Vec<PoolSpec>, String> {
                 if let Some(image) = settings.remove("image") {
                     settings.insert(format!("{backend}_image"), image);
                 }
-                Ok(PoolSpec { backend: backend.to_owned(), settings: Value::Object(settings), size: size as usize })
+                Ok(PoolSpec {
+                    backend: backend.to_owned(),
+                    settings: Value::Object(settings),
+                    size: size as usize,
+                })
             })
             .collect(),
         _ => Err("warm_pool must be a map of backend to size or a list of entries".to_owned()),

@@ -14,15 +14,30 @@ use crate::sandbox::SandboxError;
 fn both_config_shapes_parse() {
     assert_eq!(
         parse_specs(&json!({"docker": 2})).unwrap(),
-        vec![PoolSpec { backend: "docker".into(), settings: json!({}), size: 2 }]
+        vec![PoolSpec {
+            backend: "docker".into(),
+            settings: json!({}),
+            size: 2
+        }]
     );
     assert_eq!(
-        parse_specs(&json!([{"backend": "docker", "image": "debian:bookworm-slim", "size": 1}])).unwrap(),
-        vec![PoolSpec { backend: "docker".into(), settings: json!({"docker_image": "debian:bookworm-slim"}), size: 1 }]
+        parse_specs(&json!([{"backend": "docker", "image": "debian:bookworm-slim", "size": 1}]))
+            .unwrap(),
+        vec![PoolSpec {
+            backend: "docker".into(),
+            settings: json!({"docker_image": "debian:bookworm-slim"}),
+            size: 1
+        }]
     );
     assert_eq!(parse_specs(&json!(null)).unwrap(), vec![]);
-    assert_eq!(parse_specs(&json!([{"size": 1}])).unwrap_err(), "warm_pool entry without a backend");
-    assert_eq!(parse_specs(&json!({"docker": "two"})).unwrap_err(), "warm_pool.docker: expected a number of sandboxes");
+    assert_eq!(
+        parse_specs(&json!([{"size": 1}])).unwrap_err(),
+        "warm_pool entry without a backend"
+    );
+    assert_eq!(
+        parse_specs(&json!({"docker": "two"})).unwrap_err(),
+        "warm_pool.docker: expected a number of sandboxes"
+    );
 }
 
 /// A provider whose sandboxes are local stand-ins, poolable unless the
@@ -50,14 +65,28 @@ impl Provider for Fake {
 
 #[tokio::test]
 async fn pools_fill_hand_out_and_refill() {
-    let fake = Arc::new(Fake { created: AtomicUsize::new(0) });
+    let fake = Arc::new(Fake {
+        created: AtomicUsize::new(0),
+    });
     let providers: Vec<Arc<dyn Provider>> = vec![fake.clone()];
     let pools = WarmPools::default();
     let problems = pools.configure(
         &[
-            PoolSpec { backend: "fake".into(), settings: json!({}), size: 2 },
-            PoolSpec { backend: "fake".into(), settings: json!({"task_specific": true}), size: 1 },
-            PoolSpec { backend: "absent".into(), settings: json!({}), size: 1 },
+            PoolSpec {
+                backend: "fake".into(),
+                settings: json!({}),
+                size: 2,
+            },
+            PoolSpec {
+                backend: "fake".into(),
+                settings: json!({"task_specific": true}),
+                size: 1,
+            },
+            PoolSpec {
+                backend: "absent".into(),
+                settings: json!({}),
+                size: 1,
+            },
         ],
         &providers,
         "w",

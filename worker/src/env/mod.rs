@@ -23,6 +23,8 @@ pub struct Environment {
     pub shell: PersistentShell,
     /// What the environment was created from (to recreate it after a reset).
     pub request: CreateRequest,
+    /// Read-loop and staleness state of the file tools for this task.
+    pub reads: caduceus_files::ReadTracker,
     created: Instant,
     last_used: std::sync::Mutex<Instant>,
     running: AtomicU32,
@@ -46,7 +48,10 @@ impl Environment {
         if self.running.load(Ordering::Relaxed) > 0 {
             return Duration::ZERO;
         }
-        self.last_used.lock().map(|at| at.elapsed()).unwrap_or_default()
+        self.last_used
+            .lock()
+            .map(|at| at.elapsed())
+            .unwrap_or_default()
     }
 
     pub fn age(&self) -> Duration {
@@ -128,7 +133,11 @@ fn reset_notice(lost: &Environment) -> String {
 }
 
 fn short_id(id: &str) -> &str {
-    if id.len() == 64 && id.chars().all(|c| c.is_ascii_hexdigit()) { &id[..12] } else { id }
+    if id.len() == 64 && id.chars().all(|c| c.is_ascii_hexdigit()) {
+        &id[..12]
+    } else {
+        id
+    }
 }
 
 pub struct EnvManager {
@@ -141,7 +150,12 @@ pub struct EnvManager {
 
 impl EnvManager {
     pub fn new(backends: Backends, settings: EnvSettings) -> Self {
-        EnvManager { backends, settings, envs: std::sync::Mutex::new(HashMap::new()), creating: AsyncMutex::new(HashMap::new()) }
+        EnvManager {
+            backends,
+            settings,
+            envs: std::sync::Mutex::new(HashMap::new()),
+            creating: AsyncMutex::new(HashMap::new()),
+        }
     }
 
     pub fn backends(&self) -> &Backends {
@@ -153,7 +167,11 @@ impl EnvManager {
     }
 
     /// The task's environment, created on `backend` if it has none.
-    pub async fn get_or_create(&self, backend: &str, request: &CreateRequest) -> Result<Arc<Environment>, SandboxError> {
+    pub async fn get_or_create(
+        &self,
+        backend: &str,
+        request: &CreateRequest,
+    ) -> Result<Arc<Environment>, SandboxError> {
         let task_id = request.task_id.as_str();
         if let Some(env) = self.get(task_id) {
             return Ok(env);
@@ -176,14 +194,21 @@ impl EnvManager {
     }
 
     /// A new environment (sandbox and not yet started shell); not registered.
-    async fn build(&self, backend: &str, request: &CreateRequest) -> Result<Arc<Environment>, SandboxError> {
+    async fn build(
+        &self,
+        backend: &str,
+        request: &CreateRequest,
+    ) -> Result<Arc<Environment>, SandboxError> {
         let task_id = request.task_id.as_str();
         let sandbox = self.backends.create(backend, request).await?;
         // Record the new owner at once (a pool entry carried none).
         let record = lease_record(request, self.lease_ttl_secs());
         let renewing = sandbox.clone();
         tokio::spawn(async move {
-            if let Err(err) = renewing.renew_lease(&record.renewed(std::time::SystemTime::now())).await {
+            if let Err(err) = renewing
+                .renew_lease(&record.renewed(std::time::SystemTime::now()))
+                .await
+            {
                 tracing::debug!(sandbox = %renewing.id(), "first lease renewal failed: {err}");
             }
         });
@@ -202,6 +227,7 @@ impl EnvManager {
             sandbox,
             shell,
             request: request.clone(),
+            reads: caduceus_files::ReadTracker::new(),
             created: Instant::now(),
             last_used: std::sync::Mutex::new(Instant::now()),
             running: AtomicU32::new(0),
@@ -215,7 +241,10 @@ impl EnvManager {
     /// The environment `env` if its sandbox is still there; otherwise a new
     /// one for the same task (the old one is ended) and a notice for the
     /// model saying what was lost. Only the first caller replaces it.
-    pub async fn ensure_live(&self, env: Arc<Environment>) -> Result<(Arc<Environment>, Option<String>), SandboxError> {
+    pub async fn ensure_live(
+        &self,
+        env: Arc<Environment>,
+    ) -> Result<(Arc<Environment>, Option<String>), SandboxError> {
         if env.sandbox.alive().await {
             return Ok((env, None));
         }
@@ -247,7 +276,11 @@ impl EnvManager {
 
     /// Renews the leases of every live environment's sandbox.
     pub async fn renew_leases(&self) {
-        let all: Vec<Arc<Environment>> = self.envs.lock().map(|envs| envs.values().cloned().collect()).unwrap_or_default();
+        let all: Vec<Arc<Environment>> = self
+            .envs
+            .lock()
+            .map(|envs| envs.values().cloned().collect())
+            .unwrap_or_default();
         let now = std::time::SystemTime::now();
         for env in all {
             let record = lease_record(&env.request, self.lease_ttl_secs()).renewed(now);
@@ -259,13 +292,24 @@ impl EnvManager {
 
     /// What the sweeper must keep: this worker's live sandboxes.
     pub fn sweep_context(&self, worker_instance: &str) -> SweepContext {
-        let live = self.envs.lock().map(|envs| envs.values().map(|e| e.sandbox.id().to_owned()).collect()).unwrap_or_default();
-        SweepContext { worker_instance: worker_instance.to_owned(), live }
+        let live = self
+            .envs
+            .lock()
+            .map(|envs| envs.values().map(|e| e.sandbox.id().to_owned()).collect())
+            .unwrap_or_default();
+        SweepContext {
+            worker_instance: worker_instance.to_owned(),
+            live,
+        }
     }
 
     /// Ends the task's environment. Returns whether there was one.
     pub async fn release(&self, task_id: &str) -> bool {
-        let env = self.envs.lock().ok().and_then(|mut envs| envs.remove(task_id));
+        let env = self
+            .envs
+            .lock()
+            .ok()
+            .and_then(|mut envs| envs.remove(task_id));
         match env {
             Some(env) => {
                 env.end().await;
@@ -280,7 +324,11 @@ impl EnvManager {
     pub async fn reap_idle(&self, lifetime: Duration) -> Vec<String> {
         let idle: Vec<Arc<Environment>> = match self.envs.lock() {
             Ok(mut envs) => {
-                let ids: Vec<String> = envs.iter().filter(|(_, e)| e.idle_for() > lifetime).map(|(id, _)| id.clone()).collect();
+                let ids: Vec<String> = envs
+                    .iter()
+                    .filter(|(_, e)| e.idle_for() > lifetime)
+                    .map(|(id, _)| id.clone())
+                    .collect();
                 ids.iter().filter_map(|id| envs.remove(id)).collect()
             }
             Err(_) => Vec::new(),
@@ -295,14 +343,22 @@ impl EnvManager {
     }
 
     pub fn infos(&self) -> Vec<EnvironmentInfo> {
-        let mut infos: Vec<EnvironmentInfo> = self.envs.lock().map(|envs| envs.values().map(|e| e.info()).collect()).unwrap_or_default();
+        let mut infos: Vec<EnvironmentInfo> = self
+            .envs
+            .lock()
+            .map(|envs| envs.values().map(|e| e.info()).collect())
+            .unwrap_or_default();
         infos.sort_by(|a, b| a.task_id.cmp(&b.task_id));
         infos
     }
 
     /// Ends every environment and empties the warm pools.
     pub async fn shutdown(&self) {
-        let all: Vec<Arc<Environment>> = self.envs.lock().map(|mut envs| envs.drain().map(|(_, e)| e).collect()).unwrap_or_default();
+        let all: Vec<Arc<Environment>> = self
+            .envs
+            .lock()
+            .map(|mut envs| envs.drain().map(|(_, e)| e).collect())
+            .unwrap_or_default();
         for env in all {
             env.end().await;
         }

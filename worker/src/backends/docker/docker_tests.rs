@@ -3,7 +3,12 @@
 //! an engine or the image the engine tests say so on stderr and pass, unless
 //! `CADUCEUS_REQUIRE_ALL=1`, where they fail.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::print_stderr)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::print_stderr
+)]
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -12,15 +17,18 @@ use std::time::{Duration, SystemTime};
 use serde_json::json;
 
 use super::settings::{DEFAULT_IMAGE, DockerSettings, safe_name};
-use super::spec::{EngineSupport, PersistentMounts, container_body, refused_feature, Refused};
+use super::spec::{EngineSupport, PersistentMounts, Refused, container_body, refused_feature};
 use super::*;
-use crate::backends::lease::{LeaseRecord, LeasePolicy};
+use crate::backends::lease::{LeasePolicy, LeaseRecord};
 use crate::sandbox::Sandbox;
 use crate::shell::{ExecEnd, ExecRequest, PersistentShell, ShellConfig};
 
 #[test]
 fn overrides_apply_coordinator_keys_and_ignore_host_keys() {
-    let base = DockerSettings { volumes: vec!["/srv:/srv".into()], ..DockerSettings::default() };
+    let base = DockerSettings {
+        volumes: vec!["/srv:/srv".into()],
+        ..DockerSettings::default()
+    };
     let merged = base
         .with_overrides(&json!({
             "docker_image": "debian:bookworm-slim",
@@ -39,14 +47,25 @@ fn overrides_apply_coordinator_keys_and_ignore_host_keys() {
     assert_eq!(merged.env.get("B").map(String::as_str), Some("2"));
     // Host paths are the worker's to choose.
     assert_eq!(merged.volumes, vec!["/srv:/srv".to_owned()]);
-    let err = base.with_overrides(&json!({"container_memory": "lots"})).unwrap_err();
-    assert_eq!(err.to_string(), "invalid docker setting 'container_memory': expected MB as a whole number");
+    let err = base
+        .with_overrides(&json!({"container_memory": "lots"}))
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "invalid docker setting 'container_memory': expected MB as a whole number"
+    );
 }
 
 #[test]
 fn pool_fingerprint_separates_settings_and_refuses_persistent() {
-    let plain = DockerSettings { persistent: false, ..DockerSettings::default() };
-    let other_image = DockerSettings { image: "x:1".into(), ..plain.clone() };
+    let plain = DockerSettings {
+        persistent: false,
+        ..DockerSettings::default()
+    };
+    let other_image = DockerSettings {
+        image: "x:1".into(),
+        ..plain.clone()
+    };
     assert!(plain.pool_fingerprint().is_some());
     assert_ne!(plain.pool_fingerprint(), other_image.pool_fingerprint());
     assert_eq!(DockerSettings::default().pool_fingerprint(), None);
@@ -54,14 +73,27 @@ fn pool_fingerprint_separates_settings_and_refuses_persistent() {
 
 #[test]
 fn container_body_is_hardened_like_hermes() {
-    let settings = DockerSettings { persistent: false, network: false, ..DockerSettings::default() };
+    let settings = DockerSettings {
+        persistent: false,
+        network: false,
+        ..DockerSettings::default()
+    };
     let body = container_body(&settings, HashMap::new(), None, EngineSupport::default());
     let host = body.host_config.unwrap();
-    assert_eq!(body.cmd, Some(vec!["sleep".to_owned(), "infinity".to_owned()]));
+    assert_eq!(
+        body.cmd,
+        Some(vec!["sleep".to_owned(), "infinity".to_owned()])
+    );
     assert_eq!(host.init, Some(true));
     assert_eq!(host.cap_drop, Some(vec!["ALL".to_owned()]));
-    assert_eq!(host.cap_add.unwrap(), ["DAC_OVERRIDE", "CHOWN", "FOWNER", "SETUID", "SETGID"]);
-    assert_eq!(host.security_opt, Some(vec!["no-new-privileges".to_owned()]));
+    assert_eq!(
+        host.cap_add.unwrap(),
+        ["DAC_OVERRIDE", "CHOWN", "FOWNER", "SETUID", "SETGID"]
+    );
+    assert_eq!(
+        host.security_opt,
+        Some(vec!["no-new-privileges".to_owned()])
+    );
     let tmpfs = host.tmpfs.unwrap();
     assert_eq!(tmpfs["/tmp"], "rw,nosuid,size=512m");
     assert_eq!(tmpfs["/var/tmp"], "rw,noexec,nosuid,size=256m");
@@ -73,8 +105,19 @@ fn container_body_is_hardened_like_hermes() {
     assert_eq!(host.storage_opt.unwrap()["size"], "51200m");
     assert_eq!(host.network_mode.as_deref(), Some("none"));
 
-    let persistent = PersistentMounts { home: "/s/home".into(), workspace: "/s/ws".into() };
-    let body = container_body(&DockerSettings::default(), HashMap::new(), Some(&persistent), EngineSupport { storage_opt: false, resources: false });
+    let persistent = PersistentMounts {
+        home: "/s/home".into(),
+        workspace: "/s/ws".into(),
+    };
+    let body = container_body(
+        &DockerSettings::default(),
+        HashMap::new(),
+        Some(&persistent),
+        EngineSupport {
+            storage_opt: false,
+            resources: false,
+        },
+    );
     let host = body.host_config.unwrap();
     assert_eq!(host.binds.unwrap(), ["/s/home:/root", "/s/ws:/workspace"]);
     assert!(!host.tmpfs.unwrap().contains_key("/workspace"));
@@ -85,8 +128,16 @@ fn container_body_is_hardened_like_hermes() {
 
 #[test]
 fn engine_refusals_name_the_feature() {
-    assert_eq!(refused_feature("--storage-opt is not supported"), Some(Refused::StorageOpt));
-    assert_eq!(refused_feature("NanoCPUs can not be set, as your kernel does not support CPU CFS scheduler"), Some(Refused::Resources));
+    assert_eq!(
+        refused_feature("--storage-opt is not supported"),
+        Some(Refused::StorageOpt)
+    );
+    assert_eq!(
+        refused_feature(
+            "NanoCPUs can not be set, as your kernel does not support CPU CFS scheduler"
+        ),
+        Some(Refused::Resources)
+    );
     assert_eq!(refused_feature("No such image: x"), None);
 }
 
@@ -95,8 +146,14 @@ fn names_and_images() {
     assert_eq!(safe_name("../etc/passwd"), ".._etc_passwd");
     assert_eq!(safe_name(".."), "task_..");
     assert!(container_name("my task/1").starts_with("caduceus-my_task_1-"));
-    assert_eq!(split_image("debian:bookworm-slim"), ("debian", "bookworm-slim"));
-    assert_eq!(split_image("localhost:5000/img"), ("localhost:5000/img", "latest"));
+    assert_eq!(
+        split_image("debian:bookworm-slim"),
+        ("debian", "bookworm-slim")
+    );
+    assert_eq!(
+        split_image("localhost:5000/img"),
+        ("localhost:5000/img", "latest")
+    );
     assert_eq!(split_image("img"), ("img", "latest"));
 }
 
@@ -105,20 +162,34 @@ fn names_and_images() {
 /// A provider for the test image, or `None` (after saying why) when this
 /// machine has no engine or no image.
 async fn provider() -> Option<DockerProvider> {
-    let settings = DockerSettings { persistent: false, memory_mb: 512, ..DockerSettings::default() };
-    let provider = DockerProvider::new(settings, LeasePolicy::new(Duration::from_secs(3), Duration::from_secs(1)));
+    let settings = DockerSettings {
+        persistent: false,
+        memory_mb: 512,
+        ..DockerSettings::default()
+    };
+    let provider = DockerProvider::new(
+        settings,
+        LeasePolicy::new(Duration::from_secs(3), Duration::from_secs(1)),
+    );
     let missing = match provider.unavailable_reason().await {
-        Some(reason) => Some(format!("no Docker engine ({reason}); install and start one")),
+        Some(reason) => Some(format!(
+            "no Docker engine ({reason}); install and start one"
+        )),
         None => {
             let docker = provider.engine.client().await.ok()?;
             match docker.inspect_image(DEFAULT_IMAGE).await {
                 Ok(_) => None,
-                Err(_) => Some(format!("the image {DEFAULT_IMAGE} is missing; build it with deploy/base-image.sh")),
+                Err(_) => Some(format!(
+                    "the image {DEFAULT_IMAGE} is missing; build it with deploy/base-image.sh"
+                )),
             }
         }
     };
     if let Some(missing) = missing {
-        assert!(std::env::var("CADUCEUS_REQUIRE_ALL").ok().as_deref() != Some("1"), "CADUCEUS_REQUIRE_ALL=1 but {missing}");
+        assert!(
+            std::env::var("CADUCEUS_REQUIRE_ALL").ok().as_deref() != Some("1"),
+            "CADUCEUS_REQUIRE_ALL=1 but {missing}"
+        );
         eprintln!("SKIPPED docker engine test: {missing}");
         return None;
     }
@@ -137,25 +208,54 @@ fn request(task: &str) -> CreateRequest {
 
 fn shell_for(sandbox: Arc<dyn Sandbox>) -> PersistentShell {
     let cwd = sandbox.initial_cwd();
-    PersistentShell::new(sandbox, ShellConfig { cwd, ..ShellConfig::default() })
+    PersistentShell::new(
+        sandbox,
+        ShellConfig {
+            cwd,
+            ..ShellConfig::default()
+        },
+    )
 }
 
-async fn run(shell: &PersistentShell, command: &str, timeout: Duration) -> crate::shell::ExecOutcome {
+async fn run(
+    shell: &PersistentShell,
+    command: &str,
+    timeout: Duration,
+) -> crate::shell::ExecOutcome {
     shell
-        .exec(ExecRequest { command, timeout, workdir: None, max_output_chars: 50_000, on_output: None, cancel: None })
+        .exec(ExecRequest {
+            command,
+            timeout,
+            workdir: None,
+            max_output_chars: 50_000,
+            on_output: None,
+            cancel: None,
+        })
         .await
         .unwrap()
 }
 
 #[tokio::test]
 async fn shell_runs_in_the_container_and_keeps_state() {
-    let Some(provider) = provider().await else { return };
+    let Some(provider) = provider().await else {
+        return;
+    };
     let sandbox = provider.create(&request("unit-shell")).await.unwrap();
     let shell = shell_for(sandbox.clone());
-    let first = run(&shell, "cd /tmp && X=41; echo $((X+1)) in $(pwd) as $(id -un); echo err >&2", Duration::from_secs(20)).await;
+    let first = run(
+        &shell,
+        "cd /tmp && X=41; echo $((X+1)) in $(pwd) as $(id -un); echo err >&2",
+        Duration::from_secs(20),
+    )
+    .await;
     assert_eq!(first.output.trim(), "42 in /tmp as root\nerr");
     assert_eq!(first.exit_code, 0);
-    let second = run(&shell, "echo $X $PWD; exit_code_probe() { return 3; }; exit_code_probe", Duration::from_secs(20)).await;
+    let second = run(
+        &shell,
+        "echo $X $PWD; exit_code_probe() { return 3; }; exit_code_probe",
+        Duration::from_secs(20),
+    )
+    .await;
     assert_eq!(second.output.trim(), "41 /tmp");
     assert_eq!(second.exit_code, 3);
     // The host's environment does not leak in; the image's PATH is used.
@@ -168,38 +268,72 @@ async fn shell_runs_in_the_container_and_keeps_state() {
 
 #[tokio::test]
 async fn timeout_stops_the_whole_tree_and_the_shell_survives() {
-    let Some(provider) = provider().await else { return };
+    let Some(provider) = provider().await else {
+        return;
+    };
     let sandbox = provider.create(&request("unit-timeout")).await.unwrap();
     let shell = shell_for(sandbox.clone());
-    let outcome = run(&shell, "(sleep 300; echo never) & sleep 301", Duration::from_secs(1)).await;
+    let outcome = run(
+        &shell,
+        "(sleep 300; echo never) & sleep 301",
+        Duration::from_secs(1),
+    )
+    .await;
     assert_eq!(outcome.end, ExecEnd::TimedOut);
     assert_eq!(outcome.exit_code, 124);
-    let after = run(&shell, "ps -eo args= | grep -c '^sleep 30[01]' || true", Duration::from_secs(20)).await;
+    let after = run(
+        &shell,
+        "ps -eo args= | grep -c '^sleep 30[01]' || true",
+        Duration::from_secs(20),
+    )
+    .await;
     assert_eq!(after.output.trim(), "0", "sleeps survived the timeout");
-    assert_eq!(shell.starts(), 1, "the shell was replaced instead of surviving");
+    assert_eq!(
+        shell.starts(),
+        1,
+        "the shell was replaced instead of surviving"
+    );
     sandbox.destroy().await.unwrap();
 }
 
 #[tokio::test]
 async fn a_killed_container_is_noticed() {
-    let Some(provider) = provider().await else { return };
+    let Some(provider) = provider().await else {
+        return;
+    };
     let sandbox = provider.create(&request("unit-gone")).await.unwrap();
     assert!(sandbox.alive().await);
     let docker = provider.engine.client().await.unwrap();
-    docker.kill_container(sandbox.id(), None::<bollard::query_parameters::KillContainerOptions>).await.unwrap();
+    docker
+        .kill_container(
+            sandbox.id(),
+            None::<bollard::query_parameters::KillContainerOptions>,
+        )
+        .await
+        .unwrap();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while sandbox.alive().await {
-        assert!(tokio::time::Instant::now() < deadline, "alive() still true 10 s after the kill");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "alive() still true 10 s after the kill"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let spawn = sandbox.spawn(crate::sandbox::SpawnSpec { program: "true".into(), ..Default::default() }).await;
+    let spawn = sandbox
+        .spawn(crate::sandbox::SpawnSpec {
+            program: "true".into(),
+            ..Default::default()
+        })
+        .await;
     assert!(matches!(spawn, Err(crate::sandbox::SandboxError::Gone(_))));
     sandbox.destroy().await.unwrap();
 }
 
 #[tokio::test]
 async fn leases_are_renewed_read_back_and_expired_ones_swept() {
-    let Some(provider) = provider().await else { return };
+    let Some(provider) = provider().await else {
+        return;
+    };
     let docker = provider.engine.client().await.unwrap();
     let kept = provider.create(&request("unit-lease-kept")).await.unwrap();
     let mut stale_request = request("unit-lease-stale");
@@ -214,22 +348,35 @@ async fn leases_are_renewed_read_back_and_expired_ones_swept() {
         renewed_at: 0,
         ttl_secs: 3,
     };
-    kept.renew_lease(&record.renewed(SystemTime::now())).await.unwrap();
+    kept.renew_lease(&record.renewed(SystemTime::now()))
+        .await
+        .unwrap();
     let read = sandbox::read_lease(&docker, kept.id()).await.unwrap();
     assert_eq!(read.task, "unit-lease-kept");
 
     // A sweep now removes neither: both leases are fresh.
-    let context = SweepContext { worker_instance: "sweeper".into(), live: Default::default() };
+    let context = SweepContext {
+        worker_instance: "sweeper".into(),
+        live: Default::default(),
+    };
     let removed = provider.sweep(&context).await;
     assert!(!removed.contains(&kept.id().to_owned()) && !removed.contains(&stale.id().to_owned()));
 
     // Renew one for 5 s while the other's 3 s lease runs out.
     for _ in 0..5 {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        kept.renew_lease(&record.renewed(SystemTime::now())).await.unwrap();
+        kept.renew_lease(&record.renewed(SystemTime::now()))
+            .await
+            .unwrap();
     }
     let removed = provider.sweep(&context).await;
-    assert!(removed.contains(&stale.id().to_owned()), "expired lease not swept: {removed:?}");
-    assert!(!removed.contains(&kept.id().to_owned()), "renewed lease swept");
+    assert!(
+        removed.contains(&stale.id().to_owned()),
+        "expired lease not swept: {removed:?}"
+    );
+    assert!(
+        !removed.contains(&kept.id().to_owned()),
+        "renewed lease swept"
+    );
     kept.destroy().await.unwrap();
 }

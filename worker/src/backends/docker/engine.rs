@@ -31,7 +31,11 @@ impl std::fmt::Debug for Engine {
 
 impl Engine {
     pub fn new(host: Option<String>) -> Self {
-        Engine { host, client: Mutex::new(None), probe: Mutex::new(None) }
+        Engine {
+            host,
+            client: Mutex::new(None),
+            probe: Mutex::new(None),
+        }
     }
 
     /// Where the engine is expected, for messages.
@@ -47,18 +51,24 @@ impl Engine {
         if let Some(client) = self.client.lock().ok().and_then(|c| c.clone()) {
             return Ok(client);
         }
-        let unavailable = |reason: String| SandboxError::Other(format!("the Docker engine at {} is not reachable: {reason}", self.address()));
+        let unavailable = |reason: String| {
+            SandboxError::Other(format!(
+                "the Docker engine at {} is not reachable: {reason}",
+                self.address()
+            ))
+        };
         let connected = match &self.host {
             Some(host) => Docker::connect_with_host(host),
             None => Docker::connect_with_defaults(),
         }
         .map_err(|e| unavailable(e.to_string()))?
         .with_timeout(Duration::from_secs(REQUEST_TIMEOUT_SECS));
-        let client = match tokio::time::timeout(PROBE_TIMEOUT * 2, connected.negotiate_version()).await {
-            Ok(Ok(client)) => client,
-            Ok(Err(err)) => return Err(unavailable(err.to_string())),
-            Err(_) => return Err(unavailable("no answer".to_owned())),
-        };
+        let client =
+            match tokio::time::timeout(PROBE_TIMEOUT * 2, connected.negotiate_version()).await {
+                Ok(Ok(client)) => client,
+                Ok(Err(err)) => return Err(unavailable(err.to_string())),
+                Err(_) => return Err(unavailable("no answer".to_owned())),
+            };
         if let Ok(mut slot) = self.client.lock() {
             *slot = Some(client.clone());
         }
@@ -92,11 +102,18 @@ impl Engine {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(err)) => {
                 self.forget();
-                Err(format!("the Docker engine at {} did not answer: {err}", self.address()))
+                Err(format!(
+                    "the Docker engine at {} did not answer: {err}",
+                    self.address()
+                ))
             }
             Err(_) => {
                 self.forget();
-                Err(format!("the Docker engine at {} did not answer within {}s", self.address(), PROBE_TIMEOUT.as_secs()))
+                Err(format!(
+                    "the Docker engine at {} did not answer within {}s",
+                    self.address(),
+                    PROBE_TIMEOUT.as_secs()
+                ))
             }
         }
     }
@@ -105,7 +122,10 @@ impl Engine {
 /// The engine's status code and message, when it answered with an error.
 pub fn server_error(err: &bollard::errors::Error) -> Option<(u16, &str)> {
     match err {
-        bollard::errors::Error::DockerResponseServerError { status_code, message } => Some((*status_code, message.as_str())),
+        bollard::errors::Error::DockerResponseServerError {
+            status_code,
+            message,
+        } => Some((*status_code, message.as_str())),
         _ => None,
     }
 }
@@ -117,7 +137,10 @@ pub fn is_gone(err: &bollard::errors::Error) -> bool {
         Some((404, _)) => true,
         Some((409, message)) => {
             let m = message.to_ascii_lowercase();
-            m.contains("not running") || m.contains("is paused") || m.contains("is restarting") || m.contains("removal")
+            m.contains("not running")
+                || m.contains("is paused")
+                || m.contains("is restarting")
+                || m.contains("removal")
         }
         _ => false,
     }

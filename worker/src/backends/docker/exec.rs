@@ -43,7 +43,11 @@ impl ExecOutput {
 }
 
 impl AsyncRead for ExecOutput {
-    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
         loop {
             if !self.pending.is_empty() {
                 let n = self.pending.len().min(buf.remaining());
@@ -53,12 +57,16 @@ impl AsyncRead for ExecOutput {
             }
             match self.stream.poll_next_unpin(cx) {
                 Poll::Ready(Some(Ok(frame))) => match frame {
-                    LogOutput::StdOut { message } | LogOutput::StdErr { message } | LogOutput::Console { message } => {
+                    LogOutput::StdOut { message }
+                    | LogOutput::StdErr { message }
+                    | LogOutput::Console { message } => {
                         self.pending = message;
                     }
                     LogOutput::StdIn { .. } => {}
                 },
-                Poll::Ready(Some(Err(err))) => return Poll::Ready(Err(std::io::Error::other(err.to_string()))),
+                Poll::Ready(Some(Err(err))) => {
+                    return Poll::Ready(Err(std::io::Error::other(err.to_string())));
+                }
                 Poll::Ready(None) => return Poll::Ready(Ok(())),
                 Poll::Pending => return Poll::Pending,
             }
@@ -67,34 +75,76 @@ impl AsyncRead for ExecOutput {
 }
 
 /// Starts `spec` in `container` and waits for its pid header.
-pub async fn spawn(docker: &Docker, container: &str, spec: &SpawnSpec) -> Result<SpawnedProcess, ExecFailure> {
-    let mut cmd = vec!["sh".to_owned(), "-c".to_owned(), PID_PRELUDE.to_owned(), "sh".to_owned(), spec.program.clone()];
+pub async fn spawn(
+    docker: &Docker,
+    container: &str,
+    spec: &SpawnSpec,
+) -> Result<SpawnedProcess, ExecFailure> {
+    let mut cmd = vec![
+        "sh".to_owned(),
+        "-c".to_owned(),
+        PID_PRELUDE.to_owned(),
+        "sh".to_owned(),
+        spec.program.clone(),
+    ];
     cmd.extend(spec.args.iter().cloned());
     let options = CreateExecOptions {
         attach_stdin: Some(true),
         attach_stdout: Some(true),
         attach_stderr: Some(true),
         tty: Some(false),
-        env: Some(spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>()),
+        env: Some(
+            spec.env
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>(),
+        ),
         cmd: Some(cmd),
         working_dir: spec.cwd.clone(),
         ..Default::default()
     };
-    let created = docker.create_exec(container, options).await.map_err(|e| ExecFailure::from_engine(&e))?;
-    let started = docker.start_exec(&created.id, None).await.map_err(|e| ExecFailure::from_engine(&e))?;
+    let created = docker
+        .create_exec(container, options)
+        .await
+        .map_err(|e| ExecFailure::from_engine(&e))?;
+    let started = docker
+        .start_exec(&created.id, None)
+        .await
+        .map_err(|e| ExecFailure::from_engine(&e))?;
     let StartExecResults::Attached { output, input } = started else {
-        return Err(ExecFailure::Other("the engine started the exec detached".to_owned()));
+        return Err(ExecFailure::Other(
+            "the engine started the exec detached".to_owned(),
+        ));
     };
-    let (pid, rest, stream) = match tokio::time::timeout(HEADER_TIMEOUT, read_pid_header(output)).await {
-        Ok(Ok(found)) => found,
-        Ok(Err(text)) => {
-            let code = exit_code(docker, &created.id).await;
-            return Err(ExecFailure::Other(format!("exited before it started (exit {code:?}): {}", text.trim())));
-        }
-        Err(_) => return Err(ExecFailure::Other(format!("did not start within {}s", HEADER_TIMEOUT.as_secs()))),
+    let (pid, rest, stream) =
+        match tokio::time::timeout(HEADER_TIMEOUT, read_pid_header(output)).await {
+            Ok(Ok(found)) => found,
+            Ok(Err(text)) => {
+                let code = exit_code(docker, &created.id).await;
+                return Err(ExecFailure::Other(format!(
+                    "exited before it started (exit {code:?}): {}",
+                    text.trim()
+                )));
+            }
+            Err(_) => {
+                return Err(ExecFailure::Other(format!(
+                    "did not start within {}s",
+                    HEADER_TIMEOUT.as_secs()
+                )));
+            }
+        };
+    let handle = ExecHandle {
+        docker: docker.clone(),
+        container: container.to_owned(),
+        exec_id: created.id,
+        pid,
     };
-    let handle = ExecHandle { docker: docker.clone(), container: container.to_owned(), exec_id: created.id, pid };
-    Ok(SpawnedProcess { stdin: input, output: Box::pin(ExecOutput::new(stream, rest)), pid: Some(pid), handle: Box::new(handle) })
+    Ok(SpawnedProcess {
+        stdin: input,
+        output: Box::pin(ExecOutput::new(stream, rest)),
+        pid: Some(pid),
+        handle: Box::new(handle),
+    })
 }
 
 /// Reads frames until the pid header is complete; returns the pid, the bytes
@@ -106,7 +156,9 @@ async fn read_pid_header(mut stream: LogStream) -> Result<(u32, Bytes, LogStream
         if let Some(start) = find(&seen, PID_TAG) {
             let after = start + PID_TAG.len();
             if let Some(end) = seen[after..].iter().position(|b| *b == 0x1e) {
-                let pid = std::str::from_utf8(&seen[after..after + end]).ok().and_then(|s| s.trim().parse::<u32>().ok());
+                let pid = std::str::from_utf8(&seen[after..after + end])
+                    .ok()
+                    .and_then(|s| s.trim().parse::<u32>().ok());
                 let Some(pid) = pid else {
                     return Err("unreadable pid header".to_owned());
                 };
@@ -137,13 +189,20 @@ pub enum ExecFailure {
 
 impl ExecFailure {
     fn from_engine(err: &bollard::errors::Error) -> Self {
-        if is_gone(&err) { ExecFailure::Gone(err.to_string()) } else { ExecFailure::Other(err.to_string()) }
+        if is_gone(err) {
+            ExecFailure::Gone(err.to_string())
+        } else {
+            ExecFailure::Other(err.to_string())
+        }
     }
 
     pub fn into_sandbox_error(self, program: &str) -> SandboxError {
         match self {
             ExecFailure::Gone(reason) => SandboxError::Gone(reason),
-            ExecFailure::Other(reason) => SandboxError::Spawn { program: program.to_owned(), reason },
+            ExecFailure::Other(reason) => SandboxError::Spawn {
+                program: program.to_owned(),
+                reason,
+            },
         }
     }
 }
@@ -163,7 +222,9 @@ async fn wait_exit(docker: &Docker, exec_id: &str) -> Option<i32> {
     let mut delay = Duration::from_millis(2);
     loop {
         match docker.inspect_exec(exec_id).await {
-            Ok(inspect) if inspect.running != Some(true) => return inspect.exit_code.and_then(|c| i32::try_from(c).ok()),
+            Ok(inspect) if inspect.running != Some(true) => {
+                return inspect.exit_code.and_then(|c| i32::try_from(c).ok());
+            }
             Ok(_) => {}
             Err(_) => return None,
         }
@@ -186,12 +247,25 @@ impl ProcessHandle for ExecHandle {
     }
 
     async fn kill(&mut self) {
-        let _ = signal_tree(&self.docker, &self.container, self.pid, StopSignal::Kill, true).await;
+        let _ = signal_tree(
+            &self.docker,
+            &self.container,
+            self.pid,
+            StopSignal::Kill,
+            true,
+        )
+        .await;
     }
 }
 
 /// Runs `SIGNAL_TREE_SCRIPT` in the container and waits for it.
-pub async fn signal_tree(docker: &Docker, container: &str, pid: u32, signal: StopSignal, include_root: bool) -> Result<(), SandboxError> {
+pub async fn signal_tree(
+    docker: &Docker,
+    container: &str,
+    pid: u32,
+    signal: StopSignal,
+    include_root: bool,
+) -> Result<(), SandboxError> {
     let cmd = vec![
         "bash".to_owned(),
         "-c".to_owned(),
@@ -206,16 +280,33 @@ pub async fn signal_tree(docker: &Docker, container: &str, pid: u32, signal: Sto
 
 /// Runs a command without stdin, collecting its output (bounded to `limit`
 /// bytes when given) and exit code.
-pub async fn run_to_end(docker: &Docker, container: &str, cmd: Vec<String>, limit: Option<usize>) -> Result<(Vec<u8>, Option<i32>), SandboxError> {
+pub async fn run_to_end(
+    docker: &Docker,
+    container: &str,
+    cmd: Vec<String>,
+    limit: Option<usize>,
+) -> Result<(Vec<u8>, Option<i32>), SandboxError> {
     let options = CreateExecOptions::<String> {
         attach_stdout: Some(true),
         attach_stderr: Some(true),
         cmd: Some(cmd),
         ..Default::default()
     };
-    let to_error = |err: bollard::errors::Error| if is_gone(&err) { SandboxError::Gone(err.to_string()) } else { SandboxError::Other(err.to_string()) };
-    let created = docker.create_exec(container, options).await.map_err(to_error)?;
-    let started = docker.start_exec(&created.id, None).await.map_err(to_error)?;
+    let to_error = |err: bollard::errors::Error| {
+        if is_gone(&err) {
+            SandboxError::Gone(err.to_string())
+        } else {
+            SandboxError::Other(err.to_string())
+        }
+    };
+    let created = docker
+        .create_exec(container, options)
+        .await
+        .map_err(to_error)?;
+    let started = docker
+        .start_exec(&created.id, None)
+        .await
+        .map_err(to_error)?;
     let mut collected = Vec::new();
     if let StartExecResults::Attached { mut output, .. } = started {
         while let Some(frame) = output.next().await {
@@ -226,4 +317,87 @@ pub async fn run_to_end(docker: &Docker, container: &str, cmd: Vec<String>, limi
         }
     }
     Ok((collected, wait_exit(docker, &created.id).await))
+}
+
+/// Runs `sh -c <script> sh <args…>` with `stdin` (closed after it is
+/// written), collecting stdout and stderr apart, for the file primitives.
+pub async fn run_script(
+    docker: &Docker,
+    container: &str,
+    script: &str,
+    args: &[&str],
+    stdin: Option<&[u8]>,
+) -> Result<crate::backends::script_fs::ScriptOutput, SandboxError> {
+    use tokio::io::AsyncWriteExt;
+    let mut cmd = vec![
+        "sh".to_owned(),
+        "-c".to_owned(),
+        script.to_owned(),
+        "sh".to_owned(),
+    ];
+    cmd.extend(args.iter().map(|a| (*a).to_owned()));
+    let options = CreateExecOptions::<String> {
+        attach_stdin: Some(stdin.is_some()),
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        cmd: Some(cmd),
+        env: Some(vec!["LC_ALL=C".to_owned()]),
+        ..Default::default()
+    };
+    let to_error = |err: bollard::errors::Error| {
+        if is_gone(&err) {
+            SandboxError::Gone(err.to_string())
+        } else {
+            SandboxError::Other(err.to_string())
+        }
+    };
+    let created = docker
+        .create_exec(container, options)
+        .await
+        .map_err(to_error)?;
+    let started = docker
+        .start_exec(&created.id, None)
+        .await
+        .map_err(to_error)?;
+    let mut out = crate::backends::script_fs::ScriptOutput::default();
+    let StartExecResults::Attached {
+        mut output,
+        mut input,
+    } = started
+    else {
+        return Err(SandboxError::Other(
+            "the engine started the exec detached".to_owned(),
+        ));
+    };
+    // Write stdin while reading output, so a large input cannot deadlock
+    // against a full output pipe.
+    let feed = async {
+        if let Some(data) = stdin {
+            input.write_all(data).await?;
+        }
+        input.shutdown().await
+    };
+    let drain = async {
+        while let Some(frame) = output.next().await {
+            match frame.map_err(|e| SandboxError::Other(e.to_string()))? {
+                LogOutput::StdErr { message } => out.stderr.extend_from_slice(&message),
+                LogOutput::StdOut { message } | LogOutput::Console { message } => {
+                    out.stdout.extend_from_slice(&message)
+                }
+                LogOutput::StdIn { .. } => {}
+            }
+        }
+        Ok::<(), SandboxError>(())
+    };
+    let (fed, drained) = tokio::join!(feed, drain);
+    drained?;
+    if let Err(err) = fed
+        && stdin.is_some()
+    {
+        return Err(SandboxError::Other(format!(
+            "writing the script's input failed: {err}"
+        )));
+    }
+    out.exit_code = wait_exit(docker, &created.id).await.unwrap_or(-1);
+    Ok(out)
 }

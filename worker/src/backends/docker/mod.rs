@@ -21,7 +21,9 @@ use std::time::SystemTime;
 
 use async_trait::async_trait;
 use bollard::Docker;
-use bollard::query_parameters::{CreateContainerOptionsBuilder, CreateImageOptionsBuilder, ListContainersOptionsBuilder};
+use bollard::query_parameters::{
+    CreateContainerOptionsBuilder, CreateImageOptionsBuilder, ListContainersOptionsBuilder,
+};
 use futures::StreamExt;
 
 use super::lease::{LeaseLabels, LeasePolicy, SweepCandidate, Verdict, epoch_secs, judge, label};
@@ -73,14 +75,23 @@ impl DockerProvider {
         }
     }
 
-    async fn create_with(&self, request: &CreateRequest, pool: Option<&str>) -> Result<Arc<dyn Sandbox>, SandboxError> {
-        let settings = self.settings.with_overrides(&request.settings).map_err(|e| SandboxError::Other(e.to_string()))?;
+    async fn create_with(
+        &self,
+        request: &CreateRequest,
+        pool: Option<&str>,
+    ) -> Result<Arc<dyn Sandbox>, SandboxError> {
+        let settings = self
+            .settings
+            .with_overrides(&request.settings)
+            .map_err(|e| SandboxError::Other(e.to_string()))?;
         let docker = self.engine.client().await?;
         let name = container_name(&request.task_id);
         if let Ok(mut creating) = self.creating.lock() {
             creating.insert(name.clone());
         }
-        let created = self.create_container(&docker, &name, &settings, request, pool).await;
+        let created = self
+            .create_container(&docker, &name, &settings, request, pool)
+            .await;
         if let Ok(mut creating) = self.creating.lock() {
             creating.remove(&name);
         }
@@ -98,10 +109,17 @@ impl DockerProvider {
         let persistent = if settings.persistent && pool.is_none() {
             let (home, workspace) = settings.persistent_dirs(&request.task_id);
             for dir in [&home, &workspace] {
-                std::fs::create_dir_all(dir)
-                    .map_err(|e| SandboxError::Other(format!("cannot create the persistent directory {}: {e}", dir.display())))?;
+                std::fs::create_dir_all(dir).map_err(|e| {
+                    SandboxError::Other(format!(
+                        "cannot create the persistent directory {}: {e}",
+                        dir.display()
+                    ))
+                })?;
             }
-            Some(PersistentMounts { home: home.display().to_string(), workspace: workspace.display().to_string() })
+            Some(PersistentMounts {
+                home: home.display().to_string(),
+                workspace: workspace.display().to_string(),
+            })
         } else {
             None
         };
@@ -114,7 +132,9 @@ impl DockerProvider {
             match docker.create_container(Some(options), body).await {
                 Ok(created) => break created.id,
                 Err(err) => {
-                    let (code, message) = server_error(&err).map(|(c, m)| (c, m.to_owned())).unwrap_or((0, err.to_string()));
+                    let (code, message) = server_error(&err)
+                        .map(|(c, m)| (c, m.to_owned()))
+                        .unwrap_or((0, err.to_string()));
                     if code == 404 && message.to_ascii_lowercase().contains("image") && !pulled {
                         pulled = true;
                         self.pull(docker, &settings.image).await?;
@@ -122,25 +142,47 @@ impl DockerProvider {
                     }
                     match spec::refused_feature(&message) {
                         Some(Refused::StorageOpt) if support.storage_opt => {
-                            tracing::info!("the Docker engine does not support a disk size limit (container_disk); creating containers without it");
+                            tracing::info!(
+                                "the Docker engine does not support a disk size limit (container_disk); creating containers without it"
+                            );
                             self.learn(|s| s.storage_opt = false);
                         }
                         Some(Refused::Resources) if support.resources => {
-                            tracing::warn!("the Docker engine refused CPU/memory limits ({message}); creating containers without them");
+                            tracing::warn!(
+                                "the Docker engine refused CPU/memory limits ({message}); creating containers without them"
+                            );
                             self.learn(|s| s.resources = false);
                         }
-                        _ => return Err(SandboxError::Other(format!("cannot create a container from '{}': {message}", settings.image))),
+                        _ => {
+                            return Err(SandboxError::Other(format!(
+                                "cannot create a container from '{}': {message}",
+                                settings.image
+                            )));
+                        }
                     }
                 }
             }
         };
         if let Err(err) = docker.start_container(&id, None).await {
             let _ = sandbox::remove_container(docker, &id).await;
-            return Err(SandboxError::Other(format!("cannot start the container from '{}': {err}", settings.image)));
+            return Err(SandboxError::Other(format!(
+                "cannot start the container from '{}': {err}",
+                settings.image
+            )));
         }
-        let persistent_paths = if persistent.is_some() { vec!["/root".to_owned(), "/workspace".to_owned()] } else { Vec::new() };
-        let sandbox =
-            DockerSandbox::new(docker.clone(), id, name.to_owned(), settings.cwd.clone(), settings.forward_env.clone(), persistent_paths);
+        let persistent_paths = if persistent.is_some() {
+            vec!["/root".to_owned(), "/workspace".to_owned()]
+        } else {
+            Vec::new()
+        };
+        let sandbox = DockerSandbox::new(
+            docker.clone(),
+            id,
+            name.to_owned(),
+            settings.cwd.clone(),
+            settings.forward_env.clone(),
+            persistent_paths,
+        );
         tracing::debug!(container = %sandbox.name(), image = %settings.image, "container started");
         Ok(Arc::new(sandbox))
     }
@@ -156,26 +198,43 @@ impl DockerProvider {
     async fn pull(&self, docker: &Docker, image: &str) -> Result<(), SandboxError> {
         tracing::info!(%image, "pulling image");
         let (repo, tag) = split_image(image);
-        let options = CreateImageOptionsBuilder::default().from_image(repo).tag(tag).build();
+        let options = CreateImageOptionsBuilder::default()
+            .from_image(repo)
+            .tag(tag)
+            .build();
         let mut progress = docker.create_image(Some(options), None, None);
         while let Some(step) = progress.next().await {
             if let Err(err) = step {
                 let hint = if image == settings::DEFAULT_IMAGE {
                     " Build it without a registry with deploy/base-image.sh.".to_owned()
                 } else {
-                    format!(" Pull or build it on this worker's engine, or set terminal.docker_image (an engine without a registry can use {} from deploy/base-image.sh).", settings::DEFAULT_IMAGE)
+                    format!(
+                        " Pull or build it on this worker's engine, or set terminal.docker_image (an engine without a registry can use {} from deploy/base-image.sh).",
+                        settings::DEFAULT_IMAGE
+                    )
                 };
-                return Err(SandboxError::Other(format!("the image '{image}' is not on the Docker engine and cannot be pulled: {err}.{hint}")));
+                return Err(SandboxError::Other(format!(
+                    "the image '{image}' is not on the Docker engine and cannot be pulled: {err}.{hint}"
+                )));
             }
         }
         Ok(())
     }
 
     /// Containers carrying caduceus labels, with their lease records.
-    async fn candidates(&self, docker: &Docker) -> Result<Vec<(SweepCandidate, Vec<String>)>, SandboxError> {
+    async fn candidates(
+        &self,
+        docker: &Docker,
+    ) -> Result<Vec<(SweepCandidate, Vec<String>)>, SandboxError> {
         let filters = HashMap::from([("label", vec![format!("{}=1", label::MANAGED)])]);
-        let options = ListContainersOptionsBuilder::default().all(true).filters(&filters).build();
-        let listed = docker.list_containers(Some(options)).await.map_err(|e| SandboxError::Other(e.to_string()))?;
+        let options = ListContainersOptionsBuilder::default()
+            .all(true)
+            .filters(&filters)
+            .build();
+        let listed = docker
+            .list_containers(Some(options))
+            .await
+            .map_err(|e| SandboxError::Other(e.to_string()))?;
         let mut out = Vec::new();
         for summary in listed {
             let (Some(id), Some(labels)) = (summary.id.clone(), summary.labels.as_ref()) else {
@@ -184,7 +243,13 @@ impl DockerProvider {
             let Some(labels) = LeaseLabels::from_map(labels) else {
                 continue;
             };
-            let names: Vec<String> = summary.names.clone().unwrap_or_default().iter().map(|n| n.trim_start_matches('/').to_owned()).collect();
+            let names: Vec<String> = summary
+                .names
+                .clone()
+                .unwrap_or_default()
+                .iter()
+                .map(|n| n.trim_start_matches('/').to_owned())
+                .collect();
             let record = sandbox::read_lease(docker, &id).await;
             out.push((SweepCandidate { id, labels, record }, names));
         }
@@ -194,9 +259,17 @@ impl DockerProvider {
 
 /// `caduceus-<task>-<random>`: readable in `docker ps`, unique.
 fn container_name(task_id: &str) -> String {
-    let task: String = settings::safe_name(task_id).chars().filter(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_').take(40).collect();
+    let task: String = settings::safe_name(task_id)
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_')
+        .take(40)
+        .collect();
     let random = uuid::Uuid::new_v4().simple().to_string();
-    if task.is_empty() { format!("caduceus-{}", &random[..12]) } else { format!("caduceus-{task}-{}", &random[..8]) }
+    if task.is_empty() {
+        format!("caduceus-{}", &random[..12])
+    } else {
+        format!("caduceus-{task}-{}", &random[..8])
+    }
 }
 
 /// `repo[:tag]` (a registry port is not a tag); `latest` when untagged.
@@ -231,10 +304,17 @@ impl Provider for DockerProvider {
     }
 
     fn pool_key(&self, request: &CreateRequest) -> Option<String> {
-        self.settings.with_overrides(&request.settings).ok()?.pool_fingerprint()
+        self.settings
+            .with_overrides(&request.settings)
+            .ok()?
+            .pool_fingerprint()
     }
 
-    async fn create_for_pool(&self, request: &CreateRequest, key: &str) -> Result<Arc<dyn Sandbox>, SandboxError> {
+    async fn create_for_pool(
+        &self,
+        request: &CreateRequest,
+        key: &str,
+    ) -> Result<Arc<dyn Sandbox>, SandboxError> {
         self.create_with(request, Some(key)).await
     }
 
@@ -257,13 +337,18 @@ impl Provider for DockerProvider {
                 continue;
             }
             if let Verdict::Remove(reason) = judge(&candidate, context, now) {
-                let shown = names.first().cloned().unwrap_or_else(|| candidate.id.clone());
+                let shown = names
+                    .first()
+                    .cloned()
+                    .unwrap_or_else(|| candidate.id.clone());
                 match sandbox::remove_container(&docker, &candidate.id).await {
                     Ok(()) => {
                         tracing::info!(container = %shown, task = %candidate.labels.task, "swept: {reason}");
                         removed.push(candidate.id);
                     }
-                    Err(err) => tracing::warn!(container = %shown, "sweep could not remove it: {err}"),
+                    Err(err) => {
+                        tracing::warn!(container = %shown, "sweep could not remove it: {err}")
+                    }
                 }
             }
         }

@@ -6,13 +6,19 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bollard::Docker;
-use bollard::query_parameters::{DownloadFromContainerOptionsBuilder, RemoveContainerOptionsBuilder, UploadToContainerOptionsBuilder, WaitContainerOptionsBuilder};
+use bollard::query_parameters::{
+    DownloadFromContainerOptionsBuilder, RemoveContainerOptionsBuilder,
+    UploadToContainerOptionsBuilder, WaitContainerOptionsBuilder,
+};
 use futures::StreamExt;
+
+use caduceus_files::fs::{FileSystem, FsError};
 
 use super::engine::{is_gone, server_error};
 use super::exec;
 use super::tar;
 use crate::backends::lease::{LeaseRecord, epoch_secs};
+use crate::backends::script_fs::{ScriptFs, ScriptOutput, ScriptRunner};
 use crate::sandbox::{Sandbox, SandboxError, SpawnSpec, SpawnedProcess, StopSignal};
 
 /// Where the lease record lives inside the container (on its root file
@@ -37,11 +43,35 @@ pub struct DockerSandbox {
     persistent_paths: Vec<String>,
     watch: Arc<Watch>,
     watcher: tokio::task::JoinHandle<()>,
+    files: Arc<dyn FileSystem>,
+}
+
+/// Runs the file primitives' scripts through execs in one container.
+struct ExecRunner {
+    docker: Docker,
+    id: String,
+}
+
+#[async_trait]
+impl ScriptRunner for ExecRunner {
+    async fn run_script(
+        &self,
+        script: &str,
+        args: &[&str],
+        stdin: Option<&[u8]>,
+    ) -> Result<ScriptOutput, FsError> {
+        exec::run_script(&self.docker, &self.id, script, args, stdin)
+            .await
+            .map_err(|e| FsError::Backend(e.to_string()))
+    }
 }
 
 impl std::fmt::Debug for DockerSandbox {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DockerSandbox").field("id", &self.id).field("name", &self.name).finish()
+        f.debug_struct("DockerSandbox")
+            .field("id", &self.id)
+            .field("name", &self.name)
+            .finish()
     }
 }
 
@@ -53,10 +83,31 @@ impl Drop for DockerSandbox {
 
 impl DockerSandbox {
     /// Wraps a started container and starts watching it.
-    pub fn new(docker: Docker, id: String, name: String, cwd: String, forward_env: Vec<String>, persistent_paths: Vec<String>) -> Self {
+    pub fn new(
+        docker: Docker,
+        id: String,
+        name: String,
+        cwd: String,
+        forward_env: Vec<String>,
+        persistent_paths: Vec<String>,
+    ) -> Self {
         let watch = Arc::new(Watch::default());
         let watcher = tokio::spawn(watch_container(docker.clone(), id.clone(), watch.clone()));
-        DockerSandbox { docker, id, name, cwd, forward_env, persistent_paths, watch, watcher }
+        let files: Arc<dyn FileSystem> = Arc::new(ScriptFs::new(ExecRunner {
+            docker: docker.clone(),
+            id: id.clone(),
+        }));
+        DockerSandbox {
+            docker,
+            id,
+            name,
+            cwd,
+            forward_env,
+            persistent_paths,
+            watch,
+            watcher,
+            files,
+        }
     }
 
     pub fn name(&self) -> &str {
@@ -71,11 +122,15 @@ impl DockerSandbox {
 /// Waits for the container to stop (a long poll on the engine) and records it.
 async fn watch_container(docker: Docker, id: String, watch: Arc<Watch>) {
     loop {
-        let options = WaitContainerOptionsBuilder::default().condition("not-running").build();
+        let options = WaitContainerOptionsBuilder::default()
+            .condition("not-running")
+            .build();
         let mut stream = docker.wait_container(&id, Some(options));
         match stream.next().await {
             // Any answer means it stopped (a non-zero exit arrives as an error).
-            Some(Ok(_)) | Some(Err(bollard::errors::Error::DockerContainerWaitError { .. })) => break,
+            Some(Ok(_)) | Some(Err(bollard::errors::Error::DockerContainerWaitError { .. })) => {
+                break;
+            }
             Some(Err(err)) if is_gone(&err) => break,
             _ => {
                 // Connection trouble or a request timeout: ask directly, then wait again.
@@ -107,14 +162,31 @@ impl Sandbox for DockerSandbox {
 
     async fn spawn(&self, spec: SpawnSpec) -> Result<SpawnedProcess, SandboxError> {
         if self.watch.gone.load(Ordering::Relaxed) {
-            return Err(SandboxError::Gone(format!("container {} is no longer running", self.name)));
+            return Err(SandboxError::Gone(format!(
+                "container {} is no longer running",
+                self.name
+            )));
         }
-        let spec = SpawnSpec { cwd: spec.cwd.or_else(|| Some(self.cwd.clone())), ..spec };
-        exec::spawn(&self.docker, &self.id, &spec).await.map_err(|failure| failure.into_sandbox_error(&spec.program))
+        let spec = SpawnSpec {
+            cwd: spec.cwd.or_else(|| Some(self.cwd.clone())),
+            ..spec
+        };
+        exec::spawn(&self.docker, &self.id, &spec)
+            .await
+            .map_err(|failure| failure.into_sandbox_error(&spec.program))
     }
 
-    async fn signal_tree(&self, pid: u32, signal: StopSignal, include_root: bool) -> Result<(), SandboxError> {
+    async fn signal_tree(
+        &self,
+        pid: u32,
+        signal: StopSignal,
+        include_root: bool,
+    ) -> Result<(), SandboxError> {
         exec::signal_tree(&self.docker, &self.id, pid, signal, include_root).await
+    }
+
+    fn files(&self) -> Arc<dyn FileSystem> {
+        self.files.clone()
     }
 
     fn temp_dir(&self) -> String {
@@ -150,7 +222,11 @@ impl Sandbox for DockerSandbox {
 
     fn shell_env(&self, worker_env: &[(String, String)]) -> Vec<(String, String)> {
         // The container has its own PATH, HOME, …; only forwarded names cross.
-        worker_env.iter().filter(|(k, _)| self.forward_env.iter().any(|f| f == k)).cloned().collect()
+        worker_env
+            .iter()
+            .filter(|(k, _)| self.forward_env.iter().any(|f| f == k))
+            .cloned()
+            .collect()
     }
 
     async fn renew_lease(&self, record: &LeaseRecord) -> Result<(), SandboxError> {
@@ -164,29 +240,56 @@ impl Sandbox for DockerSandbox {
 
 /// Removes a container and its anonymous volumes; gone already is fine.
 pub async fn remove_container(docker: &Docker, id: &str) -> Result<(), SandboxError> {
-    let options = RemoveContainerOptionsBuilder::default().force(true).v(true).build();
+    let options = RemoveContainerOptionsBuilder::default()
+        .force(true)
+        .v(true)
+        .build();
     match docker.remove_container(id, Some(options)).await {
         Ok(()) => Ok(()),
         Err(err) if matches!(server_error(&err), Some((404, _))) => Ok(()),
-        Err(err) if server_error(&err).is_some_and(|(code, m)| code == 409 && m.contains("already in progress")) => Ok(()),
-        Err(err) => Err(SandboxError::Other(format!("cannot remove container {id}: {err}"))),
+        Err(err)
+            if server_error(&err)
+                .is_some_and(|(code, m)| code == 409 && m.contains("already in progress")) =>
+        {
+            Ok(())
+        }
+        Err(err) => Err(SandboxError::Other(format!(
+            "cannot remove container {id}: {err}"
+        ))),
     }
 }
 
 /// Writes the lease record into the container (one archive upload).
-pub async fn write_lease(docker: &Docker, id: &str, record: &LeaseRecord) -> Result<(), SandboxError> {
+pub async fn write_lease(
+    docker: &Docker,
+    id: &str,
+    record: &LeaseRecord,
+) -> Result<(), SandboxError> {
     let name = LEASE_FILE.trim_start_matches('/');
-    let archive = tar::single_file(name, 0o644, epoch_secs(std::time::SystemTime::now()), record.to_json().as_bytes());
+    let archive = tar::single_file(
+        name,
+        0o644,
+        epoch_secs(std::time::SystemTime::now()),
+        record.to_json().as_bytes(),
+    );
     let options = UploadToContainerOptionsBuilder::default().path("/").build();
     docker
         .upload_to_container(id, Some(options), bollard::body_full(archive.into()))
         .await
-        .map_err(|err| if is_gone(&err) { SandboxError::Gone(err.to_string()) } else { SandboxError::Other(format!("cannot renew the lease of {id}: {err}")) })
+        .map_err(|err| {
+            if is_gone(&err) {
+                SandboxError::Gone(err.to_string())
+            } else {
+                SandboxError::Other(format!("cannot renew the lease of {id}: {err}"))
+            }
+        })
 }
 
 /// Reads the lease record from the container; `None` when missing or unreadable.
 pub async fn read_lease(docker: &Docker, id: &str) -> Option<LeaseRecord> {
-    let options = DownloadFromContainerOptionsBuilder::default().path(LEASE_FILE).build();
+    let options = DownloadFromContainerOptionsBuilder::default()
+        .path(LEASE_FILE)
+        .build();
     let mut stream = docker.download_from_container(id, Some(options));
     let mut archive = Vec::new();
     while let Some(chunk) = stream.next().await {

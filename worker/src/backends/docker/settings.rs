@@ -81,7 +81,10 @@ pub struct SettingsError {
 }
 
 fn bad(key: &str, reason: impl Into<String>) -> SettingsError {
-    SettingsError { key: key.to_owned(), reason: reason.into() }
+    SettingsError {
+        key: key.to_owned(),
+        reason: reason.into(),
+    }
 }
 
 impl DockerSettings {
@@ -95,26 +98,58 @@ impl DockerSettings {
         for (key, value) in map {
             match key.as_str() {
                 "docker_image" => {
-                    let image = value.as_str().map(str::trim).filter(|s| !s.is_empty()).ok_or_else(|| bad(key, "expected a non-empty string"))?;
+                    let image = value
+                        .as_str()
+                        .map(str::trim)
+                        .filter(|s| !s.is_empty())
+                        .ok_or_else(|| bad(key, "expected a non-empty string"))?;
                     out.image = image.to_owned();
                 }
-                "container_cpu" => out.cpu = value.as_f64().filter(|v| *v >= 0.0).ok_or_else(|| bad(key, "expected a number ≥ 0"))?,
-                "container_memory" => out.memory_mb = value.as_u64().ok_or_else(|| bad(key, "expected MB as a whole number"))?,
-                "container_disk" => out.disk_mb = value.as_u64().ok_or_else(|| bad(key, "expected MB as a whole number"))?,
-                "docker_network" => out.network = value.as_bool().ok_or_else(|| bad(key, "expected true or false"))?,
-                "container_persistent" => out.persistent = value.as_bool().ok_or_else(|| bad(key, "expected true or false"))?,
+                "container_cpu" => {
+                    out.cpu = value
+                        .as_f64()
+                        .filter(|v| *v >= 0.0)
+                        .ok_or_else(|| bad(key, "expected a number ≥ 0"))?
+                }
+                "container_memory" => {
+                    out.memory_mb = value
+                        .as_u64()
+                        .ok_or_else(|| bad(key, "expected MB as a whole number"))?
+                }
+                "container_disk" => {
+                    out.disk_mb = value
+                        .as_u64()
+                        .ok_or_else(|| bad(key, "expected MB as a whole number"))?
+                }
+                "docker_network" => {
+                    out.network = value
+                        .as_bool()
+                        .ok_or_else(|| bad(key, "expected true or false"))?
+                }
+                "container_persistent" => {
+                    out.persistent = value
+                        .as_bool()
+                        .ok_or_else(|| bad(key, "expected true or false"))?
+                }
                 "docker_cwd" => {
-                    let cwd = value.as_str().filter(|s| s.starts_with('/')).ok_or_else(|| bad(key, "expected an absolute path"))?;
+                    let cwd = value
+                        .as_str()
+                        .filter(|s| s.starts_with('/'))
+                        .ok_or_else(|| bad(key, "expected an absolute path"))?;
                     out.cwd = cwd.to_owned();
                 }
                 "docker_env" => {
-                    let env = value.as_object().ok_or_else(|| bad(key, "expected an object of strings"))?;
+                    let env = value
+                        .as_object()
+                        .ok_or_else(|| bad(key, "expected an object of strings"))?;
                     for (name, v) in env {
                         let text = match v {
                             Value::String(s) => s.clone(),
                             Value::Number(n) => n.to_string(),
                             Value::Bool(b) => b.to_string(),
-                            _ => return Err(bad(key, format!("value of '{name}' is not a string"))),
+                            _ => {
+                                return Err(bad(key, format!("value of '{name}' is not a string")));
+                            }
                         };
                         out.env.insert(name.clone(), text);
                     }
@@ -156,7 +191,17 @@ impl DockerSettings {
 
 /// A task id as one path component (no `/`, no `..`, bounded length).
 pub fn safe_name(task_id: &str) -> String {
-    let mut name: String = task_id.chars().map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' }).take(100).collect();
+    let mut name: String = task_id
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(100)
+        .collect();
     if name.is_empty() || name.chars().all(|c| c == '.') {
         name = format!("task_{name}");
     }

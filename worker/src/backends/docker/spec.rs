@@ -25,7 +25,10 @@ pub struct EngineSupport {
 
 impl Default for EngineSupport {
     fn default() -> Self {
-        EngineSupport { storage_opt: true, resources: true }
+        EngineSupport {
+            storage_opt: true,
+            resources: true,
+        }
     }
 }
 
@@ -45,7 +48,10 @@ pub fn container_body(
 ) -> ContainerCreateBody {
     let mut tmpfs = HashMap::from([
         ("/tmp".to_owned(), "rw,nosuid,size=512m".to_owned()),
-        ("/var/tmp".to_owned(), "rw,noexec,nosuid,size=256m".to_owned()),
+        (
+            "/var/tmp".to_owned(),
+            "rw,noexec,nosuid,size=256m".to_owned(),
+        ),
         ("/run".to_owned(), "rw,noexec,nosuid,size=64m".to_owned()),
     ]);
     let mut binds: Vec<String> = settings.volumes.clone();
@@ -76,13 +82,22 @@ pub fn container_body(
             host.nano_cpus = Some((settings.cpu * 1e9).round() as i64);
         }
         if settings.memory_mb > 0 {
-            host.memory = Some(i64::try_from(settings.memory_mb).unwrap_or(i64::MAX / (1 << 20)) * 1024 * 1024);
+            host.memory = Some(
+                i64::try_from(settings.memory_mb).unwrap_or(i64::MAX / (1 << 20)) * 1024 * 1024,
+            );
         }
     }
     if support.storage_opt && settings.disk_mb > 0 {
-        host.storage_opt = Some(HashMap::from([("size".to_owned(), format!("{}m", settings.disk_mb))]));
+        host.storage_opt = Some(HashMap::from([(
+            "size".to_owned(),
+            format!("{}m", settings.disk_mb),
+        )]));
     }
-    let env: Vec<String> = settings.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let env: Vec<String> = settings
+        .env
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
     ContainerCreateBody {
         image: Some(settings.image.clone()),
         cmd: Some(vec!["sleep".to_owned(), "infinity".to_owned()]),
@@ -108,7 +123,11 @@ pub fn refused_feature(message: &str) -> Option<Refused> {
     if m.contains("storage-opt") || m.contains("storage opt") || m.contains("storageopt") {
         return Some(Refused::StorageOpt);
     }
-    if m.contains("nanocpus") || m.contains("cfs") || m.contains("cgroup") || m.contains("memory limit") {
+    if m.contains("nanocpus")
+        || m.contains("cfs")
+        || m.contains("cgroup")
+        || m.contains("memory limit")
+    {
         return Some(Refused::Resources);
     }
     None

@@ -75,7 +75,11 @@ fn parse_octal(field: &[u8]) -> Option<u64> {
         }
         return Some(value);
     }
-    let text: String = field.iter().take_while(|b| **b != 0).map(|b| *b as char).collect();
+    let text: String = field
+        .iter()
+        .take_while(|b| **b != 0)
+        .map(|b| *b as char)
+        .collect();
     let text = text.trim();
     if text.is_empty() {
         return Some(0);
@@ -95,14 +99,22 @@ pub fn first_entry(archive: &[u8]) -> Result<TarEntry, String> {
         let size = parse_octal(&header[124..136]).ok_or("unreadable size in the archive")?;
         let size = usize::try_from(size).map_err(|_| "file too large")?;
         let data_start = at + BLOCK;
-        let data_end = data_start.checked_add(size).ok_or("archive size overflow")?;
+        let data_end = data_start
+            .checked_add(size)
+            .ok_or("archive size overflow")?;
         let kind = header[156];
         match kind {
             // PAX extended header (per file, global) and GNU long name/link.
             b'x' | b'g' | b'L' | b'K' => {
                 if kind == b'L' {
-                    let raw = archive.get(data_start..data_end).ok_or("truncated archive")?;
-                    long_name = Some(String::from_utf8_lossy(raw).trim_end_matches('\0').to_owned());
+                    let raw = archive
+                        .get(data_start..data_end)
+                        .ok_or("truncated archive")?;
+                    long_name = Some(
+                        String::from_utf8_lossy(raw)
+                            .trim_end_matches('\0')
+                            .to_owned(),
+                    );
                 }
                 if kind == b'x'
                     && let Some(raw) = archive.get(data_start..data_end)
@@ -113,11 +125,23 @@ pub fn first_entry(archive: &[u8]) -> Result<TarEntry, String> {
                 continue;
             }
             b'0' | 0 | b'7' => {
-                let data = archive.get(data_start..data_end).ok_or("truncated archive")?.to_vec();
-                let name = long_name.take().unwrap_or_else(|| String::from_utf8_lossy(&header[..100]).trim_end_matches('\0').to_owned());
+                let data = archive
+                    .get(data_start..data_end)
+                    .ok_or("truncated archive")?
+                    .to_vec();
+                let name = long_name.take().unwrap_or_else(|| {
+                    String::from_utf8_lossy(&header[..100])
+                        .trim_end_matches('\0')
+                        .to_owned()
+                });
                 let mode = parse_octal(&header[100..108]).unwrap_or(0o644) as u32;
                 let mtime = parse_octal(&header[136..148]).unwrap_or(0) as i64;
-                return Ok(TarEntry::File(TarFile { name, mode, mtime, data }));
+                return Ok(TarEntry::File(TarFile {
+                    name,
+                    mode,
+                    mtime,
+                    data,
+                }));
             }
             b'5' => return Ok(TarEntry::Dir),
             _ => return Ok(TarEntry::Other),
@@ -129,5 +153,9 @@ pub fn first_entry(archive: &[u8]) -> Result<TarEntry, String> {
 /// `path=` from PAX records (`"<len> path=<value>\n"`).
 fn pax_path(raw: &[u8]) -> Option<String> {
     let text = String::from_utf8_lossy(raw);
-    text.lines().find_map(|line| line.split_once(' ').and_then(|(_, kv)| kv.strip_prefix("path=")).map(str::to_owned))
+    text.lines().find_map(|line| {
+        line.split_once(' ')
+            .and_then(|(_, kv)| kv.strip_prefix("path="))
+            .map(str::to_owned)
+    })
 }

@@ -8,7 +8,12 @@ fn a_written_file_reads_back() {
     assert_eq!(archive.len() % 512, 0);
     assert_eq!(
         first_entry(&archive).unwrap(),
-        TarEntry::File(TarFile { name: ".caduceus-lease".into(), mode: 0o600, mtime: 1_700_000_000, data: b"{\"a\":1}".to_vec() })
+        TarEntry::File(TarFile {
+            name: ".caduceus-lease".into(),
+            mode: 0o600,
+            mtime: 1_700_000_000,
+            data: b"{\"a\":1}".to_vec()
+        })
     );
 }
 
