@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use caduceus_tests::conformance::{
     BackendUnderTest, Control, Stand, containers_with_label, docker,
 };
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// A case gets a client and a task id of its own.
 type Case = for<'a> fn(
@@ -41,6 +41,9 @@ const CASES: &[(&str, Case)] = &[
     }),
     ("a timeout stops the whole process tree", |c, t, b| {
         Box::pin(timeout_kills_the_tree(c, t, b))
+    }),
+    ("file tools read, write, patch and search", |c, t, b| {
+        Box::pin(file_tools(c, t, b))
     }),
     ("release ends the environment", |c, t, b| {
         Box::pin(release_ends_the_environment(c, t, b))
@@ -106,6 +109,91 @@ async fn timeout_kills_the_tree(control: &mut Control, task: &str, backend: &Bac
     // The shell itself survived with its state.
     let after = control.terminal(task, "echo still-here", None).await;
     assert_eq!(output(&after), "still-here");
+}
+
+async fn file_tools(control: &mut Control, task: &str, _backend: &BackendUnderTest) {
+    let cd = control
+        .terminal(task, "d=$(mktemp -d) && cd \"$d\" && pwd", None)
+        .await;
+    let dir = output(&cd).to_owned();
+    assert!(dir.starts_with('/'), "{cd}");
+    let content: String = (1..=1000)
+        .map(|i| format!("line {i:04}: lorem ipsum\n"))
+        .collect();
+
+    // Relative paths follow the shell's cwd.
+    let written = control
+        .call(
+            task,
+            "write_file",
+            &json!({"path": "notes.txt", "content": content}),
+        )
+        .await;
+    assert_eq!(written["bytes_written"], content.len(), "{written}");
+    assert_eq!(
+        written["files_modified"],
+        json!([format!("{dir}/notes.txt")]),
+        "{written}"
+    );
+    let read = control
+        .call(
+            task,
+            "read_file",
+            &json!({"path": "notes.txt", "offset": 10, "limit": 3}),
+        )
+        .await;
+    assert_eq!(
+        read["content"],
+        "10|line 0010: lorem ipsum\n11|line 0011: lorem ipsum\n12|line 0012: lorem ipsum",
+        "{read}"
+    );
+    assert_eq!(read["total_lines"], 1000);
+    let seen = control
+        .terminal(task, "sed -n 1000p notes.txt; wc -c < notes.txt", None)
+        .await;
+    assert_eq!(
+        output(&seen),
+        format!("line 1000: lorem ipsum\n{}", content.len())
+    );
+
+    let patched = control
+        .call(task, "patch", &json!({"path": "notes.txt", "old_string": "line 0500: lorem ipsum", "new_string": "line 0500: PATCHED"}))
+        .await;
+    assert_eq!(patched["success"], true, "{patched}");
+    let found = control
+        .call(
+            task,
+            "search_files",
+            &json!({"pattern": "PATCHED", "path": dir}),
+        )
+        .await;
+    assert_eq!(found["total_count"], 1, "{found}");
+    let count = control
+        .terminal(task, "grep -c PATCHED notes.txt", None)
+        .await;
+    assert_eq!(output(&count), "1");
+
+    let v4a = "*** Begin Patch\n*** Add File: deep/er/new.txt\n+made by v4a\n*** End Patch\n";
+    let applied = control
+        .call(task, "patch", &json!({"mode": "patch", "patch": v4a}))
+        .await;
+    assert_eq!(applied["success"], true, "{applied}");
+    let made = control.terminal(task, "cat deep/er/new.txt", None).await;
+    assert_eq!(output(&made), "made by v4a");
+
+    let missing = control
+        .call(task, "read_file", &json!({"path": "note.txt"}))
+        .await;
+    assert!(
+        missing["similar_files"].to_string().contains("notes.txt"),
+        "{missing}"
+    );
+    assert!(
+        control
+            .call(task, "read_file", &json!({"path": "/dev/zero"}))
+            .await["error"]
+            .is_string()
+    );
 }
 
 async fn release_ends_the_environment(
