@@ -338,3 +338,7 @@ fn parse_bool(text: &str) -> Option<bool> {
         _ => None,
     }
 }
+
+#[cfg(test)]
+#[path = "config_tests.rs"]
+mod tests;

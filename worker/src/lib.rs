@@ -24,6 +24,10 @@ use backends::Backends;
 use env::{EnvManager, EnvSettings};
 use tools::{OutputSink, ToolCall, ToolSettings};
 
+/// How long the pool waits after handing out a sandbox before starting its
+/// replacement (starting a container loads the engine for a few hundred ms).
+const POOL_REFILL_DELAY: Duration = Duration::from_millis(750);
+
 /// Everything a worker needs to start.
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
@@ -154,7 +158,11 @@ impl Worker {
             loop {
                 pools.envs.backends().refill_pools().await;
                 tokio::select! {
-                    () = pools.envs.backends().pools().wanted() => {}
+                    () = pools.envs.backends().pools().wanted() => {
+                        // An entry was just handed out: let its first
+                        // command run before the engine starts a container.
+                        tokio::time::sleep(POOL_REFILL_DELAY).await;
+                    }
                     () = tokio::time::sleep(Duration::from_secs(5)) => {}
                     () = pool_shutdown.cancelled() => break,
                 }

@@ -201,17 +201,9 @@ impl EnvManager {
     ) -> Result<Arc<Environment>, SandboxError> {
         let task_id = request.task_id.as_str();
         let sandbox = self.backends.create(backend, request).await?;
-        // Record the new owner at once (a pool entry carried none).
-        let record = lease_record(request, self.lease_ttl_secs());
-        let renewing = sandbox.clone();
-        tokio::spawn(async move {
-            if let Err(err) = renewing
-                .renew_lease(&record.renewed(std::time::SystemTime::now()))
-                .await
-            {
-                tracing::debug!(sandbox = %renewing.id(), "first lease renewal failed: {err}");
-            }
-        });
+        // The lease is fresh (labels at creation, the pool's last renewal);
+        // the next periodic renewal records the new owner. Renewing here
+        // would put an archive upload in front of the first command.
         let shell = PersistentShell::new(
             sandbox.clone(),
             ShellConfig {
