@@ -221,10 +221,14 @@ impl DockerProvider {
         Ok(())
     }
 
-    /// Containers carrying caduceus labels, with their lease records.
+    /// Containers carrying caduceus labels. Lease records are read only
+    /// where they can matter: not for held containers, nor for those younger
+    /// than one lease (their label alone keeps them).
     async fn candidates(
         &self,
         docker: &Docker,
+        context: &SweepContext,
+        now: SystemTime,
     ) -> Result<Vec<(SweepCandidate, Vec<String>)>, SandboxError> {
         let filters = HashMap::from([("label", vec![format!("{}=1", label::MANAGED)])]);
         let options = ListContainersOptionsBuilder::default()
@@ -250,7 +254,12 @@ impl DockerProvider {
                 .iter()
                 .map(|n| n.trim_start_matches('/').to_owned())
                 .collect();
-            let record = sandbox::read_lease(docker, &id).await;
+            let young = labels.created.saturating_add(labels.lease_seconds) >= epoch_secs(now);
+            let record = if context.live.contains(&id) || young {
+                None
+            } else {
+                sandbox::read_lease(docker, &id).await
+            };
             out.push((SweepCandidate { id, labels, record }, names));
         }
         Ok(out)
@@ -322,7 +331,8 @@ impl Provider for DockerProvider {
         let Ok(docker) = self.engine.client().await else {
             return Vec::new();
         };
-        let candidates = match self.candidates(&docker).await {
+        let now = SystemTime::now();
+        let candidates = match self.candidates(&docker, context, now).await {
             Ok(candidates) => candidates,
             Err(err) => {
                 tracing::warn!("docker sweep: cannot list containers: {err}");
@@ -330,7 +340,6 @@ impl Provider for DockerProvider {
             }
         };
         let creating = self.creating.lock().map(|c| c.clone()).unwrap_or_default();
-        let now = SystemTime::now();
         let mut removed = Vec::new();
         for (candidate, names) in candidates {
             if names.iter().any(|n| creating.contains(n)) {
