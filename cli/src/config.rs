@@ -148,7 +148,9 @@ pub fn home_dir() -> PathBuf {
     if let Some(home) = std::env::var_os("CADUCEUS_HOME").filter(|h| !h.is_empty()) {
         return PathBuf::from(home);
     }
-    let user_home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/"));
+    let user_home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/"));
     user_home.join(".caduceus")
 }
 
@@ -162,8 +164,11 @@ impl Config {
         };
         let mut config = match std::fs::read_to_string(&path) {
             Ok(text) if text.trim().is_empty() => Config::default(),
-            Ok(text) => serde_yaml::from_str(&text).with_context(|| format!("invalid configuration in {}", path.display()))?,
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound && !must_exist => Config::default(),
+            Ok(text) => serde_yaml::from_str(&text)
+                .with_context(|| format!("invalid configuration in {}", path.display()))?,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound && !must_exist => {
+                Config::default()
+            }
             Err(err) => return Err(err).with_context(|| format!("cannot read {}", path.display())),
         };
         config.apply_env();
@@ -206,7 +211,10 @@ impl Config {
             ("TERMINAL_SSH_KNOWN_HOSTS", &mut t.ssh_known_hosts),
             ("TERMINAL_SSH_CONTROL_DIR", &mut t.ssh_control_dir),
             ("TERMINAL_SINGULARITY_IMAGE", &mut t.singularity_image),
-            ("TERMINAL_SINGULARITY_EXECUTABLE", &mut t.singularity_executable),
+            (
+                "TERMINAL_SINGULARITY_EXECUTABLE",
+                &mut t.singularity_executable,
+            ),
             ("TERMINAL_SCRATCH_DIR", &mut t.scratch_dir),
         ] {
             if let Some(v) = var(name) {
@@ -226,7 +234,8 @@ impl Config {
             t.container_memory = v;
         }
         if let Some(v) = var("TERMINAL_CONTAINER_PERSISTENT") {
-            t.container_persistent = matches!(v.to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on");
+            t.container_persistent =
+                matches!(v.to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on");
         }
         if let Some(v) = var("TERMINAL_SANDBOX_LEASE_SECONDS").and_then(|v| v.parse().ok()) {
             t.sandbox_lease_seconds = v;

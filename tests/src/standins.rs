@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 
 /// Whether missing components fail instead of skipping.
 pub fn require_all() -> bool {
-    std::env::var("CADUCEUS_REQUIRE_ALL").map(|v| v == "1").unwrap_or(false)
+    std::env::var("CADUCEUS_REQUIRE_ALL")
+        .map(|v| v == "1")
+        .unwrap_or(false)
 }
 
 /// Reports a missing component: panics under `CADUCEUS_REQUIRE_ALL=1`,
@@ -21,7 +23,9 @@ pub fn missing<T>(test: &str, what: &str) -> Option<T> {
     if require_all() {
         panic!("{test}: {what} (CADUCEUS_REQUIRE_ALL=1, so this fails instead of skipping)");
     }
-    eprintln!("\n========== SKIPPED {test}: {what} (set CADUCEUS_REQUIRE_ALL=1 to fail instead) ==========\n");
+    eprintln!(
+        "\n========== SKIPPED {test}: {what} (set CADUCEUS_REQUIRE_ALL=1 to fail instead) ==========\n"
+    );
     None
 }
 
@@ -42,15 +46,24 @@ impl Sshd {
     /// when sshd or ssh-keygen is missing or we are not root.
     pub fn start(test: &str) -> Option<Sshd> {
         let sshd = Path::new("/usr/sbin/sshd");
-        if !sshd.exists() || !Path::new("/usr/bin/ssh-keygen").exists() || !Path::new("/usr/bin/ssh").exists() {
-            return missing(test, "openssh-server/openssh-client are not installed (apt-get install openssh-server)");
+        if !sshd.exists()
+            || !Path::new("/usr/bin/ssh-keygen").exists()
+            || !Path::new("/usr/bin/ssh").exists()
+        {
+            return missing(
+                test,
+                "openssh-server/openssh-client are not installed (apt-get install openssh-server)",
+            );
         }
         if !nix_is_root() {
             return missing(test, "starting sshd needs root");
         }
         let _ = std::fs::create_dir_all("/run/sshd");
         // Short: the control socket path must stay under ~108 bytes.
-        let dir = tempfile::Builder::new().prefix("cs").tempdir_in("/tmp").unwrap();
+        let dir = tempfile::Builder::new()
+            .prefix("cs")
+            .tempdir_in("/tmp")
+            .unwrap();
         let d = dir.path();
         for name in ["host_ed25519", "client_ed25519"] {
             let status = Command::new("ssh-keygen")
@@ -71,27 +84,57 @@ impl Sshd {
             d = d.display()
         );
         std::fs::write(d.join("sshd_config"), config).unwrap();
-        let out = Command::new(sshd).arg("-f").arg(d.join("sshd_config")).arg("-E").arg(d.join("sshd.log")).output().unwrap();
-        assert!(out.status.success(), "sshd failed to start: {}", String::from_utf8_lossy(&out.stderr));
+        let out = Command::new(sshd)
+            .arg("-f")
+            .arg(d.join("sshd_config"))
+            .arg("-E")
+            .arg(d.join("sshd.log"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "sshd failed to start: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let deadline = Instant::now() + Duration::from_secs(10);
         let pid = loop {
-            if let Some(pid) = std::fs::read_to_string(d.join("sshd.pid")).ok().and_then(|p| p.trim().parse::<u32>().ok())
+            if let Some(pid) = std::fs::read_to_string(d.join("sshd.pid"))
+                .ok()
+                .and_then(|p| p.trim().parse::<u32>().ok())
                 && std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
             {
                 break pid;
             }
-            assert!(Instant::now() < deadline, "sshd did not come up: {}", std::fs::read_to_string(d.join("sshd.log")).unwrap_or_default());
+            assert!(
+                Instant::now() < deadline,
+                "sshd did not come up: {}",
+                std::fs::read_to_string(d.join("sshd.log")).unwrap_or_default()
+            );
             std::thread::sleep(Duration::from_millis(50));
         };
         let control_dir = d.join("c");
         std::fs::create_dir_all(&control_dir).unwrap();
-        Some(Sshd { key: d.join("client_ed25519"), known_hosts: d.join("known_hosts"), control_dir, port, pid, dir })
+        Some(Sshd {
+            key: d.join("client_ed25519"),
+            known_hosts: d.join("known_hosts"),
+            control_dir,
+            port,
+            pid,
+            dir,
+        })
     }
 
     /// `ssh -i key -p port root@127.0.0.1 <command>` without multiplexing.
     pub fn plain_ssh(&self, command: &str) -> std::process::Output {
         Command::new("ssh")
-            .args(["-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=accept-new", "-o", "IdentitiesOnly=yes"])
+            .args([
+                "-o",
+                "BatchMode=yes",
+                "-o",
+                "StrictHostKeyChecking=accept-new",
+                "-o",
+                "IdentitiesOnly=yes",
+            ])
             .arg("-o")
             .arg(format!("UserKnownHostsFile={}", self.known_hosts.display()))
             .arg("-i")
@@ -133,7 +176,9 @@ fn sockets_under(dir: &Path) -> Vec<PathBuf> {
         return found;
     };
     for entry in entries.flatten() {
-        let Ok(kind) = entry.file_type() else { continue };
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
         if kind.is_dir() {
             found.extend(sockets_under(&entry.path()));
         } else if kind.is_socket() {
@@ -154,7 +199,11 @@ fn set_mode(path: &Path, mode: u32) {
 }
 
 fn nix_is_root() -> bool {
-    Command::new("id").arg("-u").output().map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0").unwrap_or(false)
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
 }
 
 /// The Apptainer stand-in and the root file system it serves images from.
@@ -186,10 +235,16 @@ impl FakeApptainer {
         if !rootfs.join("bin/bash").exists() {
             return missing(
                 test,
-                &format!("no Debian root file system at {} (run tests/fake-apptainer/make-rootfs.sh)", rootfs.display()),
+                &format!(
+                    "no Debian root file system at {} (run tests/fake-apptainer/make-rootfs.sh)",
+                    rootfs.display()
+                ),
             );
         }
-        let state = tempfile::Builder::new().prefix("fa").tempdir_in("/tmp").unwrap();
+        let state = tempfile::Builder::new()
+            .prefix("fa")
+            .tempdir_in("/tmp")
+            .unwrap();
         let wrapper = state.path().join("apptainer");
         std::fs::write(
             &wrapper,
@@ -202,7 +257,11 @@ impl FakeApptainer {
         )
         .unwrap();
         set_mode(&wrapper, 0o755);
-        Some(FakeApptainer { exe: wrapper, rootfs, state })
+        Some(FakeApptainer {
+            exe: wrapper,
+            rootfs,
+            state,
+        })
     }
 
     /// `apptainer instance list --json` names.
@@ -212,7 +271,12 @@ impl FakeApptainer {
             .output()
             .unwrap();
         let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        doc["instances"].as_array().unwrap().iter().map(|i| i["instance"].as_str().unwrap().to_owned()).collect()
+        doc["instances"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["instance"].as_str().unwrap().to_owned())
+            .collect()
     }
 }
 

@@ -65,7 +65,10 @@ impl Provider for LocalProvider {
     }
 
     async fn create(&self, request: &CreateRequest) -> Result<Arc<dyn Sandbox>, SandboxError> {
-        Ok(Arc::new(local::LocalSandbox::new(format!("local:{}", request.task_id), self.cwd.clone())))
+        Ok(Arc::new(local::LocalSandbox::new(
+            format!("local:{}", request.task_id),
+            self.cwd.clone(),
+        )))
     }
 }
 
@@ -86,7 +89,9 @@ pub struct Backends {
 
 impl std::fmt::Debug for Backends {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Backends").field("available", &self.available()).finish()
+        f.debug_struct("Backends")
+            .field("available", &self.available())
+            .finish()
     }
 }
 
@@ -98,24 +103,41 @@ impl Backends {
     }
 
     /// [`new`](Self::new) with the settings of the SSH and Singularity backends.
-    pub fn with_options(requested: &[String], local_cwd: String, options: &BackendOptions) -> (Self, Vec<String>) {
+    pub fn with_options(
+        requested: &[String],
+        local_cwd: String,
+        options: &BackendOptions,
+    ) -> (Self, Vec<String>) {
         let mut providers: Vec<Arc<dyn Provider>> = Vec::new();
         let mut refused = Vec::new();
         for backend in requested {
             match backend.as_str() {
-                "local" => providers.push(Arc::new(LocalProvider { cwd: local_cwd.clone() })),
+                "local" => providers.push(Arc::new(LocalProvider {
+                    cwd: local_cwd.clone(),
+                })),
                 "ssh" => match &options.ssh {
-                    Some(settings) if !settings.host.is_empty() => providers.push(Arc::new(ssh::SshProvider::new(settings.clone()))),
-                    _ => refused.push("backend 'ssh' needs a host: set terminal.ssh_host (TERMINAL_SSH_HOST)".to_owned()),
+                    Some(settings) if !settings.host.is_empty() => {
+                        providers.push(Arc::new(ssh::SshProvider::new(settings.clone())))
+                    }
+                    _ => refused.push(
+                        "backend 'ssh' needs a host: set terminal.ssh_host (TERMINAL_SSH_HOST)"
+                            .to_owned(),
+                    ),
                 },
-                "singularity" | "apptainer" => {
-                    providers.push(Arc::new(singularity::SingularityProvider::new(options.singularity.clone())))
-                }
+                "singularity" | "apptainer" => providers.push(Arc::new(
+                    singularity::SingularityProvider::new(options.singularity.clone()),
+                )),
                 other => refused.push(format!("backend '{other}' is not supported by this worker")),
             }
         }
         let available = providers.iter().map(|p| p.name().to_owned()).collect();
-        (Backends { providers, available: std::sync::RwLock::new(available) }, refused)
+        (
+            Backends {
+                providers,
+                available: std::sync::RwLock::new(available),
+            },
+            refused,
+        )
     }
 
     /// Backends available at the last [`refresh`](Self::refresh).
@@ -145,9 +167,15 @@ impl Backends {
     }
 
     /// Creates a sandbox for a task on `backend`.
-    pub async fn create(&self, backend: &str, request: &CreateRequest) -> Result<Arc<dyn Sandbox>, SandboxError> {
+    pub async fn create(
+        &self,
+        backend: &str,
+        request: &CreateRequest,
+    ) -> Result<Arc<dyn Sandbox>, SandboxError> {
         match self.provider(backend) {
-            Some(provider) if self.available().iter().any(|b| b == backend) => provider.create(request).await,
+            Some(provider) if self.available().iter().any(|b| b == backend) => {
+                provider.create(request).await
+            }
             _ => Err(SandboxError::Unavailable(backend.to_owned())),
         }
     }

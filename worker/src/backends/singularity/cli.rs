@@ -72,7 +72,10 @@ pub struct StartSpec {
 
 impl StartSpec {
     pub fn args(&self) -> Vec<String> {
-        let mut args: Vec<String> = ["instance", "start", "--containall", "--no-home"].iter().map(|s| (*s).to_owned()).collect();
+        let mut args: Vec<String> = ["instance", "start", "--containall", "--no-home"]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
         match &self.overlay {
             Some(dir) => {
                 args.push("--overlay".to_owned());
@@ -107,17 +110,30 @@ pub struct CliOutput {
 impl Cli {
     /// `--version`'s first line, e.g. "apptainer version 1.3.4".
     pub async fn version(&self) -> Result<String, CliError> {
-        let out = self.run(&["--version"], &[], Duration::from_secs(10)).await?;
+        let out = self
+            .run(&["--version"], &[], Duration::from_secs(10))
+            .await?;
         Ok(out.stdout.lines().next().unwrap_or("").trim().to_owned())
     }
 
     /// `build <sif> <source>` with the cache directories set.
-    pub async fn build(&self, sif: &Path, source: &str, cache_dir: &Path, timeout: Duration) -> Result<(), CliError> {
+    pub async fn build(
+        &self,
+        sif: &Path,
+        source: &str,
+        cache_dir: &Path,
+        timeout: Duration,
+    ) -> Result<(), CliError> {
         let tmp = cache_dir.join("tmp");
         let _ = std::fs::create_dir_all(&tmp);
         let sif = sif.display().to_string();
-        let env = [("APPTAINER_CACHEDIR", cache_dir.display().to_string()), ("APPTAINER_TMPDIR", tmp.display().to_string())];
-        self.run(&["build", &sif, source], &env, timeout).await.map(|_| ())
+        let env = [
+            ("APPTAINER_CACHEDIR", cache_dir.display().to_string()),
+            ("APPTAINER_TMPDIR", tmp.display().to_string()),
+        ];
+        self.run(&["build", &sif, source], &env, timeout)
+            .await
+            .map(|_| ())
     }
 
     pub async fn start(&self, spec: &StartSpec, timeout: Duration) -> Result<(), CliError> {
@@ -128,15 +144,30 @@ impl Cli {
 
     /// Instances whose name matches `pattern` (a glob, as the CLI takes it).
     pub async fn list(&self, pattern: &str) -> Result<Vec<InstanceInfo>, CliError> {
-        let out = self.run(&["instance", "list", "--json", pattern], &[], Duration::from_secs(30)).await?;
-        parse_instance_list(&out.stdout)
-            .map_err(|reason| CliError::Unreadable { command: format!("{} instance list --json", self.exe.display()), reason })
+        let out = self
+            .run(
+                &["instance", "list", "--json", pattern],
+                &[],
+                Duration::from_secs(30),
+            )
+            .await?;
+        parse_instance_list(&out.stdout).map_err(|reason| CliError::Unreadable {
+            command: format!("{} instance list --json", self.exe.display()),
+            reason,
+        })
     }
 
     /// `instance stop --timeout <secs> <name>`; an instance that is already
     /// gone counts as stopped.
     pub async fn stop(&self, name: &str) -> Result<(), CliError> {
-        match self.run(&["instance", "stop", "--timeout", "5", name], &[], Duration::from_secs(60)).await {
+        match self
+            .run(
+                &["instance", "stop", "--timeout", "5", name],
+                &[],
+                Duration::from_secs(60),
+            )
+            .await
+        {
             Ok(_) => Ok(()),
             Err(CliError::Failed { stderr, .. }) if stderr.contains("no instance found") => Ok(()),
             Err(err) => Err(err),
@@ -146,18 +177,33 @@ impl Cli {
     /// The `exec instance://<name> <program> <args…>` command, not started.
     pub fn exec_command(&self, name: &str, program: &str, args: &[String]) -> Command {
         let mut command = Command::new(&self.exe);
-        command.arg("exec").arg("--cleanenv").arg(format!("instance://{name}")).arg(program).args(args);
+        command
+            .arg("exec")
+            .arg("--cleanenv")
+            .arg(format!("instance://{name}"))
+            .arg(program)
+            .args(args);
         command
     }
 
     /// Runs `exec instance://<name> bash -c <script>` and collects its output.
-    pub async fn exec_script(&self, name: &str, script: &str, timeout: Duration) -> Result<CliOutput, CliError> {
+    pub async fn exec_script(
+        &self,
+        name: &str,
+        script: &str,
+        timeout: Duration,
+    ) -> Result<CliOutput, CliError> {
         let mut command = self.exec_command(name, "bash", &["-c".to_owned(), script.to_owned()]);
         let describe = format!("{} exec instance://{name} bash -c …", self.exe.display());
         collect(&mut command, describe, &self.exe, timeout, false).await
     }
 
-    async fn run(&self, args: &[&str], env: &[(&str, String)], timeout: Duration) -> Result<CliOutput, CliError> {
+    async fn run(
+        &self,
+        args: &[&str],
+        env: &[(&str, String)],
+        timeout: Duration,
+    ) -> Result<CliOutput, CliError> {
         let mut command = Command::new(&self.exe);
         command.args(args);
         for (key, value) in env {
@@ -175,12 +221,29 @@ async fn collect(
     timeout: Duration,
     fail_on_status: bool,
 ) -> Result<CliOutput, CliError> {
-    command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
-    let child = command.spawn().map_err(|e| CliError::Run { exe: exe.display().to_string(), reason: e.to_string() })?;
+    command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let child = command.spawn().map_err(|e| CliError::Run {
+        exe: exe.display().to_string(),
+        reason: e.to_string(),
+    })?;
     let output = match tokio::time::timeout(timeout, child.wait_with_output()).await {
         Ok(Ok(output)) => output,
-        Ok(Err(e)) => return Err(CliError::Run { exe: exe.display().to_string(), reason: e.to_string() }),
-        Err(_) => return Err(CliError::Timeout { command: describe, secs: timeout.as_secs() }),
+        Ok(Err(e)) => {
+            return Err(CliError::Run {
+                exe: exe.display().to_string(),
+                reason: e.to_string(),
+            });
+        }
+        Err(_) => {
+            return Err(CliError::Timeout {
+                command: describe,
+                secs: timeout.as_secs(),
+            });
+        }
     };
     let out = CliOutput {
         stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
@@ -188,8 +251,15 @@ async fn collect(
         status: output.status.code(),
     };
     if fail_on_status && !output.status.success() {
-        let stderr = if out.stderr.is_empty() { format!("exit status {:?}", out.status) } else { out.stderr };
-        return Err(CliError::Failed { command: describe, stderr });
+        let stderr = if out.stderr.is_empty() {
+            format!("exit status {:?}", out.status)
+        } else {
+            out.stderr
+        };
+        return Err(CliError::Failed {
+            command: describe,
+            stderr,
+        });
     }
     Ok(out)
 }
@@ -210,13 +280,18 @@ pub fn find_executable() -> Option<PathBuf> {
 
 pub fn is_executable(path: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(path).map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0).unwrap_or(false)
+    std::fs::metadata(path)
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
 }
 
 /// Where a `docker://` image's SIF is cached (hermes' naming:
 /// `docker://org/img:tag` → `org-img-tag.sif`).
 pub fn sif_path_for(image: &str, cache_dir: &Path) -> Option<PathBuf> {
     let rest = image.strip_prefix("docker://")?;
-    let name: String = rest.chars().map(|c| if c == '/' || c == ':' { '-' } else { c }).collect();
+    let name: String = rest
+        .chars()
+        .map(|c| if c == '/' || c == ':' { '-' } else { c })
+        .collect();
     Some(cache_dir.join(format!("{name}.sif")))
 }

@@ -65,7 +65,9 @@ pub struct SingularitySettings {
 
 impl Default for SingularitySettings {
     fn default() -> Self {
-        let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/tmp"));
+        let home = std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("/tmp"));
         SingularitySettings {
             executable: None,
             image: "docker://nikolaik/python-nodejs:python3.11-nodejs20".to_owned(),
@@ -107,7 +109,10 @@ pub struct LeaseFiles {
 }
 
 fn now_secs() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
 }
 
 impl LeaseFiles {
@@ -115,7 +120,10 @@ impl LeaseFiles {
         std::fs::create_dir_all(&self.dir)?;
         let path = self.dir.join(name);
         let tmp = self.dir.join(format!(".{name}.new"));
-        std::fs::write(&tmp, format!("expires={} {rest}\n", now_secs() + self.lease.as_secs()))?;
+        std::fs::write(
+            &tmp,
+            format!("expires={} {rest}\n", now_secs() + self.lease.as_secs()),
+        )?;
         std::fs::rename(tmp, path)
     }
 
@@ -138,12 +146,18 @@ impl LeaseFiles {
     }
 
     fn names(&self) -> HashSet<String> {
-        self.live.lock().map(|live| live.keys().cloned().collect()).unwrap_or_default()
+        self.live
+            .lock()
+            .map(|live| live.keys().cloned().collect())
+            .unwrap_or_default()
     }
 
     fn renew_all(&self) {
-        let entries: Vec<(String, String)> =
-            self.live.lock().map(|live| live.iter().map(|(k, v)| (k.clone(), v.clone())).collect()).unwrap_or_default();
+        let entries: Vec<(String, String)> = self
+            .live
+            .lock()
+            .map(|live| live.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+            .unwrap_or_default();
         for (name, rest) in entries {
             if let Err(err) = self.write(&name, &rest) {
                 tracing::warn!(instance = %name, "renewing the lease failed: {err}");
@@ -154,7 +168,9 @@ impl LeaseFiles {
     /// Expiry recorded for `name`, if its lease file is readable.
     fn expiry(&self, name: &str) -> Option<u64> {
         let text = std::fs::read_to_string(self.dir.join(name)).ok()?;
-        text.split_whitespace().find_map(|kv| kv.strip_prefix("expires=")).and_then(|v| v.parse().ok())
+        text.split_whitespace()
+            .find_map(|kv| kv.strip_prefix("expires="))
+            .and_then(|v| v.parse().ok())
     }
 }
 
@@ -170,7 +186,11 @@ pub struct SingularityProvider {
 
 impl SingularityProvider {
     pub fn new(settings: SingularitySettings) -> Self {
-        let leases = Arc::new(LeaseFiles { dir: settings.leases_dir(), lease: settings.lease, live: Default::default() });
+        let leases = Arc::new(LeaseFiles {
+            dir: settings.leases_dir(),
+            lease: settings.lease,
+            live: Default::default(),
+        });
         SingularityProvider {
             settings,
             leases,
@@ -225,11 +245,17 @@ impl SingularityProvider {
             return sif.display().to_string();
         }
         if let Err(err) = std::fs::create_dir_all(&cache) {
-            tracing::warn!("cannot create the SIF cache {}: {err}; using {image} directly", cache.display());
+            tracing::warn!(
+                "cannot create the SIF cache {}: {err}; using {image} directly",
+                cache.display()
+            );
             return image.to_owned();
         }
         tracing::info!(%image, sif = %sif.display(), "building SIF image (one-time)");
-        match cli.build(&sif, image, &cache, self.settings.build_timeout).await {
+        match cli
+            .build(&sif, image, &cache, self.settings.build_timeout)
+            .await
+        {
             Ok(()) => sif.display().to_string(),
             Err(err) => {
                 let _ = std::fs::remove_file(&sif);
@@ -262,14 +288,25 @@ async fn renew_loop(leases: Weak<LeaseFiles>, every: Duration) {
 
 /// Lowercase alphanumerics of `text`, at most `max` of them.
 fn name_part(text: &str, max: usize) -> String {
-    text.chars().filter(|c| c.is_ascii_alphanumeric()).map(|c| c.to_ascii_lowercase()).take(max).collect()
+    text.chars()
+        .filter(|c| c.is_ascii_alphanumeric())
+        .map(|c| c.to_ascii_lowercase())
+        .take(max)
+        .collect()
 }
 
 /// `caduceus_<worker12>_<env12>`.
 pub fn instance_name(worker_instance: &str) -> String {
     let worker = name_part(worker_instance, 12);
-    let worker = if worker.is_empty() { "none".to_owned() } else { worker };
-    format!("{NAME_PREFIX}{worker}_{}", &uuid::Uuid::new_v4().simple().to_string()[..12])
+    let worker = if worker.is_empty() {
+        "none".to_owned()
+    } else {
+        worker
+    };
+    format!(
+        "{NAME_PREFIX}{worker}_{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..12]
+    )
 }
 
 /// The worker part of an instance name.
@@ -279,13 +316,28 @@ pub fn worker_part(name: &str) -> Option<&str> {
 
 /// Per-task settings sent by the coordinator override the worker's.
 fn setting<'a>(settings: &'a Value, keys: &[&str]) -> Option<&'a Value> {
-    keys.iter().find_map(|k| settings.get(*k)).filter(|v| !v.is_null())
+    keys.iter()
+        .find_map(|k| settings.get(*k))
+        .filter(|v| !v.is_null())
 }
 
 fn lease_word(value: &str) -> String {
-    let cleaned: String =
-        value.chars().map(|c| if c.is_ascii_alphanumeric() || "-_.:@".contains(c) { c } else { '_' }).take(80).collect();
-    if cleaned.is_empty() { "-".to_owned() } else { cleaned }
+    let cleaned: String = value
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-_.:@".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(80)
+        .collect();
+    if cleaned.is_empty() {
+        "-".to_owned()
+    } else {
+        cleaned
+    }
 }
 
 #[async_trait]
@@ -316,19 +368,44 @@ impl Provider for SingularityProvider {
         let cli = self.cli().ok_or_else(|| self.unavailable())?;
         let s = &self.settings;
         let wanted = request.settings.clone();
-        let image = setting(&wanted, &["singularity_image", "image"]).and_then(Value::as_str).unwrap_or(&s.image).to_owned();
-        let cpus = setting(&wanted, &["container_cpu", "cpu"]).and_then(Value::as_f64).unwrap_or(s.cpus);
-        let memory_mb = setting(&wanted, &["container_memory", "memory"]).and_then(Value::as_u64).unwrap_or(s.memory_mb);
-        let persistent = setting(&wanted, &["container_persistent", "persistent"]).and_then(Value::as_bool).unwrap_or(s.persistent);
+        let image = setting(&wanted, &["singularity_image", "image"])
+            .and_then(Value::as_str)
+            .unwrap_or(&s.image)
+            .to_owned();
+        let cpus = setting(&wanted, &["container_cpu", "cpu"])
+            .and_then(Value::as_f64)
+            .unwrap_or(s.cpus);
+        let memory_mb = setting(&wanted, &["container_memory", "memory"])
+            .and_then(Value::as_u64)
+            .unwrap_or(s.memory_mb);
+        let persistent = setting(&wanted, &["container_persistent", "persistent"])
+            .and_then(Value::as_bool)
+            .unwrap_or(s.persistent);
 
         let image = self.resolve_image(&cli, &image).await;
         let name = instance_name(&request.worker_instance);
         let overlay = if persistent {
-            let slug: String =
-                request.task_id.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect();
-            let dir = s.scratch_dir.join("overlays").join(format!("overlay-{slug}"));
-            std::fs::create_dir_all(&dir)
-                .map_err(|e| SandboxError::Other(format!("cannot create the overlay directory {}: {e}", dir.display())))?;
+            let slug: String = request
+                .task_id
+                .chars()
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                        c
+                    } else {
+                        '_'
+                    }
+                })
+                .collect();
+            let dir = s
+                .scratch_dir
+                .join("overlays")
+                .join(format!("overlay-{slug}"));
+            std::fs::create_dir_all(&dir).map_err(|e| {
+                SandboxError::Other(format!(
+                    "cannot create the overlay directory {}: {e}",
+                    dir.display()
+                ))
+            })?;
             Some(dir)
         } else {
             None
@@ -341,16 +418,28 @@ impl Provider for SingularityProvider {
             lease_word(&request.owner),
             lease_word(&request.task_id)
         );
-        self.leases
-            .insert(&name, rest)
-            .map_err(|e| SandboxError::Other(format!("cannot write the lease in {}: {e}", self.leases.dir.display())))?;
-        let spec = cli::StartSpec { image: image.clone(), name: name.clone(), overlay, binds: s.binds.clone(), memory_mb, cpus };
+        self.leases.insert(&name, rest).map_err(|e| {
+            SandboxError::Other(format!(
+                "cannot write the lease in {}: {e}",
+                self.leases.dir.display()
+            ))
+        })?;
+        let spec = cli::StartSpec {
+            image: image.clone(),
+            name: name.clone(),
+            overlay,
+            binds: s.binds.clone(),
+            memory_mb,
+            cpus,
+        };
         if let Err(err) = cli.start(&spec, s.start_timeout).await {
             self.leases.forget(&name);
             self.leases.remove_file(&name);
             // A start that timed out may have left the instance half up.
             let _ = cli.stop(&name).await;
-            return Err(SandboxError::Other(format!("cannot start a Singularity instance of {image}: {err}")));
+            return Err(SandboxError::Other(format!(
+                "cannot start a Singularity instance of {image}: {err}"
+            )));
         }
         self.ensure_renewer();
 
@@ -361,7 +450,14 @@ impl Provider for SingularityProvider {
             Ok(out) if out.status == Some(0) => {
                 let mut lines = out.stdout.lines();
                 let home = lines.next().unwrap_or("").trim().to_owned();
-                (if home.is_empty() { "/root".to_owned() } else { home }, lines.any(|l| l.trim() == "writable"))
+                (
+                    if home.is_empty() {
+                        "/root".to_owned()
+                    } else {
+                        home
+                    },
+                    lines.any(|l| l.trim() == "writable"),
+                )
             }
             Ok(out) => {
                 let _ = self.stop_and_forget(&cli, &name).await;
@@ -372,10 +468,16 @@ impl Provider for SingularityProvider {
             }
             Err(err) => {
                 let _ = self.stop_and_forget(&cli, &name).await;
-                return Err(SandboxError::Other(format!("the instance of {image} does not answer: {err}")));
+                return Err(SandboxError::Other(format!(
+                    "the instance of {image} does not answer: {err}"
+                )));
             }
         };
-        let cwd = if writable { home.clone() } else { "/tmp".to_owned() };
+        let cwd = if writable {
+            home.clone()
+        } else {
+            "/tmp".to_owned()
+        };
         tracing::info!(instance = %name, %image, task = %request.task_id, "Singularity instance started");
         Ok(Arc::new(SingularitySandbox {
             cli,
@@ -405,11 +507,15 @@ impl Provider for SingularityProvider {
         for instance in instances {
             let name = instance.instance;
             let id = format!("singularity:{name}");
-            if !name.starts_with(NAME_PREFIX) || keep.contains(&name) || context.live.contains(&id) {
+            if !name.starts_with(NAME_PREFIX) || keep.contains(&name) || context.live.contains(&id)
+            {
                 continue;
             }
             let orphaned = worker_part(&name) == Some(mine.as_str());
-            let expired = self.leases.expiry(&name).is_none_or(|expires| expires < now);
+            let expired = self
+                .leases
+                .expiry(&name)
+                .is_none_or(|expires| expires < now);
             if !(orphaned || expired) {
                 continue;
             }
@@ -447,7 +553,11 @@ impl SingularityProvider {
             if !name.starts_with(NAME_PREFIX) || keep.contains(&name) {
                 continue;
             }
-            if self.leases.expiry(&name).is_none_or(|expires| expires < now) {
+            if self
+                .leases
+                .expiry(&name)
+                .is_none_or(|expires| expires < now)
+            {
                 let _ = std::fs::remove_file(entry.path());
             }
         }

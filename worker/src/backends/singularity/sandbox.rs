@@ -13,7 +13,9 @@ use tokio::process::Child;
 use super::LeaseFiles;
 use super::cli::Cli;
 use crate::backends::ssh::portable_env;
-use crate::sandbox::{ProcessHandle, SIGNAL_TREE_SCRIPT, Sandbox, SandboxError, SpawnSpec, SpawnedProcess, StopSignal};
+use crate::sandbox::{
+    ProcessHandle, SIGNAL_TREE_SCRIPT, Sandbox, SandboxError, SpawnSpec, SpawnedProcess, StopSignal,
+};
 use crate::shell::shell_quote;
 
 const START_TIMEOUT: Duration = Duration::from_secs(60);
@@ -30,7 +32,9 @@ pub struct SingularitySandbox {
 
 impl std::fmt::Debug for SingularitySandbox {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SingularitySandbox").field("instance", &self.name).finish()
+        f.debug_struct("SingularitySandbox")
+            .field("instance", &self.name)
+            .finish()
     }
 }
 
@@ -55,7 +59,10 @@ fn spawn_script(cwd: &str, env: &[(String, String)], program: &str, args: &[Stri
         exec.push(' ');
         exec.push_str(&shell_quote(arg));
     }
-    format!("printf '\\036PID %s\\036\\n' \"$$\"\ncd -- {} 2>/dev/null || cd\n{exec} 2>&1\n", shell_quote(cwd))
+    format!(
+        "printf '\\036PID %s\\036\\n' \"$$\"\ncd -- {} 2>/dev/null || cd\n{exec} 2>&1\n",
+        shell_quote(cwd)
+    )
 }
 
 #[async_trait]
@@ -69,16 +76,33 @@ impl Sandbox for SingularitySandbox {
     }
 
     async fn spawn(&self, spec: SpawnSpec) -> Result<SpawnedProcess, SandboxError> {
-        let fail = |reason: String| SandboxError::Spawn { program: spec.program.clone(), reason };
+        let fail = |reason: String| SandboxError::Spawn {
+            program: spec.program.clone(),
+            reason,
+        };
         let cwd = spec.cwd.clone().unwrap_or_else(|| self.cwd.clone());
         let mut env = portable_env(&spec.env);
         env.push(("HOME".to_owned(), self.home.clone()));
         let script = spawn_script(&cwd, &env, &spec.program, &spec.args);
-        let mut command = self.cli.exec_command(&self.name, "bash", &["-c".to_owned(), script]);
-        command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
-        let mut child = command.spawn().map_err(|e| fail(format!("cannot run {}: {e}", self.cli.exe.display())))?;
-        let stdin = child.stdin.take().ok_or_else(|| fail("no stdin pipe".to_owned()))?;
-        let mut stdout = child.stdout.take().ok_or_else(|| fail("no stdout pipe".to_owned()))?;
+        let mut command = self
+            .cli
+            .exec_command(&self.name, "bash", &["-c".to_owned(), script]);
+        command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = command
+            .spawn()
+            .map_err(|e| fail(format!("cannot run {}: {e}", self.cli.exe.display())))?;
+        let stdin = child
+            .stdin
+            .take()
+            .ok_or_else(|| fail("no stdin pipe".to_owned()))?;
+        let mut stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| fail("no stdout pipe".to_owned()))?;
         let mut stderr = child.stderr.take();
 
         let mut head = Vec::new();
@@ -90,7 +114,10 @@ impl Sandbox for SingularitySandbox {
                 }
                 let n = stdout.read(&mut buf).await?;
                 if n == 0 {
-                    return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "no pid"));
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        "no pid",
+                    ));
                 }
                 head.extend_from_slice(&buf[..n]);
             }
@@ -101,14 +128,23 @@ impl Sandbox for SingularitySandbox {
             _ => {
                 let mut text = Vec::new();
                 if let Some(stderr) = stderr.as_mut() {
-                    let _ = tokio::time::timeout(Duration::from_secs(2), stderr.read_to_end(&mut text)).await;
+                    let _ =
+                        tokio::time::timeout(Duration::from_secs(2), stderr.read_to_end(&mut text))
+                            .await;
                 }
                 let _ = child.kill().await;
                 let text = String::from_utf8_lossy(&text).trim().to_owned();
                 if text.contains("no instance found") {
-                    return Err(SandboxError::Gone(format!("instance {} is gone: {text}", self.name)));
+                    return Err(SandboxError::Gone(format!(
+                        "instance {} is gone: {text}",
+                        self.name
+                    )));
                 }
-                return Err(fail(format!("in instance {}: {}", self.name, if text.is_empty() { "no output" } else { &text })));
+                return Err(fail(format!(
+                    "in instance {}: {}",
+                    self.name,
+                    if text.is_empty() { "no output" } else { &text }
+                )));
             }
         };
         if let Some(mut stderr) = stderr {
@@ -127,11 +163,21 @@ impl Sandbox for SingularitySandbox {
             stdin: Box::pin(stdin),
             output: Box::pin(Cursor::new(rest).chain(stdout)),
             pid: Some(pid),
-            handle: Box::new(InstanceProcess { child, cli: self.cli.clone(), name: self.name.clone(), pid }),
+            handle: Box::new(InstanceProcess {
+                child,
+                cli: self.cli.clone(),
+                name: self.name.clone(),
+                pid,
+            }),
         })
     }
 
-    async fn signal_tree(&self, pid: u32, signal: StopSignal, include_root: bool) -> Result<(), SandboxError> {
+    async fn signal_tree(
+        &self,
+        pid: u32,
+        signal: StopSignal,
+        include_root: bool,
+    ) -> Result<(), SandboxError> {
         signal_in_instance(&self.cli, &self.name, pid, signal, include_root).await
     }
 
@@ -154,7 +200,11 @@ impl Sandbox for SingularitySandbox {
 
     async fn destroy(&self) -> Result<(), SandboxError> {
         self.leases.forget(&self.name);
-        let result = self.cli.stop(&self.name).await.map_err(|e| SandboxError::Other(e.to_string()));
+        let result = self
+            .cli
+            .stop(&self.name)
+            .await
+            .map_err(|e| SandboxError::Other(e.to_string()));
         if result.is_ok() {
             self.leases.remove_file(&self.name);
         }
@@ -162,13 +212,29 @@ impl Sandbox for SingularitySandbox {
     }
 }
 
-async fn signal_in_instance(cli: &Cli, name: &str, pid: u32, signal: StopSignal, include_root: bool) -> Result<(), SandboxError> {
-    let script = format!("set -- {pid} {} {}\n{SIGNAL_TREE_SCRIPT}", signal.number(), if include_root { 1 } else { 0 });
-    let out = cli.exec_script(name, &script, SCRIPT_TIMEOUT).await.map_err(|e| SandboxError::Other(e.to_string()))?;
+async fn signal_in_instance(
+    cli: &Cli,
+    name: &str,
+    pid: u32,
+    signal: StopSignal,
+    include_root: bool,
+) -> Result<(), SandboxError> {
+    let script = format!(
+        "set -- {pid} {} {}\n{SIGNAL_TREE_SCRIPT}",
+        signal.number(),
+        if include_root { 1 } else { 0 }
+    );
+    let out = cli
+        .exec_script(name, &script, SCRIPT_TIMEOUT)
+        .await
+        .map_err(|e| SandboxError::Other(e.to_string()))?;
     if out.status == Some(0) {
         Ok(())
     } else {
-        Err(SandboxError::Other(format!("signalling process {pid} in instance {name} failed: {}", out.stderr)))
+        Err(SandboxError::Other(format!(
+            "signalling process {pid} in instance {name} failed: {}",
+            out.stderr
+        )))
     }
 }
 

@@ -55,13 +55,19 @@ pub struct SshHost {
 
 impl std::fmt::Debug for SshHost {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SshHost").field("target", &self.target()).finish()
+        f.debug_struct("SshHost")
+            .field("target", &self.target())
+            .finish()
     }
 }
 
 impl SshHost {
     pub fn new(settings: SshSettings) -> Self {
-        SshHost { settings, session: Mutex::new(None), probe: std::sync::Mutex::new(None) }
+        SshHost {
+            settings,
+            session: Mutex::new(None),
+            probe: std::sync::Mutex::new(None),
+        }
     }
 
     pub fn settings(&self) -> &SshSettings {
@@ -107,8 +113,12 @@ impl SshHost {
 
     async fn connect(&self) -> Result<Session, SshError> {
         let s = &self.settings;
-        std::fs::create_dir_all(&s.control_dir)
-            .map_err(|e| self.connect_error(format!("cannot create the control directory {}: {e}", s.control_dir.display())))?;
+        std::fs::create_dir_all(&s.control_dir).map_err(|e| {
+            self.connect_error(format!(
+                "cannot create the control directory {}: {e}",
+                s.control_dir.display()
+            ))
+        })?;
         restrict_permissions(&s.control_dir);
         let mut builder = SessionBuilder::default();
         builder
@@ -145,11 +155,17 @@ impl SshHost {
     }
 
     fn connect_error(&self, reason: String) -> SshError {
-        SshError::Connect { target: self.target(), reason }
+        SshError::Connect {
+            target: self.target(),
+            reason,
+        }
     }
 
     fn command_error(&self, reason: String) -> SshError {
-        SshError::Command { target: self.target(), reason }
+        SshError::Command {
+            target: self.target(),
+            reason,
+        }
     }
 
     /// Can the host be reached? Cached for `probe_ttl`; a live master
@@ -178,7 +194,11 @@ impl SshHost {
     /// Starts `command_line` (interpreted by the remote login shell) with
     /// piped stdio on the current master. Callers that must not land on a
     /// dead master use [`checked_session`](Self::checked_session) first.
-    pub async fn spawn(&self, session: Arc<Session>, command_line: &str) -> Result<openssh::Child<Arc<Session>>, SshError> {
+    pub async fn spawn(
+        &self,
+        session: Arc<Session>,
+        command_line: &str,
+    ) -> Result<openssh::Child<Arc<Session>>, SshError> {
         Session::to_raw_command(session, command_line)
             .stdin(openssh::Stdio::piped())
             .stdout(openssh::Stdio::piped())
@@ -191,10 +211,17 @@ impl SshHost {
     /// Runs `bash -c script` with `stdin` as its input and collects its
     /// output. When the master turns out to be dead (the command could not
     /// even start), reconnects and tries once more.
-    pub async fn run(&self, script: &str, stdin: &[u8], timeout: Duration) -> Result<RemoteOutput, SshError> {
+    pub async fn run(
+        &self,
+        script: &str,
+        stdin: &[u8],
+        timeout: Duration,
+    ) -> Result<RemoteOutput, SshError> {
         let command_line = format!("exec bash -c {}", crate::shell::shell_quote(script));
         let session = self.session().await?;
-        let first = self.run_once(session.clone(), &command_line, stdin, timeout).await;
+        let first = self
+            .run_once(session.clone(), &command_line, stdin, timeout)
+            .await;
         match first {
             // 255 is ssh's own failure (or a remote exit 255): ask the master.
             Ok(out) if out.status == Some(255) || out.status.is_none() => {
@@ -254,9 +281,16 @@ impl SshHost {
                     Err(openssh::Error::Disconnected) => Some(255),
                     Err(err) => return Err(self.command_error(describe(&err))),
                 };
-                Ok(RemoteOutput { status, stdout, stderr })
+                Ok(RemoteOutput {
+                    status,
+                    stdout,
+                    stderr,
+                })
             }
-            Err(_) => Err(SshError::Timeout { target: self.target(), secs: timeout.as_secs() }),
+            Err(_) => Err(SshError::Timeout {
+                target: self.target(),
+                secs: timeout.as_secs(),
+            }),
         }
     }
 
@@ -315,5 +349,7 @@ pub fn ssh_client_present() -> bool {
 
 fn is_executable(path: &std::path::Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(path).map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0).unwrap_or(false)
+    std::fs::metadata(path)
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
 }

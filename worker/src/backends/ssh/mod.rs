@@ -106,7 +106,10 @@ impl LeaseBook {
     }
 
     fn snapshot(&self) -> Vec<(String, LeaseOwner)> {
-        self.envs.lock().map(|envs| envs.iter().map(|(k, v)| (k.clone(), v.clone())).collect()).unwrap_or_default()
+        self.envs
+            .lock()
+            .map(|envs| envs.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+            .unwrap_or_default()
     }
 }
 
@@ -181,7 +184,9 @@ impl Provider for SshProvider {
     /// The `ssh` client is installed, a host is set, and the host answers
     /// (probe cached for `probe_ttl`).
     async fn available(&self) -> bool {
-        !self.host.settings().host.is_empty() && host::ssh_client_present() && self.host.reachable().await
+        !self.host.settings().host.is_empty()
+            && host::ssh_client_present()
+            && self.host.reachable().await
     }
 
     async fn create(&self, request: &CreateRequest) -> Result<Arc<dyn Sandbox>, SandboxError> {
@@ -213,10 +218,30 @@ impl Provider for SshProvider {
             }
         };
         self.ensure_renewer();
-        let home = out.stdout_text().lines().last().unwrap_or("").trim().to_owned();
-        let home = if home.is_empty() { "/".to_owned() } else { home };
-        let cwd = settings.cwd.clone().filter(|c| !c.is_empty()).unwrap_or_else(|| home.clone());
-        let cwd = if cwd == "~" { home.clone() } else { cwd.strip_prefix("~/").map(|rest| format!("{home}/{rest}")).unwrap_or(cwd) };
+        let home = out
+            .stdout_text()
+            .lines()
+            .last()
+            .unwrap_or("")
+            .trim()
+            .to_owned();
+        let home = if home.is_empty() {
+            "/".to_owned()
+        } else {
+            home
+        };
+        let cwd = settings
+            .cwd
+            .clone()
+            .filter(|c| !c.is_empty())
+            .unwrap_or_else(|| home.clone());
+        let cwd = if cwd == "~" {
+            home.clone()
+        } else {
+            cwd.strip_prefix("~/")
+                .map(|rest| format!("{home}/{rest}"))
+                .unwrap_or(cwd)
+        };
         tracing::info!(target = %self.host.target(), env = %env_id, task = %request.task_id, "SSH environment created");
         Ok(Arc::new(SshSandbox {
             id: format!("ssh:{}/{env_id}", self.host.target()),
@@ -233,19 +258,31 @@ impl Provider for SshProvider {
             return Vec::new();
         }
         let prefix = format!("ssh:{}/", self.host.target());
-        let mut live: Vec<String> = context.live.iter().filter_map(|id| id.strip_prefix(&prefix).map(str::to_owned)).collect();
+        let mut live: Vec<String> = context
+            .live
+            .iter()
+            .filter_map(|id| id.strip_prefix(&prefix).map(str::to_owned))
+            .collect();
         live.extend(self.leases.snapshot().into_iter().map(|(id, _)| id));
         let script = scripts::sweep(&context.worker_instance, &live);
         match self.host.run(&script, b"", Duration::from_secs(120)).await {
             Ok(out) if out.success() => {
-                let removed: Vec<String> = out.stdout_text().lines().map(|id| format!("{prefix}{id}")).collect();
+                let removed: Vec<String> = out
+                    .stdout_text()
+                    .lines()
+                    .map(|id| format!("{prefix}{id}"))
+                    .collect();
                 for id in &removed {
                     tracing::info!(sandbox = %id, "swept SSH environment");
                 }
                 removed
             }
             Ok(out) => {
-                tracing::warn!("sweeping SSH host {} failed: {}", self.host.target(), out.stderr_text());
+                tracing::warn!(
+                    "sweeping SSH host {} failed: {}",
+                    self.host.target(),
+                    out.stderr_text()
+                );
                 Vec::new()
             }
             Err(err) => {
@@ -258,17 +295,46 @@ impl Provider for SshProvider {
 
 /// `<task slug>-<8 hex>`: readable in `ls`, unique, safe in paths and lease words.
 pub fn env_id_for(task_id: &str) -> String {
-    let slug: String =
-        task_id.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).take(32).collect();
+    let slug: String = task_id
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(32)
+        .collect();
     let suffix = &uuid::Uuid::new_v4().simple().to_string()[..8];
-    if slug.is_empty() { format!("env-{suffix}") } else { format!("{slug}-{suffix}") }
+    if slug.is_empty() {
+        format!("env-{suffix}")
+    } else {
+        format!("{slug}-{suffix}")
+    }
 }
 
 /// Variables that describe the worker's own host and would be wrong on
 /// another one; remote and container shells keep the sandbox's own values.
 const HOST_SPECIFIC: &[&str] = &[
-    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "PWD", "OLDPWD", "TMPDIR", "TMP", "TEMP", "HOSTNAME", "SHLVL", "MAIL", "_",
-    "DISPLAY", "XAUTHORITY", "LD_LIBRARY_PATH", "LD_PRELOAD",
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "PWD",
+    "OLDPWD",
+    "TMPDIR",
+    "TMP",
+    "TEMP",
+    "HOSTNAME",
+    "SHLVL",
+    "MAIL",
+    "_",
+    "DISPLAY",
+    "XAUTHORITY",
+    "LD_LIBRARY_PATH",
+    "LD_PRELOAD",
 ];
 
 /// The part of the worker's (sanitized) shell environment that makes sense

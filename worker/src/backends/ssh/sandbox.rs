@@ -49,7 +49,11 @@ impl SshSandbox {
     }
 
     fn gone(&self, reason: String) -> SandboxError {
-        SandboxError::Gone(format!("SSH environment {} on {}: {reason}", self.env_id, self.host.target()))
+        SandboxError::Gone(format!(
+            "SSH environment {} on {}: {reason}",
+            self.env_id,
+            self.host.target()
+        ))
     }
 }
 
@@ -64,15 +68,38 @@ impl Sandbox for SshSandbox {
     }
 
     async fn spawn(&self, spec: SpawnSpec) -> Result<SpawnedProcess, SandboxError> {
-        let fail = |reason: String| SandboxError::Spawn { program: spec.program.clone(), reason };
+        let fail = |reason: String| SandboxError::Spawn {
+            program: spec.program.clone(),
+            reason,
+        };
         // A shell is started rarely; make sure it lands on a live master
         // (this is where a dropped connection is re-established).
-        let session = self.host.checked_session().await.map_err(|e| fail(e.to_string()))?;
+        let session = self
+            .host
+            .checked_session()
+            .await
+            .map_err(|e| fail(e.to_string()))?;
         let cwd = spec.cwd.clone().unwrap_or_else(|| self.cwd.clone());
-        let line = scripts::spawn_wrapper(&self.env_id, &cwd, &portable_env(&spec.env), &spec.program, &spec.args);
-        let mut child = self.host.spawn(session.clone(), &line).await.map_err(|e| fail(e.to_string()))?;
-        let stdin = child.stdin().take().ok_or_else(|| fail("no stdin pipe".to_owned()))?;
-        let mut stdout = child.stdout().take().ok_or_else(|| fail("no stdout pipe".to_owned()))?;
+        let line = scripts::spawn_wrapper(
+            &self.env_id,
+            &cwd,
+            &portable_env(&spec.env),
+            &spec.program,
+            &spec.args,
+        );
+        let mut child = self
+            .host
+            .spawn(session.clone(), &line)
+            .await
+            .map_err(|e| fail(e.to_string()))?;
+        let stdin = child
+            .stdin()
+            .take()
+            .ok_or_else(|| fail("no stdin pipe".to_owned()))?;
+        let mut stdout = child
+            .stdout()
+            .take()
+            .ok_or_else(|| fail("no stdout pipe".to_owned()))?;
         let mut stderr = child.stderr().take();
 
         // The first thing the wrapper prints is its pid.
@@ -85,7 +112,10 @@ impl Sandbox for SshSandbox {
                 }
                 let n = stdout.read(&mut buf).await?;
                 if n == 0 {
-                    return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "no pid"));
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        "no pid",
+                    ));
                 }
                 head.extend_from_slice(&buf[..n]);
             }
@@ -96,7 +126,11 @@ impl Sandbox for SshSandbox {
             Ok(Err(_)) | Err(_) => {
                 let mut err_text = Vec::new();
                 if let Some(stderr) = stderr.as_mut() {
-                    let _ = tokio::time::timeout(Duration::from_secs(2), stderr.read_to_end(&mut err_text)).await;
+                    let _ = tokio::time::timeout(
+                        Duration::from_secs(2),
+                        stderr.read_to_end(&mut err_text),
+                    )
+                    .await;
                 }
                 let status = tokio::time::timeout(Duration::from_secs(2), child.wait()).await;
                 let err_text = String::from_utf8_lossy(&err_text).trim().to_owned();
@@ -133,11 +167,20 @@ impl Sandbox for SshSandbox {
             stdin: Box::pin(stdin),
             output: Box::pin(output),
             pid: Some(pid),
-            handle: Box::new(SshProcess { child: Some(child), host: self.host.clone(), pid }),
+            handle: Box::new(SshProcess {
+                child: Some(child),
+                host: self.host.clone(),
+                pid,
+            }),
         })
     }
 
-    async fn signal_tree(&self, pid: u32, signal: StopSignal, include_root: bool) -> Result<(), SandboxError> {
+    async fn signal_tree(
+        &self,
+        pid: u32,
+        signal: StopSignal,
+        include_root: bool,
+    ) -> Result<(), SandboxError> {
         signal_remote_tree(&self.host, pid, signal, include_root).await
     }
 
@@ -154,7 +197,11 @@ impl Sandbox for SshSandbox {
     }
 
     async fn alive(&self) -> bool {
-        let script = format!("[ -d \"$HOME/{}/\"{} ]", scripts::ENVS_DIR, crate::shell::shell_quote(&self.env_id));
+        let script = format!(
+            "[ -d \"$HOME/{}/\"{} ]",
+            scripts::ENVS_DIR,
+            crate::shell::shell_quote(&self.env_id)
+        );
         matches!(self.host.run(&script, b"", SCRIPT_TIMEOUT).await, Ok(out) if out.success())
     }
 
@@ -186,7 +233,11 @@ pub fn parse_pid_line(head: &[u8]) -> Option<(u32, usize)> {
     }
     let rest = &head[PREFIX.len()..];
     let end = rest.iter().position(|b| *b == 0x1e)?;
-    let pid = std::str::from_utf8(&rest[..end]).ok()?.trim().parse().ok()?;
+    let pid = std::str::from_utf8(&rest[..end])
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
     let mut consumed = PREFIX.len() + end + 1;
     if head.get(consumed) == Some(&b'\n') {
         consumed += 1;
@@ -197,15 +248,28 @@ pub fn parse_pid_line(head: &[u8]) -> Option<(u32, usize)> {
     Some((pid, consumed))
 }
 
-pub(super) async fn signal_remote_tree(host: &SshHost, pid: u32, signal: StopSignal, include_root: bool) -> Result<(), SandboxError> {
+pub(super) async fn signal_remote_tree(
+    host: &SshHost,
+    pid: u32,
+    signal: StopSignal,
+    include_root: bool,
+) -> Result<(), SandboxError> {
     let out = host
-        .run(&scripts::signal_tree(pid, signal, include_root), b"", SCRIPT_TIMEOUT)
+        .run(
+            &scripts::signal_tree(pid, signal, include_root),
+            b"",
+            SCRIPT_TIMEOUT,
+        )
         .await
         .map_err(|e| SandboxError::Other(e.to_string()))?;
     if out.success() {
         Ok(())
     } else {
-        Err(SandboxError::Other(format!("signalling process {pid} on {} failed: {}", host.target(), out.stderr_text())))
+        Err(SandboxError::Other(format!(
+            "signalling process {pid} on {} failed: {}",
+            host.target(),
+            out.stderr_text()
+        )))
     }
 }
 

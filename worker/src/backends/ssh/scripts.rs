@@ -34,9 +34,22 @@ pub struct LeaseOwner {
 
 /// Keeps a lease value to characters that survive `read` and word splitting.
 fn lease_word(value: &str) -> String {
-    let cleaned: String =
-        value.chars().map(|c| if c.is_ascii_alphanumeric() || "-_.:@".contains(c) { c } else { '_' }).take(80).collect();
-    if cleaned.is_empty() { "-".to_owned() } else { cleaned }
+    let cleaned: String = value
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-_.:@".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(80)
+        .collect();
+    if cleaned.is_empty() {
+        "-".to_owned()
+    } else {
+        cleaned
+    }
 }
 
 /// The lease line, with `$exp` standing for the expiry (expanded remotely).
@@ -84,7 +97,13 @@ pub fn renew_leases(envs: &[(String, LeaseOwner)], lease_secs: u64) -> String {
 ///
 /// The wrapper runs under bash whatever the account's login shell is; `exec`
 /// keeps the pid, so the program leads the session sshd gave it.
-pub fn spawn_wrapper(env_id: &str, cwd: &str, env: &[(String, String)], program: &str, args: &[String]) -> String {
+pub fn spawn_wrapper(
+    env_id: &str,
+    cwd: &str,
+    env: &[(String, String)],
+    program: &str,
+    args: &[String],
+) -> String {
     let mut exec = String::from("exec env");
     for (key, value) in env {
         exec.push(' ');
@@ -111,7 +130,11 @@ pub fn spawn_wrapper(env_id: &str, cwd: &str, env: &[(String, String)], program:
 
 /// [`SIGNAL_TREE_SCRIPT`] with its arguments set, as one script.
 pub fn signal_tree(pid: u32, signal: StopSignal, include_root: bool) -> String {
-    format!("set -- {pid} {} {}\n{SIGNAL_TREE_SCRIPT}", signal.number(), if include_root { 1 } else { 0 })
+    format!(
+        "set -- {pid} {} {}\n{SIGNAL_TREE_SCRIPT}",
+        signal.number(),
+        if include_root { 1 } else { 0 }
+    )
 }
 
 /// A bash function `kill_env DIR` that kills the recorded process trees of an
@@ -141,7 +164,11 @@ fn kill_env_function() -> String {
 
 /// Kills everything the environment started and removes its directory.
 pub fn destroy_env(env_id: &str) -> String {
-    format!("{}kill_env \"$HOME/{ENVS_DIR}/\"{}\n", kill_env_function(), shell_quote(env_id))
+    format!(
+        "{}kill_env \"$HOME/{ENVS_DIR}/\"{}\n",
+        kill_env_function(),
+        shell_quote(env_id)
+    )
 }
 
 /// Removes environments whose lease expired, or that this worker instance
@@ -149,7 +176,10 @@ pub fn destroy_env(env_id: &str) -> String {
 /// `.new-*` directories older than a minute. Prints each removed id on its
 /// own line.
 pub fn sweep(instance: &str, live: &[String]) -> String {
-    let live_words: String = live.iter().map(|id| format!(" {}", lease_word(id))).collect();
+    let live_words: String = live
+        .iter()
+        .map(|id| format!(" {}", lease_word(id)))
+        .collect();
     format!(
         "{kill}base=\"$HOME/{ENVS_DIR}\"\n[ -d \"$base\" ] || exit 0\nnow=$(date +%s)\nmine={mine}\nlive=\"{live_words} \"\n\
          for d in \"$base\"/*/; do\n\

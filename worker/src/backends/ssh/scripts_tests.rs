@@ -4,13 +4,26 @@ use std::time::{Duration, Instant};
 use super::*;
 
 fn owner(instance: &str) -> LeaseOwner {
-    LeaseOwner { instance: instance.into(), worker: "w1".into(), owner: "coord".into(), task: "task 1/x".into() }
+    LeaseOwner {
+        instance: instance.into(),
+        worker: "w1".into(),
+        owner: "coord".into(),
+        task: "task 1/x".into(),
+    }
 }
 
 /// Runs a remote command line locally with `$HOME` pointing at `home`.
 fn run(home: &std::path::Path, command_line: &str) -> (i32, String) {
-    let out = Command::new("sh").arg("-c").arg(command_line).env("HOME", home).output().unwrap();
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned())
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(command_line)
+        .env("HOME", home)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
 }
 
 fn bash(home: &std::path::Path, script: &str) -> (i32, String) {
@@ -20,7 +33,9 @@ fn bash(home: &std::path::Path, script: &str) -> (i32, String) {
 
 fn alive(pid: u32) -> bool {
     // A zombie is dead for our purposes.
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).map(|s| !s.contains(") Z ")).unwrap_or(false)
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| !s.contains(") Z "))
+        .unwrap_or(false)
 }
 
 #[test]
@@ -33,9 +48,20 @@ fn create_writes_lease_and_prints_home() {
     assert!(dir.join("pids").is_dir() && dir.join("tmp").is_dir());
     let lease = std::fs::read_to_string(dir.join("lease")).unwrap();
     assert!(lease.starts_with("expires="), "{lease}");
-    assert!(lease.contains("instance=inst1 worker=w1 owner=coord task=task_1_x"), "{lease}");
-    let expires: u64 = lease["expires=".len()..].split(' ').next().unwrap().parse().unwrap();
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    assert!(
+        lease.contains("instance=inst1 worker=w1 owner=coord task=task_1_x"),
+        "{lease}"
+    );
+    let expires: u64 = lease["expires=".len()..]
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
     assert!(expires >= now + 55 && expires <= now + 65);
 }
 
@@ -61,7 +87,16 @@ fn sweep_removes_expired_and_orphaned_but_keeps_live_and_leased() {
 fn renew_pushes_expiry() {
     let home = tempfile::tempdir().unwrap();
     bash(home.path(), &create_env("e1", &owner("other"), 0));
-    bash(home.path(), &renew_leases(&[("e1".to_owned(), owner("other")), ("gone".to_owned(), owner("other"))], 600));
+    bash(
+        home.path(),
+        &renew_leases(
+            &[
+                ("e1".to_owned(), owner("other")),
+                ("gone".to_owned(), owner("other")),
+            ],
+            600,
+        ),
+    );
     std::thread::sleep(Duration::from_millis(1100));
     let (_, out) = bash(home.path(), &sweep("me", &[]));
     assert_eq!(out, "", "a renewed lease survives the sweep");
@@ -77,7 +112,10 @@ fn spawned_process_reports_pid_and_destroy_kills_its_tree() {
         "/",
         &[("GREETING".into(), "it's me".into())],
         "bash",
-        &["-c".into(), "echo \"$GREETING in $PWD\"; sleep 300 & sleep 300".into()],
+        &[
+            "-c".into(),
+            "echo \"$GREETING in $PWD\"; sleep 300 & sleep 300".into(),
+        ],
     );
     let mut child = Command::new("sh")
         .arg("-c")
@@ -90,16 +128,36 @@ fn spawned_process_reports_pid_and_destroy_kills_its_tree() {
     let mut seen = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(5);
     while !String::from_utf8_lossy(&seen).contains(" in /") {
-        assert!(Instant::now() < deadline, "no output: {}", String::from_utf8_lossy(&seen));
+        assert!(
+            Instant::now() < deadline,
+            "no output: {}",
+            String::from_utf8_lossy(&seen)
+        );
         let mut buf = [0u8; 256];
         let n = std::io::Read::read(&mut stdout, &mut buf).unwrap();
         seen.extend_from_slice(&buf[..n]);
     }
     let text = String::from_utf8_lossy(&seen).into_owned();
-    let pid: u32 = text.split("\x1ePID ").nth(1).unwrap().split('\x1e').next().unwrap().parse().unwrap();
-    assert_eq!(pid, child.id(), "exec keeps the pid of the process ssh started");
+    let pid: u32 = text
+        .split("\x1ePID ")
+        .nth(1)
+        .unwrap()
+        .split('\x1e')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(
+        pid,
+        child.id(),
+        "exec keeps the pid of the process ssh started"
+    );
     assert!(text.ends_with("it's me in /\n"), "{text:?}");
-    assert!(home.path().join(format!(".caduceus/envs/e2/pids/{pid}")).exists());
+    assert!(
+        home.path()
+            .join(format!(".caduceus/envs/e2/pids/{pid}"))
+            .exists()
+    );
 
     let (code, _) = bash(home.path(), &destroy_env("e2"));
     assert_eq!(code, 0);
@@ -122,7 +180,11 @@ fn sweep_never_kills_a_process_that_reused_a_recorded_pid() {
     let mut bystander = Command::new("sleep").arg("30").spawn().unwrap();
     let pid = bystander.id();
     // A pid file naming the bystander's pid with another start time.
-    std::fs::write(home.path().join(format!(".caduceus/envs/old/pids/{pid}")), "1\n").unwrap();
+    std::fs::write(
+        home.path().join(format!(".caduceus/envs/old/pids/{pid}")),
+        "1\n",
+    )
+    .unwrap();
     std::thread::sleep(Duration::from_millis(1100));
     let (_, out) = bash(home.path(), &sweep("me", &[]));
     assert_eq!(out.trim(), "old");
