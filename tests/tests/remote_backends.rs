@@ -266,7 +266,7 @@ async fn ssh_backend_conformance() {
         ssh: Some(ssh_settings(&sshd, Duration::from_secs(30))),
         ..BackendOptions::default()
     };
-    let (backends, refused) = Backends::with_options(&["ssh".to_owned()], "/".to_owned(), &options);
+    let (backends, refused) = Backends::with_options(&["ssh".to_owned()], "/", &options);
     assert!(refused.is_empty(), "{refused:?}");
     assert!(backends.provider("ssh").unwrap().available().await);
     let sandbox = conformance(backends, "ssh", "inst-conformance").await;
@@ -441,8 +441,7 @@ async fn singularity_backend_conformance() {
         singularity: singularity_settings(&fake, Duration::from_secs(30)),
         ..BackendOptions::default()
     };
-    let (backends, refused) =
-        Backends::with_options(&["singularity".to_owned()], "/".to_owned(), &options);
+    let (backends, refused) = Backends::with_options(&["singularity".to_owned()], "/", &options);
     assert!(refused.is_empty(), "{refused:?}");
     assert!(backends.provider("singularity").unwrap().available().await);
     let sandbox = conformance(backends, "singularity", "inst-conformance").await;

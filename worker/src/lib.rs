@@ -78,11 +78,8 @@ pub struct Worker {
 
 impl Worker {
     pub fn new(config: WorkerConfig) -> Arc<Self> {
-        let (backends, refused) = Backends::with_options(
-            &config.backends,
-            config.local_cwd.clone(),
-            &config.backend_options,
-        );
+        let (backends, refused) =
+            Backends::with_options(&config.backends, &config.local_cwd, &config.backend_options);
         for reason in refused {
             tracing::warn!("{reason}");
         }

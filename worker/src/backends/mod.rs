@@ -98,14 +98,15 @@ impl std::fmt::Debug for Backends {
 impl Backends {
     /// Builds the providers for the requested backend names; names this worker
     /// cannot serve are returned as messages.
+    #[allow(clippy::needless_pass_by_value)] // the existing signature callers use
     pub fn new(requested: &[String], local_cwd: String) -> (Self, Vec<String>) {
-        Self::with_options(requested, local_cwd, &BackendOptions::default())
+        Self::with_options(requested, &local_cwd, &BackendOptions::default())
     }
 
     /// [`new`](Self::new) with the settings of the SSH and Singularity backends.
     pub fn with_options(
         requested: &[String],
-        local_cwd: String,
+        local_cwd: &str,
         options: &BackendOptions,
     ) -> (Self, Vec<String>) {
         let mut providers: Vec<Arc<dyn Provider>> = Vec::new();
@@ -113,7 +114,7 @@ impl Backends {
         for backend in requested {
             match backend.as_str() {
                 "local" => providers.push(Arc::new(LocalProvider {
-                    cwd: local_cwd.clone(),
+                    cwd: local_cwd.to_owned(),
                 })),
                 "ssh" => match &options.ssh {
                     Some(settings) if !settings.host.is_empty() => {

@@ -123,9 +123,8 @@ impl Sandbox for SingularitySandbox {
             }
         })
         .await;
-        let (pid, consumed) = match reported {
-            Ok(Ok(found)) => found,
-            _ => {
+        let Ok(Ok((pid, consumed))) = reported else {
+            {
                 let mut text = Vec::new();
                 if let Some(stderr) = stderr.as_mut() {
                     let _ =

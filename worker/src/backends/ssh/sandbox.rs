@@ -48,7 +48,7 @@ impl SshSandbox {
         &self.env_id
     }
 
-    fn gone(&self, reason: String) -> SandboxError {
+    fn gone(&self, reason: &str) -> SandboxError {
         SandboxError::Gone(format!(
             "SSH environment {} on {}: {reason}",
             self.env_id,
@@ -121,9 +121,8 @@ impl Sandbox for SshSandbox {
             }
         })
         .await;
-        let (pid, consumed) = match reported {
-            Ok(Ok(found)) => found,
-            Ok(Err(_)) | Err(_) => {
+        let Ok(Ok((pid, consumed))) = reported else {
+            {
                 let mut err_text = Vec::new();
                 if let Some(stderr) = stderr.as_mut() {
                     let _ = tokio::time::timeout(
@@ -135,7 +134,7 @@ impl Sandbox for SshSandbox {
                 let status = tokio::time::timeout(Duration::from_secs(2), child.wait()).await;
                 let err_text = String::from_utf8_lossy(&err_text).trim().to_owned();
                 if matches!(status, Ok(Ok(s)) if s.code() == Some(125)) {
-                    return Err(self.gone(err_text));
+                    return Err(self.gone(&err_text));
                 }
                 let why = if err_text.is_empty() {
                     match status {
