@@ -57,6 +57,39 @@ pub struct TerminalSection {
     pub lifetime_seconds: u64,
     /// How often idle environments are looked for, seconds.
     pub reap_interval_seconds: u64,
+    /// SSH backend host (`TERMINAL_SSH_HOST`); the backend needs one.
+    pub ssh_host: Option<String>,
+    /// SSH account (`TERMINAL_SSH_USER`); the ssh client's default when unset.
+    pub ssh_user: Option<String>,
+    /// SSH port (`TERMINAL_SSH_PORT`).
+    pub ssh_port: u16,
+    /// Private key file (`TERMINAL_SSH_KEY`); only this key is offered.
+    pub ssh_key: Option<String>,
+    /// known_hosts file (`TERMINAL_SSH_KNOWN_HOSTS`); new hosts are added,
+    /// changed keys refused.
+    pub ssh_known_hosts: Option<String>,
+    /// Seconds to wait for the TCP connection (`TERMINAL_SSH_CONNECT_TIMEOUT`).
+    pub ssh_connect_timeout: u64,
+    /// Directory of the master's control socket (keep it short).
+    pub ssh_control_dir: Option<String>,
+    /// Image of Singularity/Apptainer environments (`TERMINAL_SINGULARITY_IMAGE`).
+    pub singularity_image: Option<String>,
+    /// The apptainer/singularity executable (`TERMINAL_SINGULARITY_EXECUTABLE`);
+    /// `apptainer`, else `singularity`, from PATH when unset.
+    pub singularity_executable: Option<String>,
+    /// Extra `--bind` specs for Singularity instances.
+    pub singularity_binds: Vec<String>,
+    /// Overlays, leases and the SIF cache (`TERMINAL_SCRATCH_DIR`).
+    pub scratch_dir: Option<String>,
+    /// CPUs of a container environment, 0 = no limit (`TERMINAL_CONTAINER_CPU`).
+    pub container_cpu: f64,
+    /// Memory of a container environment in MB, 0 = no limit (`TERMINAL_CONTAINER_MEMORY`).
+    pub container_memory: u64,
+    /// Keep a task's container files across releases (`TERMINAL_CONTAINER_PERSISTENT`).
+    pub container_persistent: bool,
+    /// Seconds a remote or container environment outlives its worker's last
+    /// lease renewal before sweeps remove it (`TERMINAL_SANDBOX_LEASE_SECONDS`).
+    pub sandbox_lease_seconds: u64,
 }
 
 impl Default for TerminalSection {
@@ -69,6 +102,21 @@ impl Default for TerminalSection {
             env_passthrough: Vec::new(),
             lifetime_seconds: 300,
             reap_interval_seconds: 60,
+            ssh_host: None,
+            ssh_user: None,
+            ssh_port: 22,
+            ssh_key: None,
+            ssh_known_hosts: None,
+            ssh_connect_timeout: 10,
+            ssh_control_dir: None,
+            singularity_image: None,
+            singularity_executable: None,
+            singularity_binds: Vec::new(),
+            scratch_dir: None,
+            container_cpu: 1.0,
+            container_memory: 5120,
+            container_persistent: true,
+            sandbox_lease_seconds: 600,
         }
     }
 }
@@ -149,6 +197,48 @@ impl Config {
         }
         if let Some(v) = var("TERMINAL_LIFETIME_SECONDS").and_then(|v| v.parse().ok()) {
             self.terminal.lifetime_seconds = v;
+        }
+        self.apply_remote_backend_env(&var);
+    }
+
+    /// `TERMINAL_SSH_*`, `TERMINAL_SINGULARITY_*`, `TERMINAL_CONTAINER_*`.
+    fn apply_remote_backend_env(&mut self, var: &dyn Fn(&str) -> Option<String>) {
+        let t = &mut self.terminal;
+        for (name, slot) in [
+            ("TERMINAL_SSH_HOST", &mut t.ssh_host),
+            ("TERMINAL_SSH_USER", &mut t.ssh_user),
+            ("TERMINAL_SSH_KEY", &mut t.ssh_key),
+            ("TERMINAL_SSH_KNOWN_HOSTS", &mut t.ssh_known_hosts),
+            ("TERMINAL_SSH_CONTROL_DIR", &mut t.ssh_control_dir),
+            ("TERMINAL_SINGULARITY_IMAGE", &mut t.singularity_image),
+            (
+                "TERMINAL_SINGULARITY_EXECUTABLE",
+                &mut t.singularity_executable,
+            ),
+            ("TERMINAL_SCRATCH_DIR", &mut t.scratch_dir),
+        ] {
+            if let Some(v) = var(name) {
+                *slot = Some(v);
+            }
+        }
+        if let Some(v) = var("TERMINAL_SSH_PORT").and_then(|v| v.parse().ok()) {
+            t.ssh_port = v;
+        }
+        if let Some(v) = var("TERMINAL_SSH_CONNECT_TIMEOUT").and_then(|v| v.parse().ok()) {
+            t.ssh_connect_timeout = v;
+        }
+        if let Some(v) = var("TERMINAL_CONTAINER_CPU").and_then(|v| v.parse().ok()) {
+            t.container_cpu = v;
+        }
+        if let Some(v) = var("TERMINAL_CONTAINER_MEMORY").and_then(|v| v.parse().ok()) {
+            t.container_memory = v;
+        }
+        if let Some(v) = var("TERMINAL_CONTAINER_PERSISTENT") {
+            t.container_persistent =
+                matches!(v.to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on");
+        }
+        if let Some(v) = var("TERMINAL_SANDBOX_LEASE_SECONDS").and_then(|v| v.parse().ok()) {
+            t.sandbox_lease_seconds = v;
         }
     }
 }

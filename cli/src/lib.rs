@@ -315,12 +315,15 @@ pub(crate) fn worker_config(
                 .unwrap_or(16)
         }),
         local_cwd,
+        backend_options: backend_options(config),
         tools: ToolSettings {
             terminal_timeout_secs: config.terminal.timeout,
             max_foreground_timeout_secs: config.terminal.max_foreground_timeout,
             max_output_chars: config.tool_output.max_bytes,
             files: caduceus_files::FileToolsConfig {
-                write_safe_root: std::env::var("CADUCEUS_WRITE_SAFE_ROOT").ok().filter(|s| !s.is_empty()),
+                write_safe_root: std::env::var("CADUCEUS_WRITE_SAFE_ROOT")
+                    .ok()
+                    .filter(|s| !s.is_empty()),
                 caduceus_home: Some(config::home_dir().display().to_string()),
                 ..caduceus_files::FileToolsConfig::default()
             },
@@ -330,6 +333,56 @@ pub(crate) fn worker_config(
         env_lifetime: Duration::from_secs(config.terminal.lifetime_seconds),
         reap_interval: Duration::from_secs(config.terminal.reap_interval_seconds.max(1)),
     }
+}
+
+/// Settings of the SSH and Singularity backends from `terminal.*`.
+fn backend_options(config: &Config) -> caduceus_worker::backends::BackendOptions {
+    use caduceus_worker::backends::{singularity::SingularitySettings, ssh::SshSettings};
+    let t = &config.terminal;
+    let lease = Duration::from_secs(t.sandbox_lease_seconds.max(1));
+    let ssh = t.ssh_host.as_ref().filter(|h| !h.is_empty()).map(|host| {
+        let mut ssh = SshSettings::new(host.clone());
+        ssh.user = t.ssh_user.clone().filter(|u| !u.is_empty());
+        ssh.port = t.ssh_port;
+        ssh.key = t
+            .ssh_key
+            .as_ref()
+            .filter(|k| !k.is_empty())
+            .map(PathBuf::from);
+        ssh.known_hosts = t
+            .ssh_known_hosts
+            .as_ref()
+            .filter(|k| !k.is_empty())
+            .map(PathBuf::from);
+        ssh.connect_timeout = Duration::from_secs(t.ssh_connect_timeout.max(1));
+        if let Some(dir) = t.ssh_control_dir.as_ref().filter(|d| !d.is_empty()) {
+            ssh.control_dir = PathBuf::from(dir);
+        }
+        ssh.cwd = t.cwd.clone();
+        ssh.lease = lease;
+        ssh
+    });
+    let mut singularity = SingularitySettings {
+        executable: t
+            .singularity_executable
+            .as_ref()
+            .filter(|e| !e.is_empty())
+            .map(PathBuf::from),
+        cpus: t.container_cpu,
+        memory_mb: t.container_memory,
+        persistent: t.container_persistent,
+        binds: t.singularity_binds.clone(),
+        lease,
+        scratch_dir: match t.scratch_dir.as_ref().filter(|d| !d.is_empty()) {
+            Some(dir) => PathBuf::from(dir),
+            None => config::home_dir().join("sandboxes/singularity"),
+        },
+        ..SingularitySettings::default()
+    };
+    if let Some(image) = t.singularity_image.as_ref().filter(|i| !i.is_empty()) {
+        singularity.image = image.clone();
+    }
+    caduceus_worker::backends::BackendOptions { ssh, singularity }
 }
 
 async fn worker(args: WorkerArgs, config: &Config) -> Result<()> {

@@ -9,6 +9,8 @@
     clippy::print_stderr
 )]
 
+pub mod standins;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};

@@ -63,7 +63,9 @@ pub async fn run(settings: &ToolSettings, mut call: ToolCall) -> String {
         call.env.reads.note_other_tool();
     }
     let result = match call.tool.as_str() {
-        tool if files::is_file_tool(tool) => files::run(&settings.files, &call.env, tool, &call.args).await,
+        tool if files::is_file_tool(tool) => {
+            files::run(&settings.files, &call.env, tool, &call.args).await
+        }
         "terminal" => {
             terminal::run(
                 settings,
