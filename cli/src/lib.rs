@@ -1,8 +1,9 @@
 //! `caduceus` — one binary: `serve`, `worker`, `call`, `tools`, `status`,
-//! `guard check`. Results go to stdout; logs go to stderr. The command logic
+//! `approvals`, `guard check`. Results go to stdout; logs go to stderr. The command logic
 //! lives in this library so that the integration tests can build the same
 //! program under another name (see `tests/README.md`).
 
+mod approvals;
 pub mod config;
 pub mod target;
 
@@ -17,7 +18,7 @@ use clap::{Args, Parser, Subcommand};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use caduceus_coordinator::guard::{Gate, OpenGate};
+use caduceus_coordinator::guard::{CommandGate, Gate};
 use caduceus_coordinator::registry::ToolFilter;
 use caduceus_coordinator::server::TlsFiles;
 use caduceus_coordinator::{Coordinator, CoordinatorConfig};
@@ -54,6 +55,11 @@ enum Command {
     Tools(ToolsArgs),
     /// Show the coordinator's workers and environments.
     Status(StatusArgs),
+    /// Pending approvals of dangerous commands: list, approve, deny.
+    Approvals {
+        #[command(subcommand)]
+        command: approvals::ApprovalsCommand,
+    },
     /// The command guard.
     Guard {
         #[command(subcommand)]
@@ -206,6 +212,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Call(args) => call(args, &config).await,
         Command::Tools(args) => tools(args, &config).await,
         Command::Status(args) => status(args, &config).await,
+        Command::Approvals { command } => approvals::run(command, &config).await,
         Command::Guard {
             command: GuardCommand::Check { command },
         } => {
@@ -223,8 +230,9 @@ fn out(text: &str) -> Result<()> {
     Ok(())
 }
 
-fn gate(_config: &Config) -> Arc<dyn Gate> {
-    Arc::new(OpenGate)
+/// The command guard with the configured approvals.
+fn gate(config: &Config) -> Arc<dyn Gate> {
+    Arc::new(CommandGate::new(config.approval_settings()))
 }
 
 fn remote(args: &ClientArgs, config: &Config) -> Remote {
@@ -320,7 +328,9 @@ pub(crate) fn worker_config(
             max_foreground_timeout_secs: config.terminal.max_foreground_timeout,
             max_output_chars: config.tool_output.max_bytes,
             files: caduceus_files::FileToolsConfig {
-                write_safe_root: std::env::var("CADUCEUS_WRITE_SAFE_ROOT").ok().filter(|s| !s.is_empty()),
+                write_safe_root: std::env::var("CADUCEUS_WRITE_SAFE_ROOT")
+                    .ok()
+                    .filter(|s| !s.is_empty()),
                 caduceus_home: Some(config::home_dir().display().to_string()),
                 ..caduceus_files::FileToolsConfig::default()
             },

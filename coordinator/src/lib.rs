@@ -149,6 +149,12 @@ impl Coordinator {
         &self.dispatcher
     }
 
+    /// Approval state of the command guard; `None` when the coordinator runs
+    /// without one (an open gate).
+    pub fn approvals(&self) -> Option<Arc<guard::Approvals>> {
+        self.dispatcher.gate().approvals()
+    }
+
     /// One tool call through the whole pipeline, as a client makes it.
     pub async fn call_tool(
         &self,
