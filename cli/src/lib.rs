@@ -3,9 +3,10 @@
 //! lives in this library so that the integration tests can build the same
 //! program under another name (see `tests/README.md`).
 
-mod approvals;
 pub mod config;
 pub mod target;
+
+mod approvals;
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -55,15 +56,15 @@ enum Command {
     Tools(ToolsArgs),
     /// Show the coordinator's workers and environments.
     Status(StatusArgs),
-    /// Pending approvals of dangerous commands: list, approve, deny.
-    Approvals {
-        #[command(subcommand)]
-        command: approvals::ApprovalsCommand,
-    },
     /// The command guard.
     Guard {
         #[command(subcommand)]
         command: GuardCommand,
+    },
+    /// Pending approvals of dangerous commands: list, approve, deny.
+    Approvals {
+        #[command(subcommand)]
+        command: approvals::ApprovalsCommand,
     },
 }
 
@@ -212,13 +213,13 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Call(args) => call(args, &config).await,
         Command::Tools(args) => tools(args, &config).await,
         Command::Status(args) => status(args, &config).await,
-        Command::Approvals { command } => approvals::run(command, &config).await,
         Command::Guard {
             command: GuardCommand::Check { command },
         } => {
             let verdict = caduceus_guard::check_command(&command);
             out(&verdict.to_json().to_string())
         }
+        Command::Approvals { command } => approvals::run(command, &config).await,
     }
 }
 

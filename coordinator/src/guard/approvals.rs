@@ -236,7 +236,26 @@ struct Answer {
 
 struct Listener {
     generation: u64,
-    sender: mpsc::UnboundedSender<ApprovalRequest>,
+    route: Route,
+}
+
+/// Where a session's requests go.
+#[derive(Clone)]
+enum Route {
+    /// To a person, through a listener's channel.
+    Person(mpsc::UnboundedSender<ApprovalRequest>),
+    /// Answered at once, without asking anyone.
+    Auto(AutoAnswer),
+}
+
+/// A standing answer for a session nobody watches, e.g. a delegated child
+/// (hermes: `delegation.subagent_auto_approve` → approve once, else deny).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AutoAnswer {
+    /// Each dangerous command runs (scope once; nothing is granted).
+    ApproveOnce,
+    /// Each dangerous command is refused.
+    Deny,
 }
 
 #[derive(Default)]
@@ -301,8 +320,14 @@ impl Approvals {
     /// with the "withdrawn" text.
     pub fn attach_listener(&self, session_id: &str) -> ApprovalListener {
         let (sender, receiver) = mpsc::unbounded_channel();
-        let guard = self.register(session_id, sender);
+        let guard = self.register(session_id, Route::Person(sender));
         ApprovalListener { receiver, guard }
+    }
+
+    /// Answers every request of `session_id` at once with `answer`, until the
+    /// guard is dropped (replacing any listener of that session meanwhile).
+    pub fn auto_answer(&self, session_id: &str, answer: AutoAnswer) -> ListenerGuard {
+        self.register(session_id, Route::Auto(answer))
     }
 
     /// Sends requests of `session_id` (a delegated child, say) to an
@@ -313,28 +338,24 @@ impl Approvals {
         listener: &ApprovalListener,
         session_id: &str,
     ) -> Option<ListenerGuard> {
-        let sender = {
+        let route = {
             let state = self.lock();
             state
                 .listeners
                 .get(&listener.guard.session_id)?
-                .sender
+                .route
                 .clone()
         };
-        Some(self.register(session_id, sender))
+        Some(self.register(session_id, route))
     }
 
-    fn register(
-        &self,
-        session_id: &str,
-        sender: mpsc::UnboundedSender<ApprovalRequest>,
-    ) -> ListenerGuard {
+    fn register(&self, session_id: &str, route: Route) -> ListenerGuard {
         let mut state = self.lock();
         state.next_generation += 1;
         let generation = state.next_generation;
         state
             .listeners
-            .insert(session_id.to_owned(), Listener { generation, sender });
+            .insert(session_id.to_owned(), Listener { generation, route });
         ListenerGuard {
             approvals: self.weak.clone(),
             session_id: session_id.to_owned(),
@@ -529,11 +550,29 @@ impl Approvals {
                 return Ruling::Refuse(texts::mode_deny(query.description));
             }
 
-            let listener = query
-                .session_id
-                .and_then(|s| state.listeners.get(s))
-                .filter(|l| !l.sender.is_closed())
-                .map(|l| l.sender.clone());
+            let listener = match query.session_id.and_then(|s| state.listeners.get(s)) {
+                Some(Listener {
+                    route: Route::Auto(answer),
+                    ..
+                }) => {
+                    tracing::warn!(
+                        description = query.description,
+                        ?answer,
+                        "dangerous command answered automatically"
+                    );
+                    return match answer {
+                        AutoAnswer::ApproveOnce => Ruling::Admit {
+                            note: Some(texts::auto_approval_note(query.description)),
+                        },
+                        AutoAnswer::Deny => Ruling::Refuse(texts::auto_denied(query.description)),
+                    };
+                }
+                Some(Listener {
+                    route: Route::Person(sender),
+                    ..
+                }) if !sender.is_closed() => Some(sender.clone()),
+                _ => None,
+            };
             let display_command = redact(query.command, RedactMode::General).into_owned();
             let allow_permanent = may_be_permanent(query.pattern_key);
 

@@ -367,3 +367,27 @@ fn scopes_parse() {
     assert_eq!(Scope::parse("always"), Ok(Scope::Always));
     assert!(Scope::parse("forever").is_err());
 }
+
+#[tokio::test]
+async fn a_standing_answer_decides_without_asking() {
+    let a = approvals(Duration::from_secs(30));
+    let deny = a.auto_answer("child-1", AutoAnswer::Deny);
+    assert_eq!(
+        a.request(query("rm -rf build", Some("child-1"))).await,
+        Ruling::Refuse(texts::auto_denied("recursive delete"))
+    );
+    let approve = a.auto_answer("child-2", AutoAnswer::ApproveOnce);
+    assert_eq!(
+        a.request(query("rm -rf build", Some("child-2"))).await,
+        Ruling::Admit {
+            note: Some(texts::auto_approval_note("recursive delete"))
+        }
+    );
+    assert!(a.list().is_empty(), "nothing was asked");
+    drop(deny);
+    drop(approve);
+    assert!(matches!(
+        a.request(query("rm -rf build", Some("child-1"))).await,
+        Ruling::Pending { .. }
+    ));
+}

@@ -27,8 +27,8 @@ use crate::registry::ToolEntry;
 
 pub use allowlist_file::{AllowlistFile, AllowlistFileError};
 pub use approvals::{
-    AnswerError, Answered, ApprovalListener, ApprovalRequest, Approvals, Decision, ListenerGuard,
-    PendingApproval, Scope,
+    AnswerError, Answered, ApprovalListener, ApprovalRequest, Approvals, AutoAnswer, Decision,
+    ListenerGuard, PendingApproval, Scope,
 };
 pub use command_gate::CommandGate;
 pub use settings::{ApprovalMode, ApprovalSettings, ContainerApprovals, is_container_backend};

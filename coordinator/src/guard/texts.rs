@@ -61,6 +61,21 @@ pub fn mode_deny(description: &str) -> String {
     )
 }
 
+/// The `approval` field of a result approved by a session's standing answer.
+pub fn auto_approval_note(description: &str) -> String {
+    format!(
+        "Command required approval ({description}) and was approved automatically for this subagent (delegation.subagent_auto_approve)."
+    )
+}
+
+/// A session whose standing answer is deny (a delegated child by default in
+/// hermes).
+pub fn auto_denied(description: &str) -> String {
+    format!(
+        "BLOCKED: Command flagged as dangerous ({description}) and this subagent may not run dangerous commands (delegation.subagent_auto_approve is off). {NOT_CONSENTED}"
+    )
+}
+
 /// The `approval` field of a result that ran after a person approved it.
 pub fn approval_note(description: &str) -> String {
     format!("Command required approval ({description}) and was approved by the user.")
