@@ -271,15 +271,15 @@ fn hardline_and_deny_rules_hold_with_approvals_off() {
 
 #[test]
 fn an_unanswered_approval_expires_and_the_retry_is_told_so() {
-    let (fleet, coordinator, _worker) = start("approvals:\n  timeout: 1\n");
+    let (fleet, coordinator, _worker) = start("approvals:\n  timeout: 2\n");
     let dir = workspace();
     let command = rm(dir.path(), "build");
     let held = terminal(&fleet, &coordinator, "t1", &command);
     let id = pending_id(&held);
-    assert_eq!(held["expires_in_s"], 1);
+    assert_eq!(held["expires_in_s"], 2);
     assert_eq!(listed(&fleet, &coordinator).len(), 1);
 
-    std::thread::sleep(Duration::from_millis(1500));
+    std::thread::sleep(Duration::from_millis(2500));
     assert!(listed(&fleet, &coordinator).is_empty());
     let out = approvals(&fleet, &coordinator, &["approve", &id]);
     assert!(!out.status.success());
