@@ -250,3 +250,7 @@ impl Config {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "config_tests.rs"]
+mod tests;
