@@ -3,9 +3,12 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use serde::Deserialize;
+
+use caduceus_coordinator::guard::{ApprovalMode, ApprovalSettings, ContainerApprovals};
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default)]
@@ -20,15 +23,93 @@ pub struct Config {
     pub terminal: TerminalSection,
     pub worker: WorkerSection,
     pub tool_output: ToolOutputSection,
+    /// The command guard's approvals (`mode`, `timeout`, `deny`, `containers`).
+    pub approvals: ApprovalsSection,
+    /// Commands, globs and approval keys that run without approval; "always"
+    /// approvals are appended here (hermes `command_allowlist`).
+    #[serde(deserialize_with = "string_list")]
+    pub command_allowlist: Vec<String>,
+    /// The file this configuration was read from (or would be, when missing).
+    #[serde(skip)]
+    pub path: Option<PathBuf>,
     /// Sections read by later parts of caduceus; kept so a config written for
     /// them loads today.
-    pub approvals: Option<serde_yaml::Value>,
-    pub command_allowlist: Option<serde_yaml::Value>,
     pub delegation: Option<serde_yaml::Value>,
     pub mcp_servers: Option<serde_yaml::Value>,
     pub plugins: Option<serde_yaml::Value>,
     pub hooks: Option<serde_yaml::Value>,
     pub llm: Option<serde_yaml::Value>,
+}
+
+/// `approvals:`. hermes' spellings load: `mode: manual|smart` mean ask (there
+/// is no auxiliary-model approval here), YAML `mode: off`/`false` mean off;
+/// hermes' `cron_mode` is ignored.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(try_from = "RawApprovals")]
+pub struct ApprovalsSection {
+    pub mode: ApprovalMode,
+    /// How long a request waits for its answer (60 s); pending approvals
+    /// expire after it.
+    pub timeout: Duration,
+    /// fnmatch globs refused in every mode.
+    pub deny: Vec<String>,
+    /// Dangerous-command approvals on container backends: off (relaxed, as
+    /// hermes) or ask (like the host).
+    pub containers: ContainerApprovals,
+}
+
+impl Default for ApprovalsSection {
+    fn default() -> Self {
+        ApprovalsSection {
+            mode: ApprovalMode::Ask,
+            timeout: Duration::from_secs(60),
+            deny: Vec::new(),
+            containers: ContainerApprovals::Off,
+        }
+    }
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct RawApprovals {
+    mode: Option<serde_yaml::Value>,
+    timeout: Option<f64>,
+    #[serde(deserialize_with = "string_list")]
+    deny: Vec<String>,
+    containers: Option<serde_yaml::Value>,
+}
+
+impl TryFrom<RawApprovals> for ApprovalsSection {
+    type Error = String;
+
+    fn try_from(raw: RawApprovals) -> Result<Self, String> {
+        let word = |value: Option<serde_yaml::Value>, name: &str| match value {
+            None | Some(serde_yaml::Value::Null) => Ok(String::new()),
+            Some(serde_yaml::Value::Bool(b)) => Ok(if b { "on" } else { "off" }.to_owned()),
+            Some(serde_yaml::Value::String(s)) => Ok(s),
+            Some(_) => Err(format!("approvals.{name} must be a word")),
+        };
+        let timeout = match raw.timeout {
+            None => Duration::from_secs(60),
+            Some(t) if t.is_finite() && t > 0.0 && t <= 86_400.0 => Duration::from_secs_f64(t),
+            Some(t) => {
+                return Err(format!(
+                    "approvals.timeout must be a number of seconds between 0 and 86400, not {t}"
+                ));
+            }
+        };
+        Ok(ApprovalsSection {
+            mode: ApprovalMode::parse(&word(raw.mode, "mode")?)?,
+            timeout,
+            deny: raw.deny,
+            containers: ContainerApprovals::parse(&word(raw.containers, "containers")?)?,
+        })
+    }
+}
+
+/// A list of strings; `null` is empty.
+fn string_list<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Vec<String>, D::Error> {
+    Ok(Option::<Vec<String>>::deserialize(deserializer)?.unwrap_or_default())
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -171,8 +252,25 @@ impl Config {
             }
             Err(err) => return Err(err).with_context(|| format!("cannot read {}", path.display())),
         };
+        config.path = Some(path);
         config.apply_env();
         Ok(config)
+    }
+
+    /// The command guard's settings: `approvals`, `command_allowlist`, the
+    /// file "always" approvals are written to, and whether a sudo password
+    /// is configured (`SUDO_PASSWORD`).
+    pub fn approval_settings(&self) -> ApprovalSettings {
+        ApprovalSettings {
+            mode: self.approvals.mode,
+            timeout: self.approvals.timeout,
+            deny: self.approvals.deny.clone(),
+            allowlist: self.command_allowlist.clone(),
+            containers: self.approvals.containers,
+            sudo_password_configured: std::env::var_os("SUDO_PASSWORD")
+                .is_some_and(|v| !v.is_empty()),
+            allowlist_file: self.path.clone(),
+        }
     }
 
     fn apply_env(&mut self) {
@@ -242,3 +340,7 @@ impl Config {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "config_tests.rs"]
+mod tests;

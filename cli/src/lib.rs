@@ -1,10 +1,12 @@
 //! `caduceus` — one binary: `serve`, `worker`, `call`, `tools`, `status`,
-//! `guard check`. Results go to stdout; logs go to stderr. The command logic
+//! `approvals`, `guard check`. Results go to stdout; logs go to stderr. The command logic
 //! lives in this library so that the integration tests can build the same
 //! program under another name (see `tests/README.md`).
 
 pub mod config;
 pub mod target;
+
+mod approvals;
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -17,7 +19,7 @@ use clap::{Args, Parser, Subcommand};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use caduceus_coordinator::guard::{Gate, OpenGate};
+use caduceus_coordinator::guard::{CommandGate, Gate};
 use caduceus_coordinator::registry::ToolFilter;
 use caduceus_coordinator::server::TlsFiles;
 use caduceus_coordinator::{Coordinator, CoordinatorConfig};
@@ -58,6 +60,11 @@ enum Command {
     Guard {
         #[command(subcommand)]
         command: GuardCommand,
+    },
+    /// Pending approvals of dangerous commands: list, approve, deny.
+    Approvals {
+        #[command(subcommand)]
+        command: approvals::ApprovalsCommand,
     },
 }
 
@@ -212,6 +219,7 @@ async fn run(cli: Cli) -> Result<()> {
             let verdict = caduceus_guard::check_command(&command);
             out(&verdict.to_json().to_string())
         }
+        Command::Approvals { command } => approvals::run(command, &config).await,
     }
 }
 
@@ -223,8 +231,9 @@ fn out(text: &str) -> Result<()> {
     Ok(())
 }
 
-fn gate(_config: &Config) -> Arc<dyn Gate> {
-    Arc::new(OpenGate)
+/// The command guard with the configured approvals.
+fn gate(config: &Config) -> Arc<dyn Gate> {
+    Arc::new(CommandGate::new(config.approval_settings()))
 }
 
 fn remote(args: &ClientArgs, config: &Config) -> Remote {

@@ -137,6 +137,12 @@ impl Coordinator {
         &self.config.token
     }
 
+    /// Approval state of the command guard; `None` when the coordinator runs
+    /// without one (an open gate).
+    pub fn approvals(&self) -> Option<Arc<guard::Approvals>> {
+        self.dispatcher.gate().approvals()
+    }
+
     pub fn registry(&self) -> &RegistryHandle {
         &self.registry
     }

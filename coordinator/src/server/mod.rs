@@ -20,6 +20,7 @@ use caduceus_proto::*;
 
 use crate::Coordinator;
 use crate::dispatch::RawArguments;
+use crate::guard::{Approvals, Decision, PendingApproval, Scope};
 use crate::registry::ToolFilter;
 
 /// Largest message either side accepts (a write_file of a big file, a large result).
@@ -252,17 +253,71 @@ impl Control for ControlService {
         &self,
         _request: Request<ListApprovalsRequest>,
     ) -> Result<Response<ListApprovalsResponse>, Status> {
-        Err(Status::unimplemented(
-            "approvals are not available on this coordinator yet",
-        ))
+        let approvals = self.approvals()?;
+        Ok(Response::new(ListApprovalsResponse {
+            approvals: approvals.list().into_iter().map(approval_message).collect(),
+        }))
     }
 
     async fn answer_approval(
         &self,
-        _request: Request<AnswerApprovalRequest>,
+        request: Request<AnswerApprovalRequest>,
     ) -> Result<Response<AnswerApprovalResponse>, Status> {
-        Err(Status::unimplemented(
-            "approvals are not available on this coordinator yet",
-        ))
+        let approvals = self.approvals()?;
+        let req = request.into_inner();
+        let decision = if req.approve {
+            Decision::Approve(Scope::parse(&req.scope).map_err(Status::invalid_argument)?)
+        } else {
+            let reason = req.reason.trim();
+            Decision::Deny {
+                reason: (!reason.is_empty()).then(|| reason.to_owned()),
+            }
+        };
+        // "always" may write the configuration file.
+        let answered = tokio::task::spawn_blocking(move || approvals.answer(&req.id, decision))
+            .await
+            .map_err(|err| Status::internal(format!("the answer was lost: {err}")))?;
+        Ok(Response::new(match answered {
+            Ok(answered) => AnswerApprovalResponse {
+                accepted: true,
+                message: answered.message,
+                scope: match answered.decision {
+                    Decision::Approve(scope) => scope.as_str().to_owned(),
+                    Decision::Deny { .. } => String::new(),
+                },
+            },
+            Err(err) => AnswerApprovalResponse {
+                accepted: false,
+                message: err.to_string(),
+                scope: String::new(),
+            },
+        }))
+    }
+}
+
+impl ControlService {
+    fn approvals(&self) -> Result<Arc<Approvals>, Status> {
+        self.coordinator.approvals().ok_or_else(|| {
+            Status::unimplemented(
+                "this coordinator runs without the command guard, so there are no approvals",
+            )
+        })
+    }
+}
+
+fn approval_message(pending: PendingApproval) -> Approval {
+    let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    Approval {
+        id: pending.id,
+        command: pending.command,
+        description: pending.description,
+        pattern_key: pending.pattern_key,
+        task_id: pending.task_id,
+        session_id: pending.session_id.unwrap_or_default(),
+        age_ms: millis(pending.age),
+        expires_in_ms: millis(pending.expires_in),
+        tool: pending.tool,
+        waiting: pending.waiting,
+        allow_permanent: pending.allow_permanent,
     }
 }
