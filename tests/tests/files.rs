@@ -112,13 +112,13 @@ fn read_write_patch_search_through_a_worker() {
     assert!(
         b.call(
             "write_file",
-            json!({"path": "/etc/caduceus-test", "content": "x"})
+            &json!({"path": "/etc/caduceus-test", "content": "x"})
         )["error"]
             .is_string()
     );
     let bad_json = b.call(
         "write_file",
-        json!({"path": b.path("conf.json"), "content": "{\"a\": }"}),
+        &json!({"path": b.path("conf.json"), "content": "{\"a\": }"}),
     );
     assert!(bad_json["error"].is_string(), "{bad_json}");
     assert!(!b.dir.path().join("conf.json").exists());
@@ -133,7 +133,7 @@ fn read_write_patch_search_through_a_worker() {
     .unwrap();
     let ambiguous = b.call(
         "patch",
-        json!({"path": code, "old_string": "return 1", "new_string": "return 2"}),
+        &json!({"path": code, "old_string": "return 1", "new_string": "return 2"}),
     );
     assert!(
         ambiguous["error"]
@@ -166,7 +166,7 @@ fn read_write_patch_search_through_a_worker() {
     }
     let found = b.call(
         "search_files",
-        json!({"pattern": "NEEDLE", "path": b.dir.path()}),
+        &json!({"pattern": "NEEDLE", "path": b.dir.path()}),
     );
     assert_eq!(found["total_count"], 6, "{found}");
     assert!(
@@ -186,7 +186,7 @@ fn a_failing_v4a_hunk_changes_no_file() {
     // V4A headers are relative to the task's cwd.
     let cd = b.call(
         "terminal",
-        json!({"command": format!("cd {}", b.dir.path().display())}),
+        &json!({"command": format!("cd {}", b.dir.path().display())}),
     );
     assert_eq!(cd["exit_code"], 0);
     let patch = "*** Begin Patch\n*** Update File: a.txt\n@@\n one\n-two\n+TWO\n*** Update File: b.txt\n@@\n three\n-not there\n+x\n*** End Patch\n";
@@ -230,7 +230,7 @@ fn relative_paths_follow_the_terminal_cd() {
     std::fs::write(b.dir.path().join("sub/here.txt"), "found me\n").unwrap();
     let cd = b.call(
         "terminal",
-        json!({"command": format!("cd {}/sub", b.dir.path().display())}),
+        &json!({"command": format!("cd {}/sub", b.dir.path().display())}),
     );
     assert_eq!(cd["exit_code"], 0, "{cd}");
     let read = b.call("read_file", &json!({"path": "here.txt"}));
