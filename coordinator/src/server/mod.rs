@@ -18,6 +18,7 @@ use caduceus_proto::worker_gateway_server::{WorkerGateway, WorkerGatewayServer};
 use caduceus_proto::*;
 
 use crate::Coordinator;
+use crate::agent::{SessionError, StartRequest};
 use crate::dispatch::RawArguments;
 use crate::registry::ToolFilter;
 
@@ -163,16 +164,45 @@ impl Control for ControlService {
 
     type StartSessionStream = ReceiverStream<Result<SessionEvent, Status>>;
 
-    async fn start_session(&self, _request: Request<StartSessionRequest>) -> Result<Response<Self::StartSessionStream>, Status> {
-        Err(Status::unimplemented("agent sessions are not available on this coordinator yet"))
+    async fn start_session(&self, request: Request<StartSessionRequest>) -> Result<Response<Self::StartSessionStream>, Status> {
+        let req = request.into_inner();
+        let hub = self.coordinator.sessions().clone();
+        let started = hub
+            .start(StartRequest {
+                prompt: req.prompt,
+                model: req.model,
+                enabled_toolsets: req.enabled_toolsets,
+                disabled_toolsets: req.disabled_toolsets,
+                max_iterations: req.max_iterations,
+                task_id: req.task_id,
+                interactive: req.interactive,
+            })
+            .await
+            .map_err(session_status)?;
+        let (tx, rx) = mpsc::channel(256);
+        let session_id = started.session_id;
+        let mut events = started.events;
+        tokio::spawn(async move {
+            while let Some(event) = events.recv().await {
+                if tx.send(Ok(event)).await.is_err() {
+                    // The client went away: nobody will read the answer.
+                    hub.cancel(&session_id);
+                    break;
+                }
+            }
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
     }
 
-    async fn cancel_session(&self, _request: Request<CancelSessionRequest>) -> Result<Response<CancelSessionResponse>, Status> {
-        Err(Status::unimplemented("agent sessions are not available on this coordinator yet"))
+    async fn cancel_session(&self, request: Request<CancelSessionRequest>) -> Result<Response<CancelSessionResponse>, Status> {
+        let cancelled = self.coordinator.sessions().cancel(&request.into_inner().session_id);
+        Ok(Response::new(CancelSessionResponse { cancelled }))
     }
 
-    async fn answer_clarify(&self, _request: Request<AnswerClarifyRequest>) -> Result<Response<AnswerClarifyResponse>, Status> {
-        Err(Status::unimplemented("agent sessions are not available on this coordinator yet"))
+    async fn answer_clarify(&self, request: Request<AnswerClarifyRequest>) -> Result<Response<AnswerClarifyResponse>, Status> {
+        let req = request.into_inner();
+        let accepted = self.coordinator.sessions().answer_clarify(&req.session_id, &req.question_id, &req.answer).await;
+        Ok(Response::new(AnswerClarifyResponse { accepted }))
     }
 
     async fn list_approvals(&self, _request: Request<ListApprovalsRequest>) -> Result<Response<ListApprovalsResponse>, Status> {
@@ -181,5 +211,14 @@ impl Control for ControlService {
 
     async fn answer_approval(&self, _request: Request<AnswerApprovalRequest>) -> Result<Response<AnswerApprovalResponse>, Status> {
         Err(Status::unimplemented("approvals are not available on this coordinator yet"))
+    }
+}
+
+/// The gRPC status for a session that could not start.
+fn session_status(err: SessionError) -> Status {
+    match err {
+        SessionError::Spawn(_) => Status::internal(err.to_string()),
+        SessionError::NoModel | SessionError::Model { .. } => Status::failed_precondition(err.to_string()),
+        SessionError::EmptyPrompt | SessionError::Toolsets(_) => Status::invalid_argument(err.to_string()),
     }
 }
