@@ -52,7 +52,9 @@ impl Default for WorkerConfig {
             labels: HashMap::new(),
             backends: vec!["local".to_owned()],
             capacity: 16,
-            local_cwd: std::env::current_dir().map(|p| p.display().to_string()).unwrap_or_else(|_| "/".to_owned()),
+            local_cwd: std::env::current_dir()
+                .map(|p| p.display().to_string())
+                .unwrap_or_else(|_| "/".to_owned()),
             tools: ToolSettings::default(),
             shell_env: Vec::new(),
             shell_init: Vec::new(),
@@ -73,11 +75,17 @@ pub struct Worker {
 
 impl Worker {
     pub fn new(config: WorkerConfig) -> Arc<Self> {
-        let (backends, refused) = Backends::new(&config.backends, config.local_cwd.clone());
+        let (backends, refused) = Backends::new(&config.backends, &config.local_cwd);
         for reason in refused {
             tracing::warn!("{reason}");
         }
-        let envs = EnvManager::new(backends, EnvSettings { shell_env: config.shell_env.clone(), shell_init: config.shell_init.clone() });
+        let envs = EnvManager::new(
+            backends,
+            EnvSettings {
+                shell_env: config.shell_env.clone(),
+                shell_init: config.shell_init.clone(),
+            },
+        );
         Arc::new(Worker {
             config,
             instance_id: uuid::Uuid::new_v4().simple().to_string(),
@@ -117,7 +125,11 @@ impl Worker {
         Heartbeat {
             running_calls: u32::try_from(running).unwrap_or(u32::MAX),
             environments: self.envs.infos(),
-            backends: if self.draining.load(Ordering::Relaxed) { Vec::new() } else { self.envs.backends().available() },
+            backends: if self.draining.load(Ordering::Relaxed) {
+                Vec::new()
+            } else {
+                self.envs.backends().available()
+            },
         }
     }
 
@@ -131,7 +143,12 @@ impl Worker {
 
     /// Cancels one running call (its command's process tree is stopped).
     pub fn cancel(&self, call_id: &str) -> bool {
-        match self.calls.lock().ok().and_then(|calls| calls.get(call_id).cloned()) {
+        match self
+            .calls
+            .lock()
+            .ok()
+            .and_then(|calls| calls.get(call_id).cloned())
+        {
             Some(token) => {
                 token.cancel();
                 true
@@ -168,20 +185,37 @@ impl Worker {
         }
     }
 
-    async fn execute(&self, call: &RunCall, cancel: CancellationToken, output: Option<OutputSink>) -> String {
+    async fn execute(
+        &self,
+        call: &RunCall,
+        cancel: CancellationToken,
+        output: Option<OutputSink>,
+    ) -> String {
         if self.draining.load(Ordering::Relaxed) {
-            return tool_error(format!("worker '{}' is draining and takes no new calls", self.config.name));
+            return tool_error(format!(
+                "worker '{}' is draining and takes no new calls",
+                self.config.name
+            ));
         }
         let args: Map<String, Value> = match serde_json::from_str(&call.arguments_json) {
             Ok(Value::Object(map)) => map,
-            _ => return tool_error("Invalid tool arguments: the worker received arguments that are not a JSON object"),
+            _ => {
+                return tool_error(
+                    "Invalid tool arguments: the worker received arguments that are not a JSON object",
+                );
+            }
         };
         let spec = call.environment.clone().unwrap_or_default();
         let env = if spec.backend.is_empty() {
             // Only an existing environment (result persistence must not create one).
             match self.envs.get(&call.task_id) {
                 Some(env) => env,
-                None => return tool_error(format!("task '{}' has no environment on worker '{}'", call.task_id, self.config.name)),
+                None => {
+                    return tool_error(format!(
+                        "task '{}' has no environment on worker '{}'",
+                        call.task_id, self.config.name
+                    ));
+                }
             }
         } else {
             let request = backends::CreateRequest {
@@ -193,7 +227,12 @@ impl Worker {
             };
             match self.envs.get_or_create(&spec.backend, &request).await {
                 Ok(env) => env,
-                Err(err) => return tool_error(format!("Could not create the environment for task '{}': {err}", call.task_id)),
+                Err(err) => {
+                    return tool_error(format!(
+                        "Could not create the environment for task '{}': {err}",
+                        call.task_id
+                    ));
+                }
             }
         };
         let _running = env.begin_call();

@@ -85,7 +85,12 @@ pub trait Sandbox: Send + Sync + fmt::Debug {
     async fn spawn(&self, spec: SpawnSpec) -> Result<SpawnedProcess, SandboxError>;
     /// Signals the descendants of `pid` (and `pid` itself when `include_root`),
     /// parents first, so that a command's whole process tree stops.
-    async fn signal_tree(&self, pid: u32, signal: StopSignal, include_root: bool) -> Result<(), SandboxError>;
+    async fn signal_tree(
+        &self,
+        pid: u32,
+        signal: StopSignal,
+        include_root: bool,
+    ) -> Result<(), SandboxError>;
     /// The directory for temporary files inside the sandbox (no trailing slash).
     fn temp_dir(&self) -> String;
     /// The home directory inside the sandbox.

@@ -27,7 +27,11 @@ pub struct IterationBudget {
 
 impl IterationBudget {
     pub fn new(max_total: u32) -> Self {
-        IterationBudget { max_total, used: 0, grace: false }
+        IterationBudget {
+            max_total,
+            used: 0,
+            grace: false,
+        }
     }
 
     /// Takes one iteration; `false` at the cap.
@@ -68,7 +72,11 @@ impl IterationBudget {
             self.grace = false;
             return Permit::Grace;
         }
-        if self.consume() { Permit::Counted } else { Permit::Exhausted }
+        if self.consume() {
+            Permit::Counted
+        } else {
+            Permit::Exhausted
+        }
     }
 }
 

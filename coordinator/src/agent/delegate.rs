@@ -22,7 +22,14 @@ use crate::registry::{Handler, ParallelClass, ToolEntry, ToolFilter};
 
 /// Tools a child never gets (hermes `DELEGATE_BLOCKED_TOOLS`). An
 /// orchestrator child keeps `delegate_task`.
-pub const BLOCKED_TOOLS: &[&str] = &["delegate_task", "clarify", "memory", "send_message", "execute_code", "cronjob"];
+pub const BLOCKED_TOOLS: &[&str] = &[
+    "delegate_task",
+    "clarify",
+    "memory",
+    "send_message",
+    "execute_code",
+    "cronjob",
+];
 
 pub const DEFAULT_MAX_ITERATIONS: u32 = 50;
 pub const DEFAULT_MAX_CONCURRENT_CHILDREN: usize = 3;
@@ -64,11 +71,17 @@ pub struct DelegationConfig {
 
 impl DelegationConfig {
     pub fn max_iterations(&self) -> u32 {
-        self.max_iterations.filter(|n| *n > 0).unwrap_or(DEFAULT_MAX_ITERATIONS)
+        self.max_iterations
+            .filter(|n| *n > 0)
+            .unwrap_or(DEFAULT_MAX_ITERATIONS)
     }
 
     pub fn max_concurrent_children(&self) -> usize {
-        let from_env = || std::env::var("DELEGATION_MAX_CONCURRENT_CHILDREN").ok().and_then(|v| v.trim().parse::<i64>().ok());
+        let from_env = || {
+            std::env::var("DELEGATION_MAX_CONCURRENT_CHILDREN")
+                .ok()
+                .and_then(|v| v.trim().parse::<i64>().ok())
+        };
         match self.max_concurrent_children.or_else(from_env) {
             Some(n) => usize::try_from(n.max(1)).unwrap_or(DEFAULT_MAX_CONCURRENT_CHILDREN),
             None => DEFAULT_MAX_CONCURRENT_CHILDREN,
@@ -76,12 +89,18 @@ impl DelegationConfig {
     }
 
     pub fn max_spawn_depth(&self) -> u32 {
-        self.max_spawn_depth.map(|d| u32::try_from(d.max(1)).unwrap_or(u32::MAX)).unwrap_or(DEFAULT_MAX_SPAWN_DEPTH)
+        self.max_spawn_depth
+            .map(|d| u32::try_from(d.max(1)).unwrap_or(u32::MAX))
+            .unwrap_or(DEFAULT_MAX_SPAWN_DEPTH)
     }
 
     /// `None`: no wall-clock limit.
     pub fn child_timeout(&self) -> Option<Duration> {
-        let from_env = || std::env::var("DELEGATION_CHILD_TIMEOUT_SECONDS").ok().and_then(|v| v.trim().parse::<f64>().ok());
+        let from_env = || {
+            std::env::var("DELEGATION_CHILD_TIMEOUT_SECONDS")
+                .ok()
+                .and_then(|v| v.trim().parse::<f64>().ok())
+        };
         let seconds = self.child_timeout_seconds.or_else(from_env)?;
         if !seconds.is_finite() || seconds <= 0.0 {
             return None;
@@ -110,7 +129,10 @@ pub enum Role {
 impl Role {
     /// hermes `_normalize_role`: anything but "orchestrator" is a leaf.
     pub fn parse(value: Option<&Value>) -> Role {
-        match value.and_then(Value::as_str).map(|s| s.trim().to_lowercase()) {
+        match value
+            .and_then(Value::as_str)
+            .map(|s| s.trim().to_lowercase())
+        {
             Some(role) if role == "orchestrator" => Role::Orchestrator,
             _ => Role::Leaf,
         }
@@ -152,14 +174,22 @@ pub fn depth_limit_error(depth: u32, max_spawn_depth: u32) -> String {
 }
 
 /// Checks the arguments; the error is the result the model reads.
-pub fn parse_request(args: &Map<String, Value>, max_children: usize) -> Result<DelegateRequest, String> {
+pub fn parse_request(
+    args: &Map<String, Value>,
+    max_children: usize,
+) -> Result<DelegateRequest, String> {
     let top_role = Role::parse(args.get("role"));
-    let share_environment = args.get("share_environment").and_then(Value::as_bool).unwrap_or(false);
+    let share_environment = args
+        .get("share_environment")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
     let tasks = match args.get("tasks") {
         Some(Value::String(text)) => {
             let raw = text.trim();
             if raw.is_empty() {
-                return Err(tool_error("Provide either 'goal' (single task) or 'tasks' (batch)."));
+                return Err(tool_error(
+                    "Provide either 'goal' (single task) or 'tasks' (batch).",
+                ));
             }
             match serde_json::from_str::<Value>(raw) {
                 Ok(Value::Array(list)) => Some(list),
@@ -189,42 +219,75 @@ pub fn parse_request(args: &Map<String, Value>, max_children: usize) -> Result<D
             }
             list
         }
-        _ => match args.get("goal").and_then(Value::as_str).filter(|g| !g.trim().is_empty()) {
+        _ => match args
+            .get("goal")
+            .and_then(Value::as_str)
+            .filter(|g| !g.trim().is_empty())
+        {
             Some(goal) => {
                 let mut task = Map::new();
                 task.insert("goal".to_owned(), Value::String(goal.to_owned()));
                 if let Some(context) = args.get("context") {
                     task.insert("context".to_owned(), context.clone());
                 }
-                task.insert("role".to_owned(), Value::String(top_role.as_str().to_owned()));
+                task.insert(
+                    "role".to_owned(),
+                    Value::String(top_role.as_str().to_owned()),
+                );
                 vec![Value::Object(task)]
             }
-            None => return Err(tool_error("Provide either 'goal' (single task) or 'tasks' (batch).")),
+            None => {
+                return Err(tool_error(
+                    "Provide either 'goal' (single task) or 'tasks' (batch).",
+                ));
+            }
         },
     };
     let mut tasks = Vec::with_capacity(raw_tasks.len());
     for (index, task) in raw_tasks.iter().enumerate() {
         let Some(object) = task.as_object() else {
-            return Err(tool_error(format!("Task {index} must be an object, got {}.", python_type(task))));
+            return Err(tool_error(format!(
+                "Task {index} must be an object, got {}.",
+                python_type(task)
+            )));
         };
-        let goal = object.get("goal").and_then(Value::as_str).map(str::trim).unwrap_or_default();
+        let goal = object
+            .get("goal")
+            .and_then(Value::as_str)
+            .map(str::trim)
+            .unwrap_or_default();
         if goal.is_empty() {
             return Err(tool_error(format!("Task {index} is missing a 'goal'.")));
         }
-        let context = object.get("context").and_then(Value::as_str).map(str::to_owned).filter(|c| !c.trim().is_empty());
+        let context = object
+            .get("context")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .filter(|c| !c.trim().is_empty());
         let role = match object.get("role") {
             Some(Value::String(r)) if !r.is_empty() => Role::parse(Some(&Value::String(r.clone()))),
             _ => top_role,
         };
-        tasks.push(ChildTask { index, goal: goal.to_owned(), context, role });
+        tasks.push(ChildTask {
+            index,
+            goal: goal.to_owned(),
+            context,
+            role,
+        });
     }
-    Ok(DelegateRequest { tasks, share_environment })
+    Ok(DelegateRequest {
+        tasks,
+        share_environment,
+    })
 }
 
 /// The role a child really gets: orchestrator only while the kill switch and
 /// the depth allow it.
 pub fn effective_role(requested: Role, child_depth: u32, config: &DelegationConfig) -> Role {
-    if requested == Role::Orchestrator && config.orchestrator_enabled() && child_depth < config.max_spawn_depth() {
+    if requested == Role::Orchestrator
+        && config.orchestrator_enabled()
+        && child_depth < config.max_spawn_depth()
+    {
         Role::Orchestrator
     } else {
         Role::Leaf
@@ -246,7 +309,9 @@ pub fn child_filter(parent: &ToolFilter, role: Role) -> ToolFilter {
     if role == Role::Orchestrator {
         filter.blocked_tools.retain(|t| t != "delegate_task");
         filter.disabled_toolsets.retain(|t| t != "delegation");
-        if !filter.enabled_toolsets.is_empty() && !filter.enabled_toolsets.iter().any(|t| t == "delegation") {
+        if !filter.enabled_toolsets.is_empty()
+            && !filter.enabled_toolsets.iter().any(|t| t == "delegation")
+        {
             filter.enabled_toolsets.push("delegation".to_owned());
         }
     }
@@ -254,7 +319,13 @@ pub fn child_filter(parent: &ToolFilter, role: Role) -> ToolFilter {
 }
 
 /// hermes' child system prompt.
-pub fn child_system_prompt(task: &ChildTask, role: Role, workspace: Option<&str>, max_spawn_depth: u32, child_depth: u32) -> String {
+pub fn child_system_prompt(
+    task: &ChildTask,
+    role: Role,
+    workspace: Option<&str>,
+    max_spawn_depth: u32,
+    child_depth: u32,
+) -> String {
     let mut parts = vec![
         "You are a focused subagent working on a specific delegated task.".to_owned(),
         String::new(),
@@ -348,8 +419,11 @@ pub fn results_json(entries: &[ChildEntry], total_duration: Duration) -> String 
         results: &'a [ChildEntry],
         total_duration_seconds: f64,
     }
-    serde_json::to_string(&Results { results: entries, total_duration_seconds: round2(total_duration.as_secs_f64()) })
-        .unwrap_or_else(|err| tool_error(err.to_string()))
+    serde_json::to_string(&Results {
+        results: entries,
+        total_duration_seconds: round2(total_duration.as_secs_f64()),
+    })
+    .unwrap_or_else(|err| tool_error(err.to_string()))
 }
 
 /// Seconds rounded to hundredths, as hermes reports durations.
@@ -380,7 +454,9 @@ pub fn trim_summary(summary: &str, cap: usize, spill_path: Option<&str>) -> Stri
     let head_budget = cap * 3 / 4;
     let tail_budget = cap - head_budget;
     let mut head: String = chars[..head_budget.min(original_len)].iter().collect();
-    let mut tail: String = chars[original_len.saturating_sub(tail_budget)..].iter().collect();
+    let mut tail: String = chars[original_len.saturating_sub(tail_budget)..]
+        .iter()
+        .collect();
     if let Some(nl) = head.rfind('\n')
         && head[..nl].chars().count() as f64 > head_budget as f64 * 0.5
     {
@@ -413,7 +489,10 @@ pub fn trim_summary(summary: &str, cap: usize, spill_path: Option<&str>) -> Stri
         None => footer.push("Full output could not be stored to disk; the head+tail above is all that was preserved.".to_owned()),
     }
     footer.push("─".repeat(37));
-    format!("{head}\n\n[... middle omitted — see footer ...]\n\n{tail}{}", footer.join("\n"))
+    format!(
+        "{head}\n\n[... middle omitted — see footer ...]\n\n{tail}{}",
+        footer.join("\n")
+    )
 }
 
 fn group(n: usize) -> String {
@@ -421,7 +500,11 @@ fn group(n: usize) -> String {
 }
 
 fn python_float(value: f64) -> String {
-    if value.fract() == 0.0 { format!("{value:.1}") } else { format!("{value}") }
+    if value.fract() == 0.0 {
+        format!("{value:.1}")
+    } else {
+        format!("{value}")
+    }
 }
 
 fn python_type(value: &Value) -> &'static str {
@@ -438,7 +521,10 @@ fn python_type(value: &Value) -> &'static str {
 
 /// The description fields of `delegate_task`, regenerated whenever the tool
 /// list is built, so the model sees the limits in force.
-pub fn schema_overrides(config: &DelegationConfig, static_parameters: &Value) -> Map<String, Value> {
+pub fn schema_overrides(
+    config: &DelegationConfig,
+    static_parameters: &Value,
+) -> Map<String, Value> {
     let max_children = config.max_concurrent_children();
     let max_depth = config.max_spawn_depth();
     let orchestrator_on = config.orchestrator_enabled();
@@ -457,7 +543,10 @@ pub fn schema_overrides(config: &DelegationConfig, static_parameters: &Value) ->
         )
     };
     let timeout = match config.child_timeout() {
-        Some(limit) => format!("Each subagent is stopped after {}s of wall-clock time.", limit.as_secs()),
+        Some(limit) => format!(
+            "Each subagent is stopped after {}s of wall-clock time.",
+            limit.as_secs()
+        ),
         None => "Subagents have no wall-clock limit; each has its own iteration budget.".to_owned(),
     };
     let description = format!(
@@ -482,7 +571,10 @@ IMPORTANT:\n\
 - Results are always returned as an array, one entry per task."
     );
     let mut parameters = static_parameters.clone();
-    if let Some(properties) = parameters.get_mut("properties").and_then(Value::as_object_mut) {
+    if let Some(properties) = parameters
+        .get_mut("properties")
+        .and_then(Value::as_object_mut)
+    {
         if let Some(tasks) = properties.get_mut("tasks").and_then(Value::as_object_mut) {
             tasks.insert(
                 "description".to_owned(),
@@ -493,9 +585,14 @@ IMPORTANT:\n\
         }
         if let Some(role) = properties.get_mut("role").and_then(Value::as_object_mut) {
             let note = if max_depth >= 2 && orchestrator_on {
-                format!("Nesting IS enabled (max_spawn_depth={max_depth}): orchestrator children can themselves delegate up to {} more level(s) deep.", max_depth - 1)
+                format!(
+                    "Nesting IS enabled (max_spawn_depth={max_depth}): orchestrator children can themselves delegate up to {} more level(s) deep.",
+                    max_depth - 1
+                )
             } else {
-                format!("Nesting is OFF (max_spawn_depth={max_depth}, orchestrator_enabled={orchestrator_on}); 'orchestrator' is silently forced to 'leaf'.")
+                format!(
+                    "Nesting is OFF (max_spawn_depth={max_depth}, orchestrator_enabled={orchestrator_on}); 'orchestrator' is silently forced to 'leaf'."
+                )
             };
             role.insert(
                 "description".to_owned(),
@@ -513,11 +610,16 @@ IMPORTANT:\n\
 
 /// The `delegate_task` registry entry with its live schema.
 pub fn registry_entry(schema: Value, config: Arc<DelegationConfig>) -> ToolEntry {
-    let parameters = schema.get("parameters").cloned().unwrap_or_else(|| json!({"type": "object", "properties": {}}));
+    let parameters = schema
+        .get("parameters")
+        .cloned()
+        .unwrap_or_else(|| json!({"type": "object", "properties": {}}));
     ToolEntry::new("delegate_task", "delegation", schema, Handler::AgentLoop)
         .with_parallel(ParallelClass::Sequential)
         .with_emoji("🔀")
-        .with_dynamic_schema(Arc::new(move || Some(schema_overrides(&config, &parameters))))
+        .with_dynamic_schema(Arc::new(move || {
+            Some(schema_overrides(&config, &parameters))
+        }))
 }
 
 #[cfg(test)]

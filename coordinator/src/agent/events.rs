@@ -53,7 +53,12 @@ pub struct EventStream {
 impl EventStream {
     pub fn new() -> (EventStream, mpsc::UnboundedReceiver<SessionEvent>) {
         let (tx, rx) = mpsc::unbounded_channel();
-        (EventStream { inner: Arc::new(Mutex::new(Inner { seq: 0, tx })) }, rx)
+        (
+            EventStream {
+                inner: Arc::new(Mutex::new(Inner { seq: 0, tx })),
+            },
+            rx,
+        )
     }
 
     /// Appends one event. Sequence numbers and channel order agree because
@@ -61,7 +66,12 @@ impl EventStream {
     pub fn emit(&self, session_id: &str, kind: &str, json: Value) {
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         inner.seq += 1;
-        let event = SessionEvent { session_id: session_id.to_owned(), seq: inner.seq, kind: kind.to_owned(), json: json.to_string() };
+        let event = SessionEvent {
+            session_id: session_id.to_owned(),
+            seq: inner.seq,
+            kind: kind.to_owned(),
+            json: json.to_string(),
+        };
         let _ = inner.tx.send(event);
     }
 
@@ -74,7 +84,10 @@ impl EventStream {
 
 /// Milliseconds since the Unix epoch (event timestamps).
 pub fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
 }
 
 /// The first `max` characters of `text`, with `…` when cut.

@@ -10,9 +10,15 @@ fn sequence_numbers_count_over_the_whole_stream() {
     child.emit("child", TOOL_STARTED, json!({"tool": "terminal"}));
     let first = rx.try_recv().unwrap();
     let second = rx.try_recv().unwrap();
-    assert_eq!((first.seq, first.session_id.as_str(), first.kind.as_str()), (1, "root", "session_started"));
+    assert_eq!(
+        (first.seq, first.session_id.as_str(), first.kind.as_str()),
+        (1, "root", "session_started")
+    );
     assert_eq!((second.seq, second.session_id.as_str()), (2, "child"));
-    assert_eq!(serde_json::from_str::<serde_json::Value>(&second.json).unwrap(), json!({"tool": "terminal"}));
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&second.json).unwrap(),
+        json!({"tool": "terminal"})
+    );
     assert!(stream.is_attached());
     drop(rx);
     assert!(!stream.is_attached());

@@ -77,11 +77,21 @@ pub(crate) struct HubInner {
 }
 
 impl HubInner {
-    pub(crate) fn register(&self, spec: &SessionSpec, actor: ActorRef<SessionMsg>, shared: Arc<SessionShared>) {
+    pub(crate) fn register(
+        &self,
+        spec: &SessionSpec,
+        actor: ActorRef<SessionMsg>,
+        shared: Arc<SessionShared>,
+    ) {
         let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
         live.insert(
             spec.session_id.clone(),
-            LiveSession { actor, shared, parent_id: spec.parent_id.clone(), cancel: spec.cancel.clone() },
+            LiveSession {
+                actor,
+                shared,
+                parent_id: spec.parent_id.clone(),
+                cancel: spec.cancel.clone(),
+            },
         );
     }
 
@@ -97,7 +107,10 @@ impl HubInner {
 
     /// The model of delegated children: `delegation.model` when configured,
     /// else the parent's (so a replay file drives the whole tree).
-    pub(crate) fn child_model(&self, parent: &Arc<dyn ChatModel>) -> Result<Arc<dyn ChatModel>, String> {
+    pub(crate) fn child_model(
+        &self,
+        parent: &Arc<dyn ChatModel>,
+    ) -> Result<Arc<dyn ChatModel>, String> {
         let delegation = &self.settings.delegation;
         let Some(model) = delegation.model.as_ref().filter(|m| !m.trim().is_empty()) else {
             return Ok(parent.clone());
@@ -126,15 +139,24 @@ pub struct SessionHub {
 
 impl SessionHub {
     pub fn new(dispatcher: Arc<Dispatcher>, settings: AgentSettings) -> Self {
-        let store = settings.state_db.as_ref().and_then(|path| match SessionStore::open(path) {
-            Ok(store) => Some(store),
-            Err(err) => {
-                tracing::warn!("sessions will not be recorded: {err}");
-                None
-            }
-        });
+        let store = settings
+            .state_db
+            .as_ref()
+            .and_then(|path| match SessionStore::open(path) {
+                Ok(store) => Some(store),
+                Err(err) => {
+                    tracing::warn!("sessions will not be recorded: {err}");
+                    None
+                }
+            });
         SessionHub {
-            inner: Arc::new(HubInner { dispatcher, settings, store, live: Mutex::new(HashMap::new()), child_model: OnceLock::new() }),
+            inner: Arc::new(HubInner {
+                dispatcher,
+                settings,
+                store,
+                live: Mutex::new(HashMap::new()),
+                child_model: OnceLock::new(),
+            }),
         }
     }
 
@@ -157,7 +179,10 @@ impl SessionHub {
             return Err(SessionError::NoModel);
         }
         let label = config.model.clone();
-        let model = model_from_config(&config).map_err(|e| SessionError::Model { model: label.clone(), reason: e.to_string() })?;
+        let model = model_from_config(&config).map_err(|e| SessionError::Model {
+            model: label.clone(),
+            reason: e.to_string(),
+        })?;
         Ok((model, label))
     }
 
@@ -171,7 +196,12 @@ impl SessionHub {
     }
 
     /// Starts a session with a given model (tests, embedders).
-    pub async fn start_with_model(&self, request: StartRequest, model: Arc<dyn ChatModel>, label: String) -> Result<SessionStream, SessionError> {
+    pub async fn start_with_model(
+        &self,
+        request: StartRequest,
+        model: Arc<dyn ChatModel>,
+        label: String,
+    ) -> Result<SessionStream, SessionError> {
         if request.prompt.trim().is_empty() {
             return Err(SessionError::EmptyPrompt);
         }
@@ -180,7 +210,12 @@ impl SessionHub {
             disabled_toolsets: request.disabled_toolsets,
             blocked_tools: Vec::new(),
         };
-        self.inner.dispatcher.registry().snapshot().selected_names(&filter).map_err(|e| SessionError::Toolsets(e.to_string()))?;
+        self.inner
+            .dispatcher
+            .registry()
+            .snapshot()
+            .selected_names(&filter)
+            .map_err(|e| SessionError::Toolsets(e.to_string()))?;
         let session_id = new_session_id();
         let (release_task, task_id) = match request.task_id.trim() {
             "" => (true, format!("task-{}", &session_id[5..])),
@@ -196,7 +231,11 @@ impl SessionHub {
             prompt: request.prompt,
             system_prompt: None,
             filter,
-            max_iterations: if request.max_iterations > 0 { request.max_iterations } else { self.inner.settings.max_iterations },
+            max_iterations: if request.max_iterations > 0 {
+                request.max_iterations
+            } else {
+                self.inner.settings.max_iterations
+            },
             model_label: label,
             role: None,
             interactive: request.interactive,
@@ -204,9 +243,20 @@ impl SessionHub {
             task_index: None,
         };
         let (events, rx) = EventStream::new();
-        let args = SessionArgs { hub: self.inner.clone(), spec, model, events, report: None };
-        Actor::spawn(None, SessionActor, args).await.map_err(|e| SessionError::Spawn(e.to_string()))?;
-        Ok(SessionStream { session_id, events: rx })
+        let args = SessionArgs {
+            hub: self.inner.clone(),
+            spec,
+            model,
+            events,
+            report: None,
+        };
+        Actor::spawn(None, SessionActor, args)
+            .await
+            .map_err(|e| SessionError::Spawn(e.to_string()))?;
+        Ok(SessionStream {
+            session_id,
+            events: rx,
+        })
     }
 
     /// Cancels a live session and its children. `false` if it is not running.
@@ -229,7 +279,11 @@ impl SessionHub {
         };
         let asked = actor
             .call(
-                |reply| SessionMsg::AnswerClarify { question_id: question_id.to_owned(), answer: answer.to_owned(), reply },
+                |reply| SessionMsg::AnswerClarify {
+                    question_id: question_id.to_owned(),
+                    answer: answer.to_owned(),
+                    reply,
+                },
                 Some(std::time::Duration::from_secs(10)),
             )
             .await;
@@ -258,12 +312,17 @@ impl SessionHub {
             Some(actor) => {
                 let _ = actor.cast(SessionMsg::Notice { worker, notice });
             }
-            None => tracing::debug!(session = %notice.session_id, kind = %notice.kind, "a notice for no live session was dropped"),
+            None => {
+                tracing::debug!(session = %notice.session_id, kind = %notice.kind, "a notice for no live session was dropped")
+            }
         }
     }
 
     /// Routes every notice arriving on `notices` until the channel closes.
-    pub fn spawn_notice_router(&self, mut notices: mpsc::UnboundedReceiver<(String, EnvironmentNotice)>) {
+    pub fn spawn_notice_router(
+        &self,
+        mut notices: mpsc::UnboundedReceiver<(String, EnvironmentNotice)>,
+    ) {
         let hub = self.clone();
         tokio::spawn(async move {
             while let Some((worker, notice)) = notices.recv().await {

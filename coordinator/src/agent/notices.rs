@@ -24,40 +24,70 @@ pub fn notice_message(notice: &EnvironmentNotice) -> String {
             Some(other) => other.to_string(),
         }
     };
-    let process = if notice.process_id.is_empty() { "unknown".to_owned() } else { notice.process_id.clone() };
-    let command = Some(field("command")).filter(|c| !c.is_empty()).unwrap_or_else(|| "unknown".to_owned());
+    let process = if notice.process_id.is_empty() {
+        "unknown".to_owned()
+    } else {
+        notice.process_id.clone()
+    };
+    let command = Some(field("command"))
+        .filter(|c| !c.is_empty())
+        .unwrap_or_else(|| "unknown".to_owned());
     match notice.kind.as_str() {
         "watch_match" => {
-            let pattern = Some(field("pattern")).filter(|p| !p.is_empty()).unwrap_or_else(|| "?".to_owned());
+            let pattern = Some(field("pattern"))
+                .filter(|p| !p.is_empty())
+                .unwrap_or_else(|| "?".to_owned());
             let mut text = format!(
                 "[IMPORTANT: Background process {process} matched watch pattern \"{pattern}\".\nCommand: {command}\nMatched output:\n{}",
                 field("output")
             );
             let suppressed = body.get("suppressed").and_then(Value::as_u64).unwrap_or(0);
             if suppressed > 0 {
-                text.push_str(&format!("\n({suppressed} earlier matches were suppressed by rate limit)"));
+                text.push_str(&format!(
+                    "\n({suppressed} earlier matches were suppressed by rate limit)"
+                ));
             }
             text.push(']');
             text
         }
         "watch_disabled" => format!("[IMPORTANT: {}]", field("message")),
         "environment_reset" => {
-            let reason = Some(field("message")).filter(|m| !m.is_empty()).unwrap_or_else(|| notice.text.clone());
+            let reason = Some(field("message"))
+                .filter(|m| !m.is_empty())
+                .unwrap_or_else(|| notice.text.clone());
             format!(
                 "[IMPORTANT: The environment of task {} was reset ({reason}). Files, the working directory, variables and background processes from earlier calls are gone.]",
                 notice.task_id
             )
         }
         _ if body.is_empty() && !notice.text.trim().is_empty() => {
-            format!("[IMPORTANT: Background process {process}: {}]", notice.text.trim())
+            format!(
+                "[IMPORTANT: Background process {process}: {}]",
+                notice.text.trim()
+            )
         }
         _ => {
-            let exit = Some(field("exit_code")).filter(|e| !e.is_empty()).unwrap_or_else(|| "?".to_owned());
-            let reason = Some(field("completion_reason")).filter(|r| !r.is_empty()).unwrap_or_else(|| "exited".to_owned());
+            let exit = Some(field("exit_code"))
+                .filter(|e| !e.is_empty())
+                .unwrap_or_else(|| "?".to_owned());
+            let reason = Some(field("completion_reason"))
+                .filter(|r| !r.is_empty())
+                .unwrap_or_else(|| "exited".to_owned());
             let source = field("termination_source");
-            let signal = if matches!(exit.as_str(), "-15" | "143") { ", SIGTERM" } else { "" };
+            let signal = if matches!(exit.as_str(), "-15" | "143") {
+                ", SIGTERM"
+            } else {
+                ""
+            };
             let status = match reason.as_str() {
-                "killed" => format!("terminated by {}", if source.is_empty() { "caduceus" } else { &source }),
+                "killed" => format!(
+                    "terminated by {}",
+                    if source.is_empty() {
+                        "caduceus"
+                    } else {
+                        &source
+                    }
+                ),
                 "lost" => "marked lost because the process backend disappeared".to_owned(),
                 "failed_start" => "failed to start".to_owned(),
                 _ if exit == "0" => "completed normally".to_owned(),

@@ -38,7 +38,11 @@ fn join(base: &str, rel: &str) -> String {
     if rel.is_empty() {
         return base.to_owned();
     }
-    if base.ends_with('/') { format!("{base}{rel}") } else { format!("{base}/{rel}") }
+    if base.ends_with('/') {
+        format!("{base}{rel}")
+    } else {
+        format!("{base}/{rel}")
+    }
 }
 
 fn normalize(path: &str) -> String {
@@ -72,7 +76,10 @@ fn components(path: &str) -> Vec<&str> {
     if path.starts_with('/') {
         parts.push("/");
     }
-    parts.extend(path.split('/').filter(|part| !part.is_empty() && *part != "."));
+    parts.extend(
+        path.split('/')
+            .filter(|part| !part.is_empty() && *part != "."),
+    );
     parts
 }
 

@@ -61,10 +61,16 @@ struct Scope {
 impl Scope {
     fn of(raw: &str, cwd: Option<&str>) -> Scope {
         match cwd {
-            Some(cwd) if !cwd.is_empty() => Scope { path: canonical_path(cwd, raw, None), anchored: !raw.starts_with('~') },
+            Some(cwd) if !cwd.is_empty() => Scope {
+                path: canonical_path(cwd, raw, None),
+                anchored: !raw.starts_with('~'),
+            },
             _ => {
                 let anchored = raw.starts_with('/');
-                Scope { path: canonical_path("", raw, None), anchored }
+                Scope {
+                    path: canonical_path("", raw, None),
+                    anchored,
+                }
             }
         }
     }
@@ -84,7 +90,11 @@ pub fn plan_batch(calls: &[PlanCall<'_>], cwd: Option<&str>) -> Vec<Segment> {
     let mut current: Vec<usize> = Vec::new();
     let mut reserved: Vec<Scope> = Vec::new();
 
-    fn close(raw: &mut Vec<(bool, Vec<usize>)>, current: &mut Vec<usize>, reserved: &mut Vec<Scope>) {
+    fn close(
+        raw: &mut Vec<(bool, Vec<usize>)>,
+        current: &mut Vec<usize>,
+        reserved: &mut Vec<Scope>,
+    ) {
         if !current.is_empty() {
             raw.push((true, std::mem::take(current)));
             reserved.clear();
@@ -95,7 +105,11 @@ pub fn plan_batch(calls: &[PlanCall<'_>], cwd: Option<&str>) -> Vec<Segment> {
         let parallel_ok = match (call.class, call.args) {
             (ParallelClass::Never | ParallelClass::Sequential, _) | (_, None) => false,
             (ParallelClass::Safe, Some(_)) => true,
-            (ParallelClass::PathScoped, Some(args)) => match args.get("path").and_then(Value::as_str).filter(|p| !p.trim().is_empty()) {
+            (ParallelClass::PathScoped, Some(args)) => match args
+                .get("path")
+                .and_then(Value::as_str)
+                .filter(|p| !p.trim().is_empty())
+            {
                 Some(path) => {
                     let scope = Scope::of(path, cwd);
                     if reserved.iter().any(|r| r.overlaps(&scope)) {

@@ -7,8 +7,16 @@ fn obj(value: Value) -> Map<String, Value> {
 }
 
 fn plan(calls: &[(ParallelClass, Option<Value>)], cwd: Option<&str>) -> Vec<Segment> {
-    let args: Vec<Option<Map<String, Value>>> = calls.iter().map(|(_, a)| a.clone().map(obj)).collect();
-    let input: Vec<PlanCall<'_>> = calls.iter().zip(&args).map(|((class, _), args)| PlanCall { class: *class, args: args.as_ref() }).collect();
+    let args: Vec<Option<Map<String, Value>>> =
+        calls.iter().map(|(_, a)| a.clone().map(obj)).collect();
+    let input: Vec<PlanCall<'_>> = calls
+        .iter()
+        .zip(&args)
+        .map(|((class, _), args)| PlanCall {
+            class: *class,
+            args: args.as_ref(),
+        })
+        .collect();
     plan_batch(&input, cwd)
 }
 
@@ -33,7 +41,13 @@ fn hermes_sample_reads_terminal_then_web() {
 
 #[test]
 fn two_writes_to_one_path_stay_sequential() {
-    let segments = plan(&[(PathScoped, Some(json!({"path": "x"}))), (PathScoped, Some(json!({"path": "./x"})))], Some("/repo"));
+    let segments = plan(
+        &[
+            (PathScoped, Some(json!({"path": "x"}))),
+            (PathScoped, Some(json!({"path": "./x"}))),
+        ],
+        Some("/repo"),
+    );
     assert_eq!(segments, vec![S(vec![0, 1])]);
 }
 
@@ -69,10 +83,16 @@ fn barriers_never_cross_and_adjacent_sequentials_merge() {
 
 #[test]
 fn without_a_cwd_relative_and_absolute_paths_are_assumed_to_overlap() {
-    let calls = [(PathScoped, Some(json!({"path": "a.txt"}))), (PathScoped, Some(json!({"path": "/srv/b.txt"})))];
+    let calls = [
+        (PathScoped, Some(json!({"path": "a.txt"}))),
+        (PathScoped, Some(json!({"path": "/srv/b.txt"}))),
+    ];
     assert_eq!(plan(&calls, None), vec![S(vec![0, 1])]);
     assert_eq!(plan(&calls, Some("/repo")), vec![P(vec![0, 1])]);
-    let relative = [(PathScoped, Some(json!({"path": "a.txt"}))), (PathScoped, Some(json!({"path": "b.txt"})))];
+    let relative = [
+        (PathScoped, Some(json!({"path": "a.txt"}))),
+        (PathScoped, Some(json!({"path": "b.txt"}))),
+    ];
     assert_eq!(plan(&relative, None), vec![P(vec![0, 1])]);
 }
 

@@ -114,10 +114,20 @@ impl SessionShared {
 pub(crate) enum SessionMsg {
     Cancel,
     /// The loop waits for the answer to `question_id`.
-    AwaitClarify { question_id: String, answer: oneshot::Sender<String> },
+    AwaitClarify {
+        question_id: String,
+        answer: oneshot::Sender<String>,
+    },
     /// A client answers; the reply says whether a question was waiting.
-    AnswerClarify { question_id: String, answer: String, reply: RpcReplyPort<bool> },
-    Notice { worker: String, notice: EnvironmentNotice },
+    AnswerClarify {
+        question_id: String,
+        answer: String,
+        reply: RpcReplyPort<bool>,
+    },
+    Notice {
+        worker: String,
+        notice: EnvironmentNotice,
+    },
     LoopEnded(Result<SessionOutcome, String>),
 }
 
@@ -148,10 +158,15 @@ impl Actor for SessionActor {
     type State = SessionState;
     type Arguments = SessionArgs;
 
-    async fn pre_start(&self, myself: ActorRef<SessionMsg>, args: SessionArgs) -> Result<SessionState, ActorProcessingErr> {
+    async fn pre_start(
+        &self,
+        myself: ActorRef<SessionMsg>,
+        args: SessionArgs,
+    ) -> Result<SessionState, ActorProcessingErr> {
         let (notices_tx, notices_rx) = mpsc::unbounded_channel();
         let shared = Arc::new(SessionShared::default());
-        args.hub.register(&args.spec, myself.clone(), shared.clone());
+        args.hub
+            .register(&args.spec, myself.clone(), shared.clone());
         let agent = AgentLoop::new(
             args.hub.clone(),
             args.spec.clone(),
@@ -190,13 +205,25 @@ impl Actor for SessionActor {
         })
     }
 
-    async fn handle(&self, myself: ActorRef<SessionMsg>, message: SessionMsg, state: &mut SessionState) -> Result<(), ActorProcessingErr> {
+    async fn handle(
+        &self,
+        myself: ActorRef<SessionMsg>,
+        message: SessionMsg,
+        state: &mut SessionState,
+    ) -> Result<(), ActorProcessingErr> {
         match message {
             SessionMsg::Cancel => state.spec.cancel.cancel(),
-            SessionMsg::AwaitClarify { question_id, answer } => {
+            SessionMsg::AwaitClarify {
+                question_id,
+                answer,
+            } => {
                 state.clarify.insert(question_id, answer);
             }
-            SessionMsg::AnswerClarify { question_id, answer, reply } => {
+            SessionMsg::AnswerClarify {
+                question_id,
+                answer,
+                reply,
+            } => {
                 let accepted = match state.clarify.remove(&question_id) {
                     Some(waiter) => waiter.send(answer).is_ok(),
                     None => false,
@@ -235,7 +262,11 @@ impl Actor for SessionActor {
         Ok(())
     }
 
-    async fn post_stop(&self, _myself: ActorRef<SessionMsg>, state: &mut SessionState) -> Result<(), ActorProcessingErr> {
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<SessionMsg>,
+        state: &mut SessionState,
+    ) -> Result<(), ActorProcessingErr> {
         state.spec.cancel.cancel();
         state.hub.unregister(&state.spec.session_id);
         Ok(())
@@ -248,7 +279,11 @@ fn crashed(state: &SessionState, panic: &str) -> SessionOutcome {
     tracing::error!(session = %state.spec.session_id, "{message}");
     let api_calls = state.shared.api_calls();
     let duration = state.started.elapsed();
-    state.events.emit(&state.spec.session_id, events::ERROR, json!({"message": message}));
+    state.events.emit(
+        &state.spec.session_id,
+        events::ERROR,
+        json!({"message": message}),
+    );
     state.events.emit(
         &state.spec.session_id,
         events::FINAL,

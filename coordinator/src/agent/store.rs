@@ -30,9 +30,15 @@ use caduceus_llm::ChatMessage;
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("cannot open the session database {path}: {source}")]
-    Open { path: PathBuf, source: rusqlite::Error },
+    Open {
+        path: PathBuf,
+        source: rusqlite::Error,
+    },
     #[error("cannot create {path}: {source}")]
-    Dir { path: PathBuf, source: std::io::Error },
+    Dir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("session database error: {0}")]
     Sql(#[from] rusqlite::Error),
 }
@@ -64,7 +70,12 @@ pub struct SessionEnd {
 
 enum Op {
     Started(SessionRow),
-    Message { session_id: String, index: usize, message: Box<ChatMessage>, tool_name: Option<String> },
+    Message {
+        session_id: String,
+        index: usize,
+        message: Box<ChatMessage>,
+        tool_name: Option<String>,
+    },
     Ended(SessionEnd),
     Flush(oneshot::Sender<()>),
 }
@@ -78,15 +89,23 @@ pub struct SessionStore {
 
 impl std::fmt::Debug for SessionStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SessionStore").field("path", &self.path).finish()
+        f.debug_struct("SessionStore")
+            .field("path", &self.path)
+            .finish()
     }
 }
 
 fn open(path: &Path) -> Result<Connection, StoreError> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(|source| StoreError::Dir { path: dir.to_path_buf(), source })?;
+        std::fs::create_dir_all(dir).map_err(|source| StoreError::Dir {
+            path: dir.to_path_buf(),
+            source,
+        })?;
     }
-    let conn = Connection::open(path).map_err(|source| StoreError::Open { path: path.to_path_buf(), source })?;
+    let conn = Connection::open(path).map_err(|source| StoreError::Open {
+        path: path.to_path_buf(),
+        source,
+    })?;
     conn.busy_timeout(std::time::Duration::from_secs(5))?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "NORMAL")?;
@@ -107,7 +126,10 @@ fn open(path: &Path) -> Result<Connection, StoreError> {
 }
 
 fn now() -> f64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
 }
 
 fn apply(conn: &Connection, op: Op) -> Result<(), rusqlite::Error> {
@@ -119,8 +141,14 @@ fn apply(conn: &Connection, op: Op) -> Result<(), rusqlite::Error> {
                 params![row.id, row.parent_id, row.root_id, row.depth, row.task_id, row.model, row.prompt, now()],
             )?;
         }
-        Op::Message { session_id, index, message, tool_name } => {
-            let tool_calls = (!message.tool_calls.is_empty()).then(|| serde_json::to_string(&message.tool_calls).unwrap_or_default());
+        Op::Message {
+            session_id,
+            index,
+            message,
+            tool_name,
+        } => {
+            let tool_calls = (!message.tool_calls.is_empty())
+                .then(|| serde_json::to_string(&message.tool_calls).unwrap_or_default());
             let whole = serde_json::to_string(&message).unwrap_or_default();
             conn.execute(
                 "INSERT OR REPLACE INTO messages (session_id, idx, role, content, tool_calls, tool_call_id, tool_name, message, created_at)
@@ -179,7 +207,10 @@ impl SessionStore {
                     }
                 }
             })
-            .map_err(|source| StoreError::Dir { path: path.clone(), source })?;
+            .map_err(|source| StoreError::Dir {
+                path: path.clone(),
+                source,
+            })?;
         Ok(SessionStore { tx, path })
     }
 
@@ -191,7 +222,13 @@ impl SessionStore {
         let _ = self.tx.send(Op::Started(row));
     }
 
-    pub fn message(&self, session_id: &str, index: usize, message: &ChatMessage, tool_name: Option<&str>) {
+    pub fn message(
+        &self,
+        session_id: &str,
+        index: usize,
+        message: &ChatMessage,
+        tool_name: Option<&str>,
+    ) {
         let _ = self.tx.send(Op::Message {
             session_id: session_id.to_owned(),
             index,
@@ -289,7 +326,13 @@ pub fn read_transcript(path: &Path, session_id: &str) -> Result<Vec<StoredMessag
 /// The state of one session, if stored.
 pub fn read_state(path: &Path, session_id: &str) -> Result<Option<String>, StoreError> {
     let conn = open(path)?;
-    Ok(conn.query_row("SELECT state FROM sessions WHERE id = ?1", [session_id], |row| row.get(0)).optional()?)
+    Ok(conn
+        .query_row(
+            "SELECT state FROM sessions WHERE id = ?1",
+            [session_id],
+            |row| row.get(0),
+        )
+        .optional()?)
 }
 
 #[cfg(test)]

@@ -57,7 +57,11 @@ impl TodoStore {
             self.items = todos.iter().map(|t| validate(t)).collect();
         } else {
             for todo in todos {
-                let id = todo.as_object().and_then(|o| o.get("id")).map(python_str).unwrap_or_default();
+                let id = todo
+                    .as_object()
+                    .and_then(|o| o.get("id"))
+                    .map(python_str)
+                    .unwrap_or_default();
                 let id = id.trim();
                 if id.is_empty() {
                     // Nothing to merge on.
@@ -93,13 +97,19 @@ impl TodoStore {
                 Ok(Value::Array(list)) => {
                     self.write(&list, merge);
                 }
-                Ok(other) => return tool_error(format!("todos must be a list, got {}", python_type(&other))),
-                Err(_) => return tool_error("todos must be a list of objects, got unparseable string"),
+                Ok(other) => {
+                    return tool_error(format!("todos must be a list, got {}", python_type(&other)));
+                }
+                Err(_) => {
+                    return tool_error("todos must be a list of objects, got unparseable string");
+                }
             },
             Some(Value::Array(list)) => {
                 self.write(list, merge);
             }
-            Some(other) => return tool_error(format!("todos must be a list, got {}", python_type(other))),
+            Some(other) => {
+                return tool_error(format!("todos must be a list, got {}", python_type(other)));
+            }
         }
         self.reply()
     }
@@ -128,7 +138,11 @@ fn dedupe_by_id(todos: &[Value]) -> Vec<&Value> {
             Some(object) => {
                 let id = object.get("id").map(python_str).unwrap_or_default();
                 let id = id.trim();
-                if id.is_empty() { "?".to_owned() } else { id.to_owned() }
+                if id.is_empty() {
+                    "?".to_owned()
+                } else {
+                    id.to_owned()
+                }
             }
             None => format!("__invalid_{index}"),
         };
@@ -141,15 +155,42 @@ fn dedupe_by_id(todos: &[Value]) -> Vec<&Value> {
 
 fn validate(item: &Value) -> TodoItem {
     let Some(object) = item.as_object() else {
-        return TodoItem { id: "?".to_owned(), content: "(invalid item)".to_owned(), status: "pending".to_owned() };
+        return TodoItem {
+            id: "?".to_owned(),
+            content: "(invalid item)".to_owned(),
+            status: "pending".to_owned(),
+        };
     };
-    let id = object.get("id").map(python_str).unwrap_or_default().trim().to_owned();
-    let content = object.get("content").map(python_str).unwrap_or_default().trim().to_owned();
-    let status = object.get("status").map(python_str).unwrap_or_else(|| "pending".to_owned()).trim().to_lowercase();
+    let id = object
+        .get("id")
+        .map(python_str)
+        .unwrap_or_default()
+        .trim()
+        .to_owned();
+    let content = object
+        .get("content")
+        .map(python_str)
+        .unwrap_or_default()
+        .trim()
+        .to_owned();
+    let status = object
+        .get("status")
+        .map(python_str)
+        .unwrap_or_else(|| "pending".to_owned())
+        .trim()
+        .to_lowercase();
     TodoItem {
         id: if id.is_empty() { "?".to_owned() } else { id },
-        content: if content.is_empty() { "(no description)".to_owned() } else { cap_content(&content) },
-        status: if VALID_STATUSES.contains(&status.as_str()) { status } else { "pending".to_owned() },
+        content: if content.is_empty() {
+            "(no description)".to_owned()
+        } else {
+            cap_content(&content)
+        },
+        status: if VALID_STATUSES.contains(&status.as_str()) {
+            status
+        } else {
+            "pending".to_owned()
+        },
     }
 }
 

@@ -18,19 +18,33 @@ fn write_then_read_returns_the_list_and_a_summary() {
             {"id": "3", "content": "Ship", "status": "bogus"}
         ]}),
     );
-    assert_eq!(written["summary"], json!({"total": 3, "pending": 1, "in_progress": 1, "completed": 1, "cancelled": 0}));
-    assert_eq!(written["todos"][2], json!({"id": "3", "content": "Ship", "status": "pending"}));
+    assert_eq!(
+        written["summary"],
+        json!({"total": 3, "pending": 1, "in_progress": 1, "completed": 1, "cancelled": 0})
+    );
+    assert_eq!(
+        written["todos"][2],
+        json!({"id": "3", "content": "Ship", "status": "pending"})
+    );
     let read = call(&mut store, json!({}));
     assert_eq!(read, written);
     // hermes' key order: todos, then summary; items id, content, status.
     let raw = store.call(&serde_json::Map::new());
-    assert!(raw.starts_with("{\"todos\":[{\"id\":\"1\",\"content\":\"Read the code\",\"status\":\"completed\"}"), "{raw}");
+    assert!(
+        raw.starts_with(
+            "{\"todos\":[{\"id\":\"1\",\"content\":\"Read the code\",\"status\":\"completed\"}"
+        ),
+        "{raw}"
+    );
 }
 
 #[test]
 fn merge_updates_given_fields_by_id_and_appends_new_items() {
     let mut store = TodoStore::default();
-    call(&mut store, json!({"todos": [{"id": "a", "content": "first", "status": "pending"}, {"id": "b", "content": "second", "status": "pending"}]}));
+    call(
+        &mut store,
+        json!({"todos": [{"id": "a", "content": "first", "status": "pending"}, {"id": "b", "content": "second", "status": "pending"}]}),
+    );
     let merged = call(
         &mut store,
         json!({"merge": true, "todos": [{"id": "a", "status": "completed"}, {"id": "c", "content": "third", "status": "in_progress"}, {"content": "no id"}]}),
@@ -48,7 +62,10 @@ fn merge_updates_given_fields_by_id_and_appends_new_items() {
 #[test]
 fn replace_dedupes_ids_keeping_the_last_and_fills_defaults() {
     let mut store = TodoStore::default();
-    let out = call(&mut store, json!({"todos": [{"id": "x", "content": "old"}, 7, {"id": "x", "content": "new"}, {"id": "", "content": ""}]}));
+    let out = call(
+        &mut store,
+        json!({"todos": [{"id": "x", "content": "old"}, 7, {"id": "x", "content": "new"}, {"id": "", "content": ""}]}),
+    );
     assert_eq!(
         out["todos"],
         json!([
@@ -62,7 +79,9 @@ fn replace_dedupes_ids_keeping_the_last_and_fills_defaults() {
 #[test]
 fn limits_cap_items_and_content() {
     let mut store = TodoStore::default();
-    let many: Vec<Value> = (0..300).map(|i| json!({"id": i.to_string(), "content": "x", "status": "pending"})).collect();
+    let many: Vec<Value> = (0..300)
+        .map(|i| json!({"id": i.to_string(), "content": "x", "status": "pending"}))
+        .collect();
     store.write(&many, false);
     assert_eq!(store.items().len(), MAX_TODO_ITEMS);
     assert_eq!(store.items()[0].id, "0");
@@ -76,8 +95,17 @@ fn limits_cap_items_and_content() {
 #[test]
 fn todos_as_a_json_string_are_accepted_and_bad_types_are_errors() {
     let mut store = TodoStore::default();
-    let out = call(&mut store, json!({"todos": "[{\"id\":\"1\",\"content\":\"a\",\"status\":\"pending\"}]"}));
+    let out = call(
+        &mut store,
+        json!({"todos": "[{\"id\":\"1\",\"content\":\"a\",\"status\":\"pending\"}]"}),
+    );
     assert_eq!(out["summary"]["total"], 1);
-    assert_eq!(call(&mut store, json!({"todos": "nope"})), json!({"error": "todos must be a list of objects, got unparseable string"}));
-    assert_eq!(call(&mut store, json!({"todos": {"id": "1"}})), json!({"error": "todos must be a list, got dict"}));
+    assert_eq!(
+        call(&mut store, json!({"todos": "nope"})),
+        json!({"error": "todos must be a list of objects, got unparseable string"})
+    );
+    assert_eq!(
+        call(&mut store, json!({"todos": {"id": "1"}})),
+        json!({"error": "todos must be a list, got dict"})
+    );
 }

@@ -37,30 +37,37 @@ use serde_json::{Map, Value, json};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use caduceus_common::persist::{ResultBudget, ResultSize, TurnBudget, is_persisted, persisted_preview, unsaved_preview};
+use caduceus_common::persist::{
+    ResultBudget, ResultSize, TurnBudget, is_persisted, persisted_preview, unsaved_preview,
+};
 use caduceus_llm::{AssistantTurn, ChatMessage, ChatModel, ChatRequest, ToolCall};
 use caduceus_proto::EnvironmentNotice;
 
 use super::budget::{IterationBudget, Permit};
 use super::clarify;
 use super::delegate::{
-    self, ChildEntry, ChildStatus, ChildTask, DelegateRequest, Tokens, TraceEntry, child_filter, child_system_prompt,
-    depth_limit_error, effective_role,
+    self, ChildEntry, ChildStatus, ChildTask, DelegateRequest, Tokens, TraceEntry, child_filter,
+    child_system_prompt, depth_limit_error, effective_role,
 };
 use super::events::{self, EventStream, now_ms, preview};
 use super::hub::{HubInner, new_session_id};
 use super::messages::{
-    NO_SUMMARY, SKIPPED_INVALID_SIBLING, SUMMARY_REQUEST, cancelled_content, invalid_tool_name_content, summary_failed, tool_message,
-    wrap_untrusted,
+    NO_SUMMARY, SKIPPED_INVALID_SIBLING, SUMMARY_REQUEST, cancelled_content,
+    invalid_tool_name_content, summary_failed, tool_message, wrap_untrusted,
 };
 use super::notices::notice_message;
 use super::planner::{MAX_PARALLEL_CALLS, PlanCall, plan_batch};
-use super::session::{EndStatus, SessionActor, SessionArgs, SessionMsg, SessionOutcome, SessionShared, SessionSpec};
+use super::session::{
+    EndStatus, SessionActor, SessionArgs, SessionMsg, SessionOutcome, SessionShared, SessionSpec,
+};
 use super::store::{SessionEnd, SessionRow};
 use super::todo::TodoStore;
 use crate::dispatch::coerce::coerce_arguments;
 use crate::dispatch::repair::repair_tool_name;
-use crate::dispatch::{CallContext, CallRequest, CallStatus, Dispatcher, RawArguments, invalid_arguments_result, parse_arguments, status_of};
+use crate::dispatch::{
+    CallContext, CallRequest, CallStatus, Dispatcher, RawArguments, invalid_arguments_result,
+    parse_arguments, status_of,
+};
 use crate::registry::{ParallelClass, ToolFilter, ToolRegistry};
 
 /// Turns in a row whose calls all name unknown tools before the session stops.
@@ -82,15 +89,30 @@ struct Ending {
 
 impl Ending {
     fn completed(text: String) -> Self {
-        Ending { status: EndStatus::Completed, text: Some(text), error: None, exit_reason: "completed" }
+        Ending {
+            status: EndStatus::Completed,
+            text: Some(text),
+            error: None,
+            exit_reason: "completed",
+        }
     }
 
     fn interrupted() -> Self {
-        Ending { status: EndStatus::Interrupted, text: None, error: None, exit_reason: "interrupted" }
+        Ending {
+            status: EndStatus::Interrupted,
+            text: None,
+            error: None,
+            exit_reason: "interrupted",
+        }
     }
 
     fn failed(error: String) -> Self {
-        Ending { status: EndStatus::Failed, text: None, error: Some(error), exit_reason: "error" }
+        Ending {
+            status: EndStatus::Failed,
+            text: None,
+            error: Some(error),
+            exit_reason: "error",
+        }
     }
 }
 
@@ -144,11 +166,24 @@ struct CallSite {
 }
 
 impl CallSite {
-    fn started(&self, call: &ToolCall, parsed: Option<&Map<String, Value>>, parallel: bool) -> (Instant, u64) {
+    fn started(
+        &self,
+        call: &ToolCall,
+        parsed: Option<&Map<String, Value>>,
+        parallel: bool,
+    ) -> (Instant, u64) {
         let at = now_ms();
-        let emoji = self.dispatcher.registry().snapshot().get(&call.name).map(|e| e.emoji.clone()).unwrap_or_default();
+        let emoji = self
+            .dispatcher
+            .registry()
+            .snapshot()
+            .get(&call.name)
+            .map(|e| e.emoji.clone())
+            .unwrap_or_default();
         let arguments = match parsed {
-            Some(args) if call.arguments.chars().count() <= EVENT_ARGUMENTS_MAX_CHARS => Value::Object(args.clone()),
+            Some(args) if call.arguments.chars().count() <= EVENT_ARGUMENTS_MAX_CHARS => {
+                Value::Object(args.clone())
+            }
             _ => Value::String(preview(&call.arguments, EVENT_ARGUMENTS_MAX_CHARS)),
         };
         self.events.emit(
@@ -187,7 +222,12 @@ impl CallSite {
     }
 
     /// One call through the pipeline, with its events. Cancelled with the session.
-    async fn dispatch(&self, call: &ToolCall, parsed: Option<&Map<String, Value>>, parallel: bool) -> Finished {
+    async fn dispatch(
+        &self,
+        call: &ToolCall,
+        parsed: Option<&Map<String, Value>>,
+        parallel: bool,
+    ) -> Finished {
         let started = self.started(call, parsed, parallel);
         let request = CallRequest {
             tool: call.name.clone(),
@@ -266,7 +306,13 @@ impl AgentLoop {
     }
 
     pub(crate) async fn run(mut self) -> SessionOutcome {
-        let tool_names = self.hub.dispatcher.registry().snapshot().available_names(&self.spec.filter).unwrap_or_default();
+        let tool_names = self
+            .hub
+            .dispatcher
+            .registry()
+            .snapshot()
+            .available_names(&self.spec.filter)
+            .unwrap_or_default();
         self.emit(
             events::SESSION_STARTED,
             json!({
@@ -292,7 +338,11 @@ impl AgentLoop {
                 prompt: self.spec.prompt.clone(),
             });
         }
-        let system = self.spec.system_prompt.clone().unwrap_or_else(|| root_system_prompt(&tool_names));
+        let system = self
+            .spec
+            .system_prompt
+            .clone()
+            .unwrap_or_else(|| root_system_prompt(&tool_names));
         self.push(ChatMessage::system(system), None);
         self.push(ChatMessage::user(self.spec.prompt.clone()), None);
         let ending = self.converse().await;
@@ -310,7 +360,12 @@ impl AgentLoop {
     /// Appends a message and records it.
     fn push(&mut self, message: ChatMessage, tool_name: Option<&str>) {
         if let Some(store) = &self.hub.store {
-            store.message(&self.spec.session_id, self.messages.len(), &message, tool_name);
+            store.message(
+                &self.spec.session_id,
+                self.messages.len(),
+                &message,
+                tool_name,
+            );
         }
         self.messages.push(message);
     }
@@ -326,7 +381,10 @@ impl AgentLoop {
             }
             self.count_request();
             let snapshot = self.hub.dispatcher.registry().snapshot();
-            let (definitions, available) = match (snapshot.definitions(&self.spec.filter), snapshot.available_names(&self.spec.filter)) {
+            let (definitions, available) = match (
+                snapshot.definitions(&self.spec.filter),
+                snapshot.available_names(&self.spec.filter),
+            ) {
                 (Ok(definitions), Ok(available)) => (definitions, available),
                 (Err(err), _) | (_, Err(err)) => return Ending::failed(err.to_string()),
             };
@@ -339,9 +397,15 @@ impl AgentLoop {
 
             if !turn.has_tool_calls() {
                 let text = turn.content.clone().unwrap_or_default();
-                self.push(ChatMessage::assistant(turn.content.clone(), Vec::new()), None);
+                self.push(
+                    ChatMessage::assistant(turn.content.clone(), Vec::new()),
+                    None,
+                );
                 if !text.trim().is_empty() {
-                    self.emit(events::ASSISTANT_TEXT, json!({"iteration": self.api_calls, "text": text, "tool_calls": 0}));
+                    self.emit(
+                        events::ASSISTANT_TEXT,
+                        json!({"iteration": self.api_calls, "text": text, "tool_calls": 0}),
+                    );
                 }
                 if self.wait_for_notices().await {
                     continue;
@@ -359,17 +423,32 @@ impl AgentLoop {
                 self.invalid_turns += 1;
                 if self.invalid_turns >= MAX_INVALID_TURNS {
                     let name = calls.first().map(|c| c.name.as_str()).unwrap_or_default();
-                    let shown = if name.chars().count() > 80 { format!("{}...", name.chars().take(80).collect::<String>()) } else { name.to_owned() };
+                    let shown = if name.chars().count() > 80 {
+                        format!("{}...", name.chars().take(80).collect::<String>())
+                    } else {
+                        name.to_owned()
+                    };
                     let message = format!("Model generated invalid tool call: {shown}");
-                    return Ending { status: EndStatus::Failed, text: Some(message.clone()), error: Some(message), exit_reason: "invalid_tool_calls" };
+                    return Ending {
+                        status: EndStatus::Failed,
+                        text: Some(message.clone()),
+                        error: Some(message),
+                        exit_reason: "invalid_tool_calls",
+                    };
                 }
             } else {
                 self.invalid_turns = 0;
             }
 
-            self.push(ChatMessage::assistant(turn.content.clone(), calls.clone()), None);
+            self.push(
+                ChatMessage::assistant(turn.content.clone(), calls.clone()),
+                None,
+            );
             if let Some(text) = turn.content.as_ref().filter(|t| !t.trim().is_empty()) {
-                self.emit(events::ASSISTANT_TEXT, json!({"iteration": self.api_calls, "text": text, "tool_calls": calls.len()}));
+                self.emit(
+                    events::ASSISTANT_TEXT,
+                    json!({"iteration": self.api_calls, "text": text, "tool_calls": calls.len()}),
+                );
             }
 
             let contents = if all_invalid {
@@ -384,7 +463,10 @@ impl AgentLoop {
                 self.run_batch(&calls, &routes).await
             };
             for (call, content) in calls.iter().zip(contents) {
-                self.push(tool_message(&call.name, content, &call.id), Some(&call.name));
+                self.push(
+                    tool_message(&call.name, content, &call.id),
+                    Some(&call.name),
+                );
             }
             // Turns that only ran code are free (hermes refunds execute_code).
             if calls.iter().all(|c| c.name == "execute_code") {
@@ -395,7 +477,9 @@ impl AgentLoop {
 
     fn count_request(&mut self) {
         self.api_calls += 1;
-        self.shared.api_calls.store(self.api_calls, Ordering::Relaxed);
+        self.shared
+            .api_calls
+            .store(self.api_calls, Ordering::Relaxed);
     }
 
     /// One model request, abandoned when the session is cancelled.
@@ -419,8 +503,15 @@ impl AgentLoop {
     }
 
     /// Repairs names in place and decides where each call goes.
-    fn route(&self, calls: &mut [ToolCall], snapshot: &ToolRegistry, available: &BTreeSet<String>) -> Vec<Route> {
-        let selected = snapshot.selected_names(&self.spec.filter).unwrap_or_default();
+    fn route(
+        &self,
+        calls: &mut [ToolCall],
+        snapshot: &ToolRegistry,
+        available: &BTreeSet<String>,
+    ) -> Vec<Route> {
+        let selected = snapshot
+            .selected_names(&self.spec.filter)
+            .unwrap_or_default();
         calls
             .iter_mut()
             .map(|call| {
@@ -447,7 +538,12 @@ impl AgentLoop {
                     "delegate_task" => Route::Delegate,
                     // A selected tool that is unavailable right now goes to the
                     // pipeline, which says why (no worker offers its backend, …).
-                    _ => Route::Dispatch(snapshot.get(name).map(|e| e.parallel).unwrap_or(ParallelClass::Sequential)),
+                    _ => Route::Dispatch(
+                        snapshot
+                            .get(name)
+                            .map(|e| e.parallel)
+                            .unwrap_or(ParallelClass::Sequential),
+                    ),
                 }
             })
             .collect()
@@ -467,19 +563,39 @@ impl AgentLoop {
 
     /// Runs one turn's calls as planned segments; results in call order.
     async fn run_batch(&mut self, calls: &[ToolCall], routes: &[Route]) -> Vec<String> {
-        let parsed: Vec<Option<Map<String, Value>>> = calls.iter().map(|c| parse_arguments(&RawArguments::Text(c.arguments.clone()))).collect();
+        let parsed: Vec<Option<Map<String, Value>>> = calls
+            .iter()
+            .map(|c| parse_arguments(&RawArguments::Text(c.arguments.clone())))
+            .collect();
         let mut results: Vec<Option<Finished>> = calls.iter().map(|_| None).collect();
         let mut runnable = Vec::new();
         for (index, route) in routes.iter().enumerate() {
             match route {
                 Route::Invalid(content) => {
-                    results[index] = Some(Finished { content: content.clone(), status: CallStatus::Error, worker: None });
+                    results[index] = Some(Finished {
+                        content: content.clone(),
+                        status: CallStatus::Error,
+                        worker: None,
+                    });
                 }
                 _ => runnable.push(index),
             }
         }
-        let plan_input: Vec<PlanCall<'_>> = runnable.iter().map(|&i| PlanCall { class: routes[i].class(), args: parsed[i].as_ref() }).collect();
-        let cwd = if plan_input.iter().any(|c| c.class == ParallelClass::PathScoped) { self.task_cwd().await } else { None };
+        let plan_input: Vec<PlanCall<'_>> = runnable
+            .iter()
+            .map(|&i| PlanCall {
+                class: routes[i].class(),
+                args: parsed[i].as_ref(),
+            })
+            .collect();
+        let cwd = if plan_input
+            .iter()
+            .any(|c| c.class == ParallelClass::PathScoped)
+        {
+            self.task_cwd().await
+        } else {
+            None
+        };
         let segments = plan_batch(&plan_input, cwd.as_deref());
         let site = self.call_site(self.api_calls);
 
@@ -508,8 +624,13 @@ impl AgentLoop {
                         break;
                     }
                     let done = match &routes[i] {
-                        Route::Dispatch(_) => site.dispatch(&calls[i], parsed[i].as_ref(), false).await,
-                        route => self.run_loop_tool(&site, &calls[i], route, parsed[i].as_ref()).await,
+                        Route::Dispatch(_) => {
+                            site.dispatch(&calls[i], parsed[i].as_ref(), false).await
+                        }
+                        route => {
+                            self.run_loop_tool(&site, &calls[i], route, parsed[i].as_ref())
+                                .await
+                        }
                     };
                     results[i] = Some(done);
                 }
@@ -538,15 +659,25 @@ impl AgentLoop {
             tool: call.name.clone(),
             args_bytes: call.arguments.len(),
             result_bytes: Some(done.content.len()),
-            status: Some(if looks_like_error(&done.content) { "error" } else { "ok" }),
+            status: Some(if looks_like_error(&done.content) {
+                "error"
+            } else {
+                "ok"
+            }),
         });
-        let parsed: Option<Map<String, Value>> = match serde_json::from_str::<Value>(&done.content) {
+        let parsed: Option<Map<String, Value>> = match serde_json::from_str::<Value>(&done.content)
+        {
             Ok(Value::Object(map)) => Some(map),
             _ => None,
         };
         if let Some(result) = &parsed {
-            if call.name == "terminal" && result.get("notify_on_complete").and_then(Value::as_bool) == Some(true) {
-                let process = result.get("session_id").or_else(|| result.get("process_id")).and_then(Value::as_str);
+            if call.name == "terminal"
+                && result.get("notify_on_complete").and_then(Value::as_bool) == Some(true)
+            {
+                let process = result
+                    .get("session_id")
+                    .or_else(|| result.get("process_id"))
+                    .and_then(Value::as_str);
                 if let Some(process) = process {
                     self.awaited_processes.insert(process.to_owned());
                 }
@@ -572,13 +703,23 @@ impl AgentLoop {
     /// hermes `enforce_turn_budget`: persist the largest results until the
     /// turn fits.
     async fn enforce_turn_budget(&self, calls: &[ToolCall], contents: &mut [String]) {
-        let sizes: Vec<ResultSize> =
-            contents.iter().map(|c| ResultSize { chars: c.chars().count(), persisted: is_persisted(c) }).collect();
+        let sizes: Vec<ResultSize> = contents
+            .iter()
+            .map(|c| ResultSize {
+                chars: c.chars().count(),
+                persisted: is_persisted(c),
+            })
+            .collect();
         let mut plan = TurnBudget::new(&sizes, ResultBudget::default().per_turn);
         let owner = self.hub.dispatcher.config().owner.clone();
         while let Some(index) = plan.next_to_persist() {
             let content = &contents[index];
-            let saved = self.hub.dispatcher.scheduler().persist_result(&self.spec.task_id, &calls[index].id, content, &owner).await;
+            let saved = self
+                .hub
+                .dispatcher
+                .scheduler()
+                .persist_result(&self.spec.task_id, &calls[index].id, content, &owner)
+                .await;
             let replacement = match saved {
                 Some(path) => persisted_preview(content, &path),
                 None => unsaved_preview(content),
@@ -589,7 +730,13 @@ impl AgentLoop {
     }
 
     /// `todo`, `clarify`, `delegate_task`, and refusals, with their events.
-    async fn run_loop_tool(&mut self, site: &CallSite, call: &ToolCall, route: &Route, parsed: Option<&Map<String, Value>>) -> Finished {
+    async fn run_loop_tool(
+        &mut self,
+        site: &CallSite,
+        call: &ToolCall,
+        route: &Route,
+        parsed: Option<&Map<String, Value>>,
+    ) -> Finished {
         let started = site.started(call, parsed, false);
         let content = match (route, self.loop_tool_args(&call.name, parsed)) {
             (Route::Refused(content), _) => content.clone(),
@@ -599,19 +746,38 @@ impl AgentLoop {
             (Route::Delegate, Ok(args)) => self.delegate(&call.id, &args).await,
             (_, Ok(_)) => cancelled_content(&call.name),
         };
-        let status = if self.cancelled() && content.starts_with("[Tool execution cancelled") { CallStatus::Cancelled } else { status_of(&content) };
-        let done = Finished { content, status, worker: None };
+        let status = if self.cancelled() && content.starts_with("[Tool execution cancelled") {
+            CallStatus::Cancelled
+        } else {
+            status_of(&content)
+        };
+        let done = Finished {
+            content,
+            status,
+            worker: None,
+        };
         site.finished(call, started, &done);
         done
     }
 
     /// Arguments of an agent-loop tool: a JSON object, coerced to its schema.
-    fn loop_tool_args(&self, tool: &str, parsed: Option<&Map<String, Value>>) -> Result<Map<String, Value>, String> {
+    fn loop_tool_args(
+        &self,
+        tool: &str,
+        parsed: Option<&Map<String, Value>>,
+    ) -> Result<Map<String, Value>, String> {
         let Some(args) = parsed else {
             return Err(invalid_arguments_result());
         };
         let mut args = args.clone();
-        if let Some(parameters) = self.hub.dispatcher.registry().snapshot().get(tool).and_then(|e| e.schema.get("parameters").cloned()) {
+        if let Some(parameters) = self
+            .hub
+            .dispatcher
+            .registry()
+            .snapshot()
+            .get(tool)
+            .and_then(|e| e.schema.get("parameters").cloned())
+        {
             coerce_arguments(&mut args, &parameters);
         }
         Ok(args)
@@ -628,7 +794,14 @@ impl AgentLoop {
         self.questions += 1;
         let question_id = format!("q{}", self.questions);
         let (answer_tx, answer_rx) = oneshot::channel();
-        if self.myself.cast(SessionMsg::AwaitClarify { question_id: question_id.clone(), answer: answer_tx }).is_err() {
+        if self
+            .myself
+            .cast(SessionMsg::AwaitClarify {
+                question_id: question_id.clone(),
+                answer: answer_tx,
+            })
+            .is_err()
+        {
             return clarify::unavailable();
         }
         self.emit(
@@ -666,17 +839,32 @@ impl AgentLoop {
         if self.spec.depth >= max_depth {
             return depth_limit_error(self.spec.depth, max_depth);
         }
-        let DelegateRequest { tasks, share_environment } = match delegate::parse_request(args, config.max_concurrent_children()) {
+        let DelegateRequest {
+            tasks,
+            share_environment,
+        } = match delegate::parse_request(args, config.max_concurrent_children()) {
             Ok(request) => request,
             Err(result) => return result,
         };
         let started = Instant::now();
         let child_model = match self.hub.child_model(&self.model) {
             Ok(model) => model,
-            Err(err) => return caduceus_common::result::tool_error(format!("cannot use delegation.model: {err}")),
+            Err(err) => {
+                return caduceus_common::result::tool_error(format!(
+                    "cannot use delegation.model: {err}"
+                ));
+            }
         };
-        let model_label = config.model.clone().filter(|m| !m.trim().is_empty()).unwrap_or_else(|| self.spec.model_label.clone());
-        let workspace = if share_environment { self.task_cwd().await } else { None };
+        let model_label = config
+            .model
+            .clone()
+            .filter(|m| !m.trim().is_empty())
+            .unwrap_or_else(|| self.spec.model_label.clone());
+        let workspace = if share_environment {
+            self.task_cwd().await
+        } else {
+            None
+        };
         let child_depth = self.spec.depth + 1;
         let timeout = config.child_timeout();
 
@@ -687,7 +875,12 @@ impl AgentLoop {
             let task_id = if share_environment {
                 self.spec.task_id.clone()
             } else {
-                format!("{}-sub{}-{}", self.spec.task_id, task.index + 1, &session_id[5..13])
+                format!(
+                    "{}-sub{}-{}",
+                    self.spec.task_id,
+                    task.index + 1,
+                    &session_id[5..13]
+                )
             };
             let spec = SessionSpec {
                 session_id: session_id.clone(),
@@ -697,7 +890,13 @@ impl AgentLoop {
                 task_id: task_id.clone(),
                 release_task: !share_environment,
                 prompt: task.goal.clone(),
-                system_prompt: Some(child_system_prompt(&task, role, workspace.as_deref(), max_depth, child_depth)),
+                system_prompt: Some(child_system_prompt(
+                    &task,
+                    role,
+                    workspace.as_deref(),
+                    max_depth,
+                    child_depth,
+                )),
                 filter: child_filter(&self.spec.filter, role),
                 max_iterations: config.max_iterations(),
                 model_label: model_label.clone(),
@@ -720,8 +919,15 @@ impl AgentLoop {
             );
             let cancel = spec.cancel.clone();
             let (report_tx, report_rx) = oneshot::channel();
-            let args = SessionArgs { hub: self.hub.clone(), spec, model: child_model.clone(), events: self.events.clone(), report: Some(report_tx) };
-            let spawned = Actor::spawn_linked(None, SessionActor, args, self.myself.get_cell()).await;
+            let args = SessionArgs {
+                hub: self.hub.clone(),
+                spec,
+                model: child_model.clone(),
+                events: self.events.clone(),
+                report: Some(report_tx),
+            };
+            let spawned =
+                Actor::spawn_linked(None, SessionActor, args, self.myself.get_cell()).await;
             let end = match spawned {
                 Ok(_) => ChildWait::Running(report_rx),
                 Err(err) => ChildWait::NotStarted(format!("the subagent could not start: {err}")),
@@ -741,7 +947,11 @@ impl AgentLoop {
             futures.push(async move {
                 let end = wait.finish(timeout, &cancel).await;
                 let entry = child_entry(&task, &session_id, &task_id, &label, end);
-                events.emit(&parent_session, events::CHILD_FINISHED, child_finished_json(&entry, &call_id));
+                events.emit(
+                    &parent_session,
+                    events::CHILD_FINISHED,
+                    child_finished_json(&entry, &call_id),
+                );
                 entry
             });
         }
@@ -765,7 +975,12 @@ impl AgentLoop {
                 continue;
             };
             let id = format!("subagent-summary-{}-{}", entry.task_index, now_ms());
-            let spill = self.hub.dispatcher.scheduler().persist_result(&self.spec.task_id, &id, summary, &owner).await;
+            let spill = self
+                .hub
+                .dispatcher
+                .scheduler()
+                .persist_result(&self.spec.task_id, &id, summary, &owner)
+                .await;
             let trimmed = delegate::trim_summary(summary, cap, spill.as_deref());
             entry.summary = Some(trimmed);
             entry.summary_truncated = Some(true);
@@ -845,13 +1060,22 @@ impl AgentLoop {
             Err(Stop::Cancelled) => return Ending::interrupted(),
             Err(Stop::Model(error)) => summary_failed(max, &error),
         };
-        Ending { status: EndStatus::MaxIterations, text: Some(text), error: None, exit_reason: "max_iterations" }
+        Ending {
+            status: EndStatus::MaxIterations,
+            text: Some(text),
+            error: None,
+            exit_reason: "max_iterations",
+        }
     }
 
     async fn finish(self, ending: Ending) -> SessionOutcome {
         let duration = self.started.elapsed();
         if self.spec.release_task {
-            self.hub.dispatcher.scheduler().release(&self.spec.task_id).await;
+            self.hub
+                .dispatcher
+                .scheduler()
+                .release(&self.spec.task_id)
+                .await;
         }
         if let Some(error) = &ending.error {
             self.emit(events::ERROR, json!({"message": error}));
@@ -904,7 +1128,10 @@ enum ChildWait {
 /// How the wait for a child ended.
 enum ChildEnd {
     Finished(SessionOutcome),
-    TimedOut { after: Duration, outcome: Option<SessionOutcome> },
+    TimedOut {
+        after: Duration,
+        outcome: Option<SessionOutcome>,
+    },
     /// The child actor went away without a report.
     Vanished,
     NotStarted(String),
@@ -927,15 +1154,27 @@ impl ChildWait {
             Ok(Err(_)) => ChildEnd::Vanished,
             Err(_) => {
                 cancel.cancel();
-                let outcome = tokio::time::timeout(CHILD_STOP_GRACE, report).await.ok().and_then(Result::ok);
-                ChildEnd::TimedOut { after: limit, outcome }
+                let outcome = tokio::time::timeout(CHILD_STOP_GRACE, report)
+                    .await
+                    .ok()
+                    .and_then(Result::ok);
+                ChildEnd::TimedOut {
+                    after: limit,
+                    outcome,
+                }
             }
         }
     }
 }
 
 /// The result entry of one child (hermes `_run_single_child`).
-fn child_entry(task: &ChildTask, session_id: &str, task_id: &str, model: &str, end: ChildEnd) -> ChildEntry {
+fn child_entry(
+    task: &ChildTask,
+    session_id: &str,
+    task_id: &str,
+    model: &str,
+    end: ChildEnd,
+) -> ChildEntry {
     let mut entry = ChildEntry {
         task_index: task.index,
         status: ChildStatus::Error,
@@ -955,13 +1194,18 @@ fn child_entry(task: &ChildTask, session_id: &str, task_id: &str, model: &str, e
     };
     match end {
         ChildEnd::Finished(outcome) => {
-            let summary = outcome.final_text.clone().filter(|s| !s.trim().is_empty() && s.trim() != "(empty)");
+            let summary = outcome
+                .final_text
+                .clone()
+                .filter(|s| !s.trim().is_empty() && s.trim() != "(empty)");
             let (status, exit_reason) = match outcome.status {
                 EndStatus::Interrupted => (ChildStatus::Interrupted, "interrupted"),
                 EndStatus::Crashed => (ChildStatus::Error, "error"),
                 EndStatus::Failed => (ChildStatus::Failed, "error"),
                 EndStatus::Completed if summary.is_some() => (ChildStatus::Completed, "completed"),
-                EndStatus::MaxIterations if summary.is_some() => (ChildStatus::Completed, "max_iterations"),
+                EndStatus::MaxIterations if summary.is_some() => {
+                    (ChildStatus::Completed, "max_iterations")
+                }
                 EndStatus::Completed => (ChildStatus::Failed, "completed"),
                 EndStatus::MaxIterations => (ChildStatus::Failed, "max_iterations"),
             };
@@ -974,7 +1218,11 @@ fn child_entry(task: &ChildTask, session_id: &str, task_id: &str, model: &str, e
             entry.workers = outcome.workers.into_iter().collect();
             entry.summary = summary;
             if matches!(status, ChildStatus::Failed | ChildStatus::Error) {
-                entry.error = Some(outcome.error.unwrap_or_else(|| "Subagent did not produce a response.".to_owned()));
+                entry.error = Some(
+                    outcome
+                        .error
+                        .unwrap_or_else(|| "Subagent did not produce a response.".to_owned()),
+                );
             }
         }
         ChildEnd::TimedOut { after, outcome } => {
@@ -989,7 +1237,9 @@ fn child_entry(task: &ChildTask, session_id: &str, task_id: &str, model: &str, e
                 entry.workers = outcome.workers.into_iter().collect();
             }
         }
-        ChildEnd::Vanished => entry.error = Some("The subagent stopped without reporting a result.".to_owned()),
+        ChildEnd::Vanished => {
+            entry.error = Some("The subagent stopped without reporting a result.".to_owned())
+        }
         ChildEnd::NotStarted(reason) => entry.error = Some(reason),
     }
     entry
@@ -1025,14 +1275,26 @@ fn looks_like_error(content: &str) -> bool {
             if truthy {
                 return true;
             }
-            let status = map.get("status").and_then(Value::as_str).unwrap_or_default().trim().to_lowercase();
+            let status = map
+                .get("status")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .trim()
+                .to_lowercase();
             if matches!(status.as_str(), "error" | "failed" | "failure" | "timeout") {
                 return true;
             }
         }
     }
-    let first = content.lines().next().unwrap_or_default().trim().to_lowercase();
-    ["error:", "failed:", "traceback ", "exception:"].iter().any(|p| first.starts_with(p))
+    let first = content
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_lowercase();
+    ["error:", "failed:", "traceback ", "exception:"]
+        .iter()
+        .any(|p| first.starts_with(p))
 }
 
 /// Drops `<think>…</think>` blocks some models put before their answer.
@@ -1068,7 +1330,9 @@ fn root_system_prompt(tools: &BTreeSet<String>) -> String {
     if tools.contains("todo") {
         prompt.push_str("- For work with three or more steps, keep a plan with the todo tool.\n");
     }
-    prompt.push_str("\nWhen you are done, answer with a concise summary of what you did and what you found.");
+    prompt.push_str(
+        "\nWhen you are done, answer with a concise summary of what you did and what you found.",
+    );
     prompt
 }
 

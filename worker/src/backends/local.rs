@@ -29,7 +29,16 @@ impl LocalSandbox {
             .find_map(|v| std::env::var(v).ok().filter(|s| !s.is_empty()))
             .unwrap_or_else(|| "/tmp".to_owned());
         let temp = temp.trim_end_matches('/').to_owned();
-        LocalSandbox { id, cwd, home, temp: if temp.is_empty() { "/".to_owned() } else { temp } }
+        LocalSandbox {
+            id,
+            cwd,
+            home,
+            temp: if temp.is_empty() {
+                "/".to_owned()
+            } else {
+                temp
+            },
+        }
     }
 }
 
@@ -44,7 +53,10 @@ impl Sandbox for LocalSandbox {
     }
 
     async fn spawn(&self, spec: SpawnSpec) -> Result<SpawnedProcess, SandboxError> {
-        let fail = |reason: String| SandboxError::Spawn { program: spec.program.clone(), reason };
+        let fail = |reason: String| SandboxError::Spawn {
+            program: spec.program.clone(),
+            reason,
+        };
         // stdout and stderr share one pipe so their order is kept.
         let (reader, writer) = std::io::pipe().map_err(|e| fail(format!("pipe: {e}")))?;
         let writer_err = writer.try_clone().map_err(|e| fail(format!("pipe: {e}")))?;
@@ -63,13 +75,27 @@ impl Sandbox for LocalSandbox {
         // Our copies of the pipe's write end go with the Command: without this
         // the reader never sees end-of-file.
         drop(command);
-        let stdin = child.stdin.take().ok_or_else(|| fail("no stdin pipe".to_owned()))?;
-        let output = pipe::Receiver::from_owned_fd(OwnedFd::from(reader)).map_err(|e| fail(format!("pipe: {e}")))?;
+        let stdin = child
+            .stdin
+            .take()
+            .ok_or_else(|| fail("no stdin pipe".to_owned()))?;
+        let output = pipe::Receiver::from_owned_fd(OwnedFd::from(reader))
+            .map_err(|e| fail(format!("pipe: {e}")))?;
         let pid = child.id();
-        Ok(SpawnedProcess { stdin: Box::pin(stdin), output: Box::pin(output), pid, handle: Box::new(LocalProcess { child, pid }) })
+        Ok(SpawnedProcess {
+            stdin: Box::pin(stdin),
+            output: Box::pin(output),
+            pid,
+            handle: Box::new(LocalProcess { child, pid }),
+        })
     }
 
-    async fn signal_tree(&self, pid: u32, signal: StopSignal, include_root: bool) -> Result<(), SandboxError> {
+    async fn signal_tree(
+        &self,
+        pid: u32,
+        signal: StopSignal,
+        include_root: bool,
+    ) -> Result<(), SandboxError> {
         signal_local_tree(pid, signal, include_root);
         Ok(())
     }
@@ -103,7 +129,9 @@ fn detach_from_terminal(command: &mut Command) {
     // parent; it is the documented way to start a child in a new session.
     unsafe {
         command.pre_exec(|| {
-            nix::unistd::setsid().map(|_| ()).map_err(std::io::Error::from)
+            nix::unistd::setsid()
+                .map(|_| ())
+                .map_err(std::io::Error::from)
         });
     }
 }
@@ -167,7 +195,12 @@ pub fn signal_local_tree(root: u32, signal: StopSignal, include_root: bool) {
 /// Descendants of `pid`, parents before their children: a parent shell that
 /// dies first cannot print "Terminated" for its child into the output, and
 /// every child's pid is already known.
-fn collect_descendants(pid: u32, children: &HashMap<u32, Vec<u32>>, out: &mut Vec<u32>, depth: usize) {
+fn collect_descendants(
+    pid: u32,
+    children: &HashMap<u32, Vec<u32>>,
+    out: &mut Vec<u32>,
+    depth: usize,
+) {
     if depth > 512 {
         return;
     }
@@ -194,7 +227,11 @@ pub fn process_table() -> ProcessTable {
         return table;
     };
     for entry in entries.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
             continue;
         };
         let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {

@@ -43,7 +43,10 @@ impl Environment {
         if self.running.load(Ordering::Relaxed) > 0 {
             return Duration::ZERO;
         }
-        self.last_used.lock().map(|at| at.elapsed()).unwrap_or_default()
+        self.last_used
+            .lock()
+            .map(|at| at.elapsed())
+            .unwrap_or_default()
     }
 
     pub fn age(&self) -> Duration {
@@ -101,7 +104,12 @@ pub struct EnvManager {
 
 impl EnvManager {
     pub fn new(backends: Backends, settings: EnvSettings) -> Self {
-        EnvManager { backends, settings, envs: std::sync::Mutex::new(HashMap::new()), creating: AsyncMutex::new(HashMap::new()) }
+        EnvManager {
+            backends,
+            settings,
+            envs: std::sync::Mutex::new(HashMap::new()),
+            creating: AsyncMutex::new(HashMap::new()),
+        }
     }
 
     pub fn backends(&self) -> &Backends {
@@ -113,7 +121,11 @@ impl EnvManager {
     }
 
     /// The task's environment, created on `backend` if it has none.
-    pub async fn get_or_create(&self, backend: &str, request: &CreateRequest) -> Result<Arc<Environment>, SandboxError> {
+    pub async fn get_or_create(
+        &self,
+        backend: &str,
+        request: &CreateRequest,
+    ) -> Result<Arc<Environment>, SandboxError> {
         let task_id = request.task_id.as_str();
         if let Some(env) = self.get(task_id) {
             return Ok(env);
@@ -155,7 +167,11 @@ impl EnvManager {
 
     /// Ends the task's environment. Returns whether there was one.
     pub async fn release(&self, task_id: &str) -> bool {
-        let env = self.envs.lock().ok().and_then(|mut envs| envs.remove(task_id));
+        let env = self
+            .envs
+            .lock()
+            .ok()
+            .and_then(|mut envs| envs.remove(task_id));
         match env {
             Some(env) => {
                 env.end().await;
@@ -170,7 +186,11 @@ impl EnvManager {
     pub async fn reap_idle(&self, lifetime: Duration) -> Vec<String> {
         let idle: Vec<Arc<Environment>> = match self.envs.lock() {
             Ok(mut envs) => {
-                let ids: Vec<String> = envs.iter().filter(|(_, e)| e.idle_for() > lifetime).map(|(id, _)| id.clone()).collect();
+                let ids: Vec<String> = envs
+                    .iter()
+                    .filter(|(_, e)| e.idle_for() > lifetime)
+                    .map(|(id, _)| id.clone())
+                    .collect();
                 ids.iter().filter_map(|id| envs.remove(id)).collect()
             }
             Err(_) => Vec::new(),
@@ -185,14 +205,22 @@ impl EnvManager {
     }
 
     pub fn infos(&self) -> Vec<EnvironmentInfo> {
-        let mut infos: Vec<EnvironmentInfo> = self.envs.lock().map(|envs| envs.values().map(|e| e.info()).collect()).unwrap_or_default();
+        let mut infos: Vec<EnvironmentInfo> = self
+            .envs
+            .lock()
+            .map(|envs| envs.values().map(|e| e.info()).collect())
+            .unwrap_or_default();
         infos.sort_by(|a, b| a.task_id.cmp(&b.task_id));
         infos
     }
 
     /// Ends every environment.
     pub async fn shutdown(&self) {
-        let all: Vec<Arc<Environment>> = self.envs.lock().map(|mut envs| envs.drain().map(|(_, e)| e).collect()).unwrap_or_default();
+        let all: Vec<Arc<Environment>> = self
+            .envs
+            .lock()
+            .map(|mut envs| envs.drain().map(|(_, e)| e).collect())
+            .unwrap_or_default();
         for env in all {
             env.end().await;
         }

@@ -36,7 +36,9 @@ use tokio_util::sync::CancellationToken;
 
 use caduceus_common::text::HeadTailBuffer;
 
-use crate::sandbox::{BoxedReader, BoxedWriter, ProcessHandle, Sandbox, SandboxError, SpawnSpec, StopSignal};
+use crate::sandbox::{
+    BoxedReader, BoxedWriter, ProcessHandle, Sandbox, SandboxError, SpawnSpec, StopSignal,
+};
 
 /// How to start the shell.
 #[derive(Debug, Clone)]
@@ -65,6 +67,9 @@ impl Default for ShellConfig {
     }
 }
 
+/// Receives raw output bytes as they arrive.
+pub type OutputCallback<'a> = &'a mut (dyn FnMut(&[u8]) + Send);
+
 /// One command to run.
 pub struct ExecRequest<'a> {
     pub command: &'a str,
@@ -74,7 +79,7 @@ pub struct ExecRequest<'a> {
     /// Characters kept of the output (head 40 % / tail 60 % beyond that).
     pub max_output_chars: usize,
     /// Receives raw output bytes as they arrive.
-    pub on_output: Option<&'a mut (dyn FnMut(&[u8]) + Send)>,
+    pub on_output: Option<OutputCallback<'a>>,
     pub cancel: Option<&'a CancellationToken>,
 }
 
@@ -139,13 +144,20 @@ pub struct PersistentShell {
 
 impl PersistentShell {
     pub fn new(sandbox: Arc<dyn Sandbox>, config: ShellConfig) -> Self {
-        let snapshot_path = format!("{}/caduceus-shell-{}.snap", sandbox.temp_dir(), uuid::Uuid::new_v4().simple());
+        let snapshot_path = format!(
+            "{}/caduceus-shell-{}.snap",
+            sandbox.temp_dir(),
+            uuid::Uuid::new_v4().simple()
+        );
         let cwd = config.cwd.clone();
         PersistentShell {
             sandbox,
             config,
             live: Mutex::new(None),
-            remembered: std::sync::Mutex::new(Remembered { cwd, snapshot_taken: false }),
+            remembered: std::sync::Mutex::new(Remembered {
+                cwd,
+                snapshot_taken: false,
+            }),
             snapshot_path,
             starts: AtomicU64::new(0),
         }
@@ -154,7 +166,10 @@ impl PersistentShell {
     /// The shell's working directory after the last command (relative paths of
     /// the file tools resolve against it).
     pub fn cwd(&self) -> String {
-        self.remembered.lock().map(|r| r.cwd.clone()).unwrap_or_default()
+        self.remembered
+            .lock()
+            .map(|r| r.cwd.clone())
+            .unwrap_or_default()
     }
 
     /// How many shell processes were started (1 after the first command).
@@ -183,7 +198,11 @@ impl PersistentShell {
         };
 
         let token = uuid::Uuid::new_v4().simple().to_string();
-        let frame = frame_for(&token, request.workdir, may_change_state(request.command).then_some(self.snapshot_path.as_str()));
+        let frame = frame_for(
+            &token,
+            request.workdir,
+            may_change_state(request.command).then_some(self.snapshot_path.as_str()),
+        );
         let mut bytes = Vec::with_capacity(frame.len() + request.command.len() + 1);
         bytes.extend_from_slice(frame.as_bytes());
         bytes.extend_from_slice(request.command.as_bytes());
@@ -193,7 +212,9 @@ impl PersistentShell {
             tracing::debug!("shell stdin failed ({err}); replacing the shell");
             self.discard(&mut live).await;
             let restored = self.start(&mut live).await?;
-            replaced = Some(format!("The shell had exited since the last command and was replaced ({restored})."));
+            replaced = Some(format!(
+                "The shell had exited since the last command and was replaced ({restored})."
+            ));
             let Some(shell) = live.as_mut() else {
                 return Err(ShellError::Start("no shell".to_owned()));
             };
@@ -240,8 +261,15 @@ impl PersistentShell {
         if marker.is_none() && matches!(end, ExecEnd::TimedOut | ExecEnd::Cancelled) {
             // INT first: most programs stop quietly on it and bash does not
             // report it; then TERM, then KILL for the stubborn.
-            for signal in [StopSignal::Interrupt, StopSignal::Terminate, StopSignal::Kill] {
-                self.sandbox.signal_tree(shell.pid, signal, false).await.ok();
+            for signal in [
+                StopSignal::Interrupt,
+                StopSignal::Terminate,
+                StopSignal::Kill,
+            ] {
+                self.sandbox
+                    .signal_tree(shell.pid, signal, false)
+                    .await
+                    .ok();
                 let grace = tokio::time::sleep(self.config.kill_grace);
                 tokio::pin!(grace);
                 loop {
@@ -267,9 +295,15 @@ impl PersistentShell {
             // The shell is back at its prompt (or about to be replaced): whatever
             // still descends from it was started by the stopped command
             // (background jobs ignore SIGINT), so it goes too.
-            self.sandbox.signal_tree(shell.pid, StopSignal::Terminate, false).await.ok();
+            self.sandbox
+                .signal_tree(shell.pid, StopSignal::Terminate, false)
+                .await
+                .ok();
             tokio::time::sleep(Duration::from_millis(50)).await;
-            self.sandbox.signal_tree(shell.pid, StopSignal::Kill, false).await.ok();
+            self.sandbox
+                .signal_tree(shell.pid, StopSignal::Kill, false)
+                .await
+                .ok();
         }
 
         if marker.is_none() {
@@ -299,7 +333,11 @@ impl PersistentShell {
                 let code = if end == ExecEnd::ShellExited {
                     let mut handle_code = None;
                     if let Some(shell) = live.as_mut() {
-                        handle_code = tokio::time::timeout(Duration::from_secs(2), shell.handle.wait()).await.ok().flatten();
+                        handle_code =
+                            tokio::time::timeout(Duration::from_secs(2), shell.handle.wait())
+                                .await
+                                .ok()
+                                .flatten();
                     }
                     handle_code.unwrap_or(1)
                 } else if end == ExecEnd::TimedOut {
@@ -316,7 +354,12 @@ impl PersistentShell {
                 if end != ExecEnd::ShellExited {
                     replaced = Some(format!(
                         "The command did not stop when signalled, so its shell was killed and replaced; the working directory{} carry over.",
-                        if self.remembered.lock().map(|r| r.snapshot_taken).unwrap_or(false) {
+                        if self
+                            .remembered
+                            .lock()
+                            .map(|r| r.snapshot_taken)
+                            .unwrap_or(false)
+                        {
                             " and the last saved shell state (variables, functions, aliases, options)"
                         } else {
                             " and the environment the shell started with"
@@ -326,7 +369,14 @@ impl PersistentShell {
             }
         }
 
-        Ok(ExecOutcome { total_chars: capture.total_chars() as u64, output: capture.finish(), exit_code, end, cwd, shell_replaced: replaced })
+        Ok(ExecOutcome {
+            total_chars: capture.total_chars() as u64,
+            output: capture.finish(),
+            exit_code,
+            end,
+            cwd,
+            shell_replaced: replaced,
+        })
     }
 
     /// Kills the shell and everything it started.
@@ -337,7 +387,10 @@ impl PersistentShell {
 
     async fn discard(&self, live: &mut Option<LiveShell>) {
         if let Some(mut shell) = live.take() {
-            self.sandbox.signal_tree(shell.pid, StopSignal::Kill, true).await.ok();
+            self.sandbox
+                .signal_tree(shell.pid, StopSignal::Kill, true)
+                .await
+                .ok();
             shell.handle.kill().await;
         }
     }
@@ -346,7 +399,10 @@ impl PersistentShell {
     /// what was restored.
     async fn start(&self, live: &mut Option<LiveShell>) -> Result<String, ShellError> {
         let (cwd, snapshot) = {
-            let r = self.remembered.lock().map_err(|_| ShellError::Start("state lock poisoned".to_owned()))?;
+            let r = self
+                .remembered
+                .lock()
+                .map_err(|_| ShellError::Start("state lock poisoned".to_owned()))?;
             (r.cwd.clone(), r.snapshot_taken)
         };
         let spec = SpawnSpec {
@@ -356,17 +412,30 @@ impl PersistentShell {
             env: self.config.env.clone(),
         };
         let process = self.sandbox.spawn(spec).await?;
-        let mut shell = LiveShell { stdin: process.stdin, output: process.output, pid: process.pid.unwrap_or(0), handle: process.handle };
+        let mut shell = LiveShell {
+            stdin: process.stdin,
+            output: process.output,
+            pid: process.pid.unwrap_or(0),
+            handle: process.handle,
+        };
         let token = uuid::Uuid::new_v4().simple().to_string();
-        let mut init = String::from("exec 2>&1\nset +m\nshopt -s expand_aliases\nPS1='' PS2='' PROMPT_COMMAND=''\n");
+        let mut init = String::from(
+            "exec 2>&1\nset +m\nshopt -s expand_aliases\nPS1='' PS2='' PROMPT_COMMAND=''\n",
+        );
         for line in &self.config.init {
             init.push_str(line);
             init.push('\n');
         }
         if snapshot {
-            init.push_str(&format!("source {} >/dev/null 2>&1\n", shell_quote(&self.snapshot_path)));
+            init.push_str(&format!(
+                "source {} >/dev/null 2>&1\n",
+                shell_quote(&self.snapshot_path)
+            ));
         }
-        init.push_str(&format!("builtin cd -- {} 2>/dev/null\n", shell_quote(&cwd)));
+        init.push_str(&format!(
+            "builtin cd -- {} 2>/dev/null\n",
+            shell_quote(&cwd)
+        ));
         init.push_str(&format!("printf '\\036READY {token} %s\\036\\n' \"$$\"\n"));
         write_all(&mut shell.stdin, init.as_bytes()).await?;
 
@@ -386,8 +455,11 @@ impl PersistentShell {
                 if let Some(at) = find(&seen, ready.as_bytes()) {
                     let rest = &seen[at + ready.len()..];
                     if let Some(end) = rest.iter().position(|b| *b == 0x1e) {
-                        let pid = std::str::from_utf8(&rest[..end]).ok().and_then(|s| s.trim().parse::<u32>().ok());
-                        return pid.ok_or_else(|| ShellError::Start("unreadable shell pid".to_owned()));
+                        let pid = std::str::from_utf8(&rest[..end])
+                            .ok()
+                            .and_then(|s| s.trim().parse::<u32>().ok());
+                        return pid
+                            .ok_or_else(|| ShellError::Start("unreadable shell pid".to_owned()));
                     }
                 }
             }
@@ -398,7 +470,11 @@ impl PersistentShell {
                 shell.pid = pid;
                 *live = Some(shell);
                 self.starts.fetch_add(1, Ordering::Relaxed);
-                Ok(if snapshot { format!("restored saved state, cwd {cwd}") } else { format!("cwd {cwd}") })
+                Ok(if snapshot {
+                    format!("restored saved state, cwd {cwd}")
+                } else {
+                    format!("cwd {cwd}")
+                })
             }
             Ok(Err(err)) => {
                 shell.handle.kill().await;
@@ -406,7 +482,10 @@ impl PersistentShell {
             }
             Err(_) => {
                 shell.handle.kill().await;
-                Err(ShellError::Start(format!("bash did not answer within {}s", self.config.start_timeout.as_secs())))
+                Err(ShellError::Start(format!(
+                    "bash did not answer within {}s",
+                    self.config.start_timeout.as_secs()
+                )))
             }
         }
     }
@@ -420,7 +499,10 @@ async fn write_all(stdin: &mut BoxedWriter, bytes: &[u8]) -> std::io::Result<()>
 /// The line that makes bash read and run one command.
 fn frame_for(token: &str, workdir: Option<&str>, snapshot: Option<&str>) -> String {
     let run = match workdir {
-        Some(dir) => format!("builtin cd -- {} && eval \"$__cad_c\" </dev/null", shell_quote(dir)),
+        Some(dir) => format!(
+            "builtin cd -- {} && eval \"$__cad_c\" </dev/null",
+            shell_quote(dir)
+        ),
         None => "eval \"$__cad_c\" </dev/null".to_owned(),
     };
     let save = match snapshot {
@@ -432,15 +514,18 @@ fn frame_for(token: &str, workdir: Option<&str>, snapshot: Option<&str>) -> Stri
         ),
         None => String::new(),
     };
-    format!("IFS= read -r -d '' __cad_c;{run};__cad_e=$?;{save}builtin printf '\\n\\036%s %d %s\\036\\n' {token} \"$__cad_e\" \"$PWD\"\n")
+    format!(
+        "IFS= read -r -d '' __cad_c;{run};__cad_e=$?;{save}builtin printf '\\n\\036%s %d %s\\036\\n' {token} \"$__cad_e\" \"$PWD\"\n"
+    )
 }
 
 /// Could this command change shell state beyond the cwd? Cheap and
 /// conservative: a false positive costs one snapshot (~0.3 ms).
 fn may_change_state(command: &str) -> bool {
     const WORDS: &[&str] = &[
-        "export", "declare", "typeset", "readonly", "alias", "unalias", "unset", "set", "shopt", "source", "function",
-        "local", "eval", "umask", "ulimit", "hash", "trap", "enable", "builtin", "pushd", "popd", "cd", "exec",
+        "export", "declare", "typeset", "readonly", "alias", "unalias", "unset", "set", "shopt",
+        "source", "function", "local", "eval", "umask", "ulimit", "hash", "trap", "enable",
+        "builtin", "pushd", "popd", "cd", "exec",
     ];
     if command.contains('=') || command.contains("()") {
         return true;
@@ -474,7 +559,11 @@ struct MarkerScanner {
 
 impl MarkerScanner {
     fn new(token: &str) -> Self {
-        MarkerScanner { prefix: format!("\n\x1e{token} ").into_bytes(), held: Vec::new(), tail: None }
+        MarkerScanner {
+            prefix: format!("\n\x1e{token} ").into_bytes(),
+            held: Vec::new(),
+            tail: None,
+        }
     }
 
     /// Emits whatever was held back (the stream ended without a marker).
@@ -515,7 +604,10 @@ impl MarkerScanner {
 /// Length of the longest suffix of `data` that is a proper prefix of `prefix`.
 fn longest_prefix_suffix(data: &[u8], prefix: &[u8]) -> usize {
     let max = prefix.len().saturating_sub(1).min(data.len());
-    (1..=max).rev().find(|&k| data[data.len() - k..] == prefix[..k]).unwrap_or(0)
+    (1..=max)
+        .rev()
+        .find(|&k| data[data.len() - k..] == prefix[..k])
+        .unwrap_or(0)
 }
 
 /// Parses `<code> <cwd>\x1e\n` once complete.

@@ -6,8 +6,18 @@ use crate::backends::local::LocalSandbox;
 
 fn shell() -> PersistentShell {
     let sandbox = Arc::new(LocalSandbox::new("test".into(), "/tmp".into()));
-    let env = vec![("PATH".to_owned(), std::env::var("PATH").unwrap_or_default()), ("HOME".to_owned(), "/tmp".to_owned())];
-    PersistentShell::new(sandbox, ShellConfig { env, cwd: "/tmp".into(), ..ShellConfig::default() })
+    let env = vec![
+        ("PATH".to_owned(), std::env::var("PATH").unwrap_or_default()),
+        ("HOME".to_owned(), "/tmp".to_owned()),
+    ];
+    PersistentShell::new(
+        sandbox,
+        ShellConfig {
+            env,
+            cwd: "/tmp".into(),
+            ..ShellConfig::default()
+        },
+    )
 }
 
 async fn run(shell: &PersistentShell, command: &str) -> ExecOutcome {
@@ -16,7 +26,14 @@ async fn run(shell: &PersistentShell, command: &str) -> ExecOutcome {
 
 async fn run_with(shell: &PersistentShell, command: &str, timeout: Duration) -> ExecOutcome {
     shell
-        .exec(ExecRequest { command, timeout, workdir: None, max_output_chars: 50_000, on_output: None, cancel: None })
+        .exec(ExecRequest {
+            command,
+            timeout,
+            workdir: None,
+            max_output_chars: 50_000,
+            on_output: None,
+            cancel: None,
+        })
         .await
         .unwrap()
 }
@@ -39,7 +56,11 @@ async fn output_exit_code_and_cwd() {
 async fn state_persists_across_commands() {
     let sh = shell();
     run(&sh, "export EXPORTED=1; PLAIN=2; greet() { echo \"hello $1\"; }; alias ll='echo aliased'; set -o noglob; cd /usr").await;
-    let out = run(&sh, "echo $EXPORTED $PLAIN; greet you; ll; [[ -o noglob ]] && echo noglob; pwd").await;
+    let out = run(
+        &sh,
+        "echo $EXPORTED $PLAIN; greet you; ll; [[ -o noglob ]] && echo noglob; pwd",
+    )
+    .await;
     assert_eq!(out.output, "1 2\nhello you\naliased\nnoglob\n/usr\n");
     let pid1 = run(&sh, "echo $$").await.output;
     let pid2 = run(&sh, "echo $$").await.output;
@@ -50,7 +71,11 @@ async fn state_persists_across_commands() {
 #[tokio::test]
 async fn declare_stays_global_and_multiline_commands_work() {
     let sh = shell();
-    run(&sh, "declare -A MAP=([k]=v)\nfor i in 1 2; do\n  echo $i\ndone").await;
+    run(
+        &sh,
+        "declare -A MAP=([k]=v)\nfor i in 1 2; do\n  echo $i\ndone",
+    )
+    .await;
     let out = run(&sh, "echo ${MAP[k]}").await;
     assert_eq!(out.output, "v\n");
 }
@@ -68,17 +93,35 @@ async fn stdin_readers_get_eof() {
 async fn workdir_applies_and_bad_workdir_fails_cleanly() {
     let sh = shell();
     let out = sh
-        .exec(ExecRequest { command: "pwd", timeout: Duration::from_secs(5), workdir: Some("/usr"), max_output_chars: 1000, on_output: None, cancel: None })
+        .exec(ExecRequest {
+            command: "pwd",
+            timeout: Duration::from_secs(5),
+            workdir: Some("/usr"),
+            max_output_chars: 1000,
+            on_output: None,
+            cancel: None,
+        })
         .await
         .unwrap();
     assert_eq!(out.output, "/usr\n");
     let out = sh
-        .exec(ExecRequest { command: "echo ran", timeout: Duration::from_secs(5), workdir: Some("/no/such/dir"), max_output_chars: 1000, on_output: None, cancel: None })
+        .exec(ExecRequest {
+            command: "echo ran",
+            timeout: Duration::from_secs(5),
+            workdir: Some("/no/such/dir"),
+            max_output_chars: 1000,
+            on_output: None,
+            cancel: None,
+        })
         .await
         .unwrap();
     assert_ne!(out.exit_code, 0);
     assert!(!out.output.contains("ran"));
-    assert_eq!(run(&sh, "pwd").await.output, "/usr\n", "the shell is fine afterwards");
+    assert_eq!(
+        run(&sh, "pwd").await.output,
+        "/usr\n",
+        "the shell is fine afterwards"
+    );
 }
 
 #[tokio::test]
@@ -86,11 +129,20 @@ async fn timeout_kills_the_tree_and_keeps_the_shell() {
     let sh = shell();
     run(&sh, "cd /usr; KEEP=yes").await;
     let marker = format!("caduceus-test-sleep-{}", uuid::Uuid::new_v4().simple());
-    let out = run_with(&sh, &format!("bash -c 'sleep 300; : {marker}' & echo started; sleep 300"), Duration::from_millis(500)).await;
+    let out = run_with(
+        &sh,
+        &format!("bash -c 'sleep 300; : {marker}' & echo started; sleep 300"),
+        Duration::from_millis(500),
+    )
+    .await;
     assert_eq!(out.end, ExecEnd::TimedOut);
     assert_eq!(out.exit_code, 124);
     assert_eq!(out.output, "started\n");
-    assert!(out.shell_replaced.is_none(), "the shell survived: {:?}", out.shell_replaced);
+    assert!(
+        out.shell_replaced.is_none(),
+        "the shell survived: {:?}",
+        out.shell_replaced
+    );
     // The grandchild is gone.
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(!process_alive(&marker), "the sleep grandchild survived");
@@ -134,7 +186,14 @@ async fn cancel_stops_the_command() {
     });
     let started = Instant::now();
     let out = sh
-        .exec(ExecRequest { command: "sleep 30", timeout: Duration::from_secs(60), workdir: None, max_output_chars: 1000, on_output: None, cancel: Some(&token) })
+        .exec(ExecRequest {
+            command: "sleep 30",
+            timeout: Duration::from_secs(60),
+            workdir: None,
+            max_output_chars: 1000,
+            on_output: None,
+            cancel: Some(&token),
+        })
         .await
         .unwrap();
     assert_eq!(out.end, ExecEnd::Cancelled);
@@ -172,7 +231,14 @@ async fn streams_output_as_it_arrives() {
     let mut seen = Vec::new();
     let mut sink = |chunk: &[u8]| seen.extend_from_slice(chunk);
     let out = sh
-        .exec(ExecRequest { command: "echo one; sleep 0.1; echo two", timeout: Duration::from_secs(5), workdir: None, max_output_chars: 1000, on_output: Some(&mut sink), cancel: None })
+        .exec(ExecRequest {
+            command: "echo one; sleep 0.1; echo two",
+            timeout: Duration::from_secs(5),
+            workdir: None,
+            max_output_chars: 1000,
+            on_output: Some(&mut sink),
+            cancel: None,
+        })
         .await
         .unwrap();
     assert_eq!(out.output, "one\ntwo\n");
@@ -197,16 +263,34 @@ fn marker_scanner_handles_any_split() {
 
 #[test]
 fn state_change_detection() {
-    for cmd in ["export A=1", "cd /tmp", "x=1", "f() { :; }", "source env.sh", ". ./env", "alias a=b", "set -e", "unset X"] {
+    for cmd in [
+        "export A=1",
+        "cd /tmp",
+        "x=1",
+        "f() { :; }",
+        "source env.sh",
+        ". ./env",
+        "alias a=b",
+        "set -e",
+        "unset X",
+    ] {
         assert!(may_change_state(cmd), "{cmd}");
     }
-    for cmd in ["echo hi", "ls -la", "cargo build --release", "git status", "python3 script.py"] {
+    for cmd in [
+        "echo hi",
+        "ls -la",
+        "cargo build --release",
+        "git status",
+        "python3 script.py",
+    ] {
         assert!(!may_change_state(cmd), "{cmd}");
     }
 }
 
 fn process_alive(needle: &str) -> bool {
     std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
-        std::fs::read(e.path().join("cmdline")).map(|raw| String::from_utf8_lossy(&raw).contains(needle)).unwrap_or(false)
+        std::fs::read(e.path().join("cmdline"))
+            .map(|raw| String::from_utf8_lossy(&raw).contains(needle))
+            .unwrap_or(false)
     })
 }

@@ -32,7 +32,11 @@ pub struct ToolSettings {
 
 impl Default for ToolSettings {
     fn default() -> Self {
-        ToolSettings { terminal_timeout_secs: 180, max_foreground_timeout_secs: 600, max_output_chars: 50_000 }
+        ToolSettings {
+            terminal_timeout_secs: 180,
+            max_foreground_timeout_secs: 600,
+            max_output_chars: 50_000,
+        }
     }
 }
 
@@ -51,7 +55,16 @@ pub struct ToolCall {
 /// Runs the call and returns the result the model reads.
 pub async fn run(settings: &ToolSettings, mut call: ToolCall) -> String {
     let result = match call.tool.as_str() {
-        "terminal" => terminal::run(settings, &call.env, &call.args, &call.cancel, call.output.take()).await,
+        "terminal" => {
+            terminal::run(
+                settings,
+                &call.env,
+                &call.args,
+                &call.cancel,
+                call.output.take(),
+            )
+            .await
+        }
         "__persist_result" => persist_result_tool(&call.env, &call.args).await,
         other => tool_error(format!("Tool '{other}' is not served by this worker")),
     };
@@ -75,7 +88,10 @@ async fn cap_result(env: &Environment, id: &str, result: String) -> String {
 /// `__persist_result {id, content}` — the coordinator's way to store a result
 /// of a coordinator-side tool in the task's sandbox.
 async fn persist_result_tool(env: &Environment, args: &Map<String, Value>) -> String {
-    let (Some(id), Some(content)) = (args.get("id").and_then(Value::as_str), args.get("content").and_then(Value::as_str)) else {
+    let (Some(id), Some(content)) = (
+        args.get("id").and_then(Value::as_str),
+        args.get("content").and_then(Value::as_str),
+    ) else {
         return tool_error("__persist_result needs string 'id' and 'content'");
     };
     match persist_in_sandbox(env, id, content).await {
@@ -86,15 +102,29 @@ async fn persist_result_tool(env: &Environment, args: &Map<String, Value>) -> St
 
 /// Writes `content` to `<tmp>/caduceus-results/<safe id>.txt` inside the
 /// sandbox, through the sandbox's own process API (works on every backend).
-pub async fn persist_in_sandbox(env: &Environment, id: &str, content: &str) -> Result<String, String> {
+pub async fn persist_in_sandbox(
+    env: &Environment,
+    id: &str,
+    content: &str,
+) -> Result<String, String> {
     let path = persist::results_path(&env.sandbox.temp_dir(), id);
-    let dir = path.rsplit_once('/').map(|(d, _)| d.to_owned()).unwrap_or_else(|| ".".to_owned());
-    let script = format!("umask 077; mkdir -p {} && cat > {}", shell_quote(&dir), shell_quote(&path));
+    let dir = path
+        .rsplit_once('/')
+        .map(|(d, _)| d.to_owned())
+        .unwrap_or_else(|| ".".to_owned());
+    let script = format!(
+        "umask 077; mkdir -p {} && cat > {}",
+        shell_quote(&dir),
+        shell_quote(&path)
+    );
     let spec = SpawnSpec {
         program: "bash".to_owned(),
         args: vec!["-c".to_owned(), script],
         cwd: None,
-        env: vec![("PATH".to_owned(), "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_owned())],
+        env: vec![(
+            "PATH".to_owned(),
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_owned(),
+        )],
     };
     let mut process = env.sandbox.spawn(spec).await.map_err(|e| e.to_string())?;
     let write = async {
@@ -103,7 +133,10 @@ pub async fn persist_in_sandbox(env: &Environment, id: &str, content: &str) -> R
     };
     let written = tokio::time::timeout(std::time::Duration::from_secs(30), write).await;
     drop(process.stdin);
-    let code = tokio::time::timeout(std::time::Duration::from_secs(30), process.handle.wait()).await.ok().flatten();
+    let code = tokio::time::timeout(std::time::Duration::from_secs(30), process.handle.wait())
+        .await
+        .ok()
+        .flatten();
     match (written, code) {
         (Ok(Ok(())), Some(0)) => Ok(path),
         (Ok(Err(err)), _) => Err(format!("writing {path} failed: {err}")),

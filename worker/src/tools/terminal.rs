@@ -39,7 +39,11 @@ fn workdir_problem(workdir: &str) -> Option<String> {
 }
 
 fn python_repr(c: char) -> String {
-    if c == '\'' { "\"'\"".to_owned() } else { format!("'{}'", c.escape_default()) }
+    if c == '\'' {
+        "\"'\"".to_owned()
+    } else {
+        format!("'{}'", c.escape_default())
+    }
 }
 
 pub async fn run(
@@ -51,15 +55,30 @@ pub async fn run(
 ) -> String {
     let command = match args.get("command") {
         Some(Value::String(c)) => c.clone(),
-        Some(other) => return refused(format!("Invalid command: expected string, got {}", type_name(other)), "error"),
+        Some(other) => {
+            return refused(
+                format!("Invalid command: expected string, got {}", type_name(other)),
+                "error",
+            );
+        }
         None => return refused("Invalid command: expected string, got NoneType", "error"),
     };
-    let background = args.get("background").and_then(Value::as_bool).unwrap_or(false);
+    let background = args
+        .get("background")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
     if background {
-        return refused("background processes are not available on this worker yet", "error");
+        return refused(
+            "background processes are not available on this worker yet",
+            "error",
+        );
     }
     // hermes: a missing or zero timeout means the default.
-    let timeout = args.get("timeout").and_then(Value::as_u64).filter(|t| *t > 0).unwrap_or(settings.terminal_timeout_secs);
+    let timeout = args
+        .get("timeout")
+        .and_then(Value::as_u64)
+        .filter(|t| *t > 0)
+        .unwrap_or(settings.terminal_timeout_secs);
     if timeout > settings.max_foreground_timeout_secs {
         return json!({
             "error": format!(
@@ -69,7 +88,11 @@ pub async fn run(
         })
         .to_string();
     }
-    let workdir = args.get("workdir").and_then(Value::as_str).map(str::trim).filter(|w| !w.is_empty());
+    let workdir = args
+        .get("workdir")
+        .and_then(Value::as_str)
+        .map(str::trim)
+        .filter(|w| !w.is_empty());
     if let Some(dir) = workdir
         && let Some(problem) = workdir_problem(dir)
     {
@@ -103,7 +126,13 @@ pub async fn run(
         _ => {}
     }
     let text = strip_ansi(&text).into_owned();
-    let text = redact(text.trim(), RedactMode::TerminalOutput { command: Some(&command) }).into_owned();
+    let text = redact(
+        text.trim(),
+        RedactMode::TerminalOutput {
+            command: Some(&command),
+        },
+    )
+    .into_owned();
     let mut result = json!({"output": text, "exit_code": outcome.exit_code, "error": Value::Null});
     if let Some(note) = outcome.shell_replaced {
         result["shell_note"] = Value::String(note);
