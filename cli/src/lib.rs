@@ -3,7 +3,10 @@
 //! lives in this library so that the integration tests can build the same
 //! program under another name (see `tests/README.md`).
 
+mod agent_settings;
 pub mod config;
+mod progress;
+mod run;
 pub mod target;
 
 use std::collections::HashMap;
@@ -54,6 +57,8 @@ enum Command {
     Tools(ToolsArgs),
     /// Show the coordinator's workers and environments.
     Status(StatusArgs),
+    /// Run one agent task: live progress on stderr, the final answer on stdout.
+    Run(run::RunArgs),
     /// The command guard.
     Guard {
         #[command(subcommand)]
@@ -206,6 +211,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Call(args) => call(args, &config).await,
         Command::Tools(args) => tools(args, &config).await,
         Command::Status(args) => status(args, &config).await,
+        Command::Run(args) => run::run(args, &config).await,
         Command::Guard {
             command: GuardCommand::Check { command },
         } => {
@@ -263,6 +269,7 @@ async fn serve(args: ServeArgs, config: &Config) -> Result<()> {
             terminal_backend: config.terminal.backend.clone(),
             terminal_timeout_secs: config.terminal.timeout,
             heartbeat_interval: Duration::from_millis(args.heartbeat_ms.max(100)),
+            agent: agent_settings::agent_settings(config)?,
             ..CoordinatorConfig::default()
         },
         gate(config),

@@ -71,12 +71,28 @@ pub(crate) struct LiveSession {
 pub(crate) struct HubInner {
     pub dispatcher: Arc<Dispatcher>,
     pub settings: AgentSettings,
-    pub store: Option<SessionStore>,
+    /// Opened with the first session, so commands that start none leave no database behind.
+    store: OnceLock<Option<SessionStore>>,
     live: Mutex<HashMap<String, LiveSession>>,
     child_model: OnceLock<Result<Arc<dyn ChatModel>, String>>,
 }
 
 impl HubInner {
+    pub(crate) fn store(&self) -> Option<&SessionStore> {
+        self.store
+            .get_or_init(|| {
+                let path = self.settings.state_db.as_ref()?;
+                match SessionStore::open(path) {
+                    Ok(store) => Some(store),
+                    Err(err) => {
+                        tracing::warn!("sessions will not be recorded: {err}");
+                        None
+                    }
+                }
+            })
+            .as_ref()
+    }
+
     pub(crate) fn register(
         &self,
         spec: &SessionSpec,
@@ -139,21 +155,11 @@ pub struct SessionHub {
 
 impl SessionHub {
     pub fn new(dispatcher: Arc<Dispatcher>, settings: AgentSettings) -> Self {
-        let store = settings
-            .state_db
-            .as_ref()
-            .and_then(|path| match SessionStore::open(path) {
-                Ok(store) => Some(store),
-                Err(err) => {
-                    tracing::warn!("sessions will not be recorded: {err}");
-                    None
-                }
-            });
         SessionHub {
             inner: Arc::new(HubInner {
                 dispatcher,
                 settings,
-                store,
+                store: OnceLock::new(),
                 live: Mutex::new(HashMap::new()),
                 child_model: OnceLock::new(),
             }),
@@ -166,7 +172,7 @@ impl SessionHub {
 
     /// The session database, when sessions are recorded.
     pub fn store(&self) -> Option<&SessionStore> {
-        self.inner.store.as_ref()
+        self.inner.store()
     }
 
     /// The model a request names.

@@ -304,7 +304,7 @@ fn crashed(state: &SessionState, panic: &str) -> SessionOutcome {
             hub.dispatcher.scheduler().release(&task_id).await;
         });
     }
-    if let Some(store) = &state.hub.store {
+    if let Some(store) = state.hub.store() {
         store.session_ended(SessionEnd {
             id: state.spec.session_id.clone(),
             state: EndStatus::Crashed.as_str().to_owned(),

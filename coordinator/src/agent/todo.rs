@@ -98,7 +98,10 @@ impl TodoStore {
                     self.write(&list, merge);
                 }
                 Ok(other) => {
-                    return tool_error(format!("todos must be a list, got {}", python_type(&other)));
+                    return tool_error(format!(
+                        "todos must be a list, got {}",
+                        python_type(&other)
+                    ));
                 }
                 Err(_) => {
                     return tool_error("todos must be a list of objects, got unparseable string");

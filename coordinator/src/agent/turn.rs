@@ -327,7 +327,7 @@ impl AgentLoop {
                 "max_iterations": self.spec.max_iterations,
             }),
         );
-        if let Some(store) = &self.hub.store {
+        if let Some(store) = self.hub.store() {
             store.session_started(SessionRow {
                 id: self.spec.session_id.clone(),
                 parent_id: self.spec.parent_id.clone(),
@@ -359,7 +359,7 @@ impl AgentLoop {
 
     /// Appends a message and records it.
     fn push(&mut self, message: ChatMessage, tool_name: Option<&str>) {
-        if let Some(store) = &self.hub.store {
+        if let Some(store) = self.hub.store() {
             store.message(
                 &self.spec.session_id,
                 self.messages.len(),
@@ -1093,7 +1093,7 @@ impl AgentLoop {
                 "workers": self.workers,
             }),
         );
-        if let Some(store) = &self.hub.store {
+        if let Some(store) = self.hub.store() {
             store.session_ended(SessionEnd {
                 id: self.spec.session_id.clone(),
                 state: ending.status.as_str().to_owned(),
