@@ -143,16 +143,14 @@ impl Renderer {
                     self.line(&text);
                 }
             }
-            "assistant_text" => {
-                // Interim text only; the final answer goes to stdout.
-                if data["tool_calls"].as_u64().unwrap_or(0) > 0 {
-                    let text = format!(
-                        "{}💬 {}",
-                        self.indent(session),
-                        one_line(data["text"].as_str().unwrap_or_default(), 100)
-                    );
-                    self.line(&text);
-                }
+            // Interim text only; the final answer goes to stdout.
+            "assistant_text" if data["tool_calls"].as_u64().unwrap_or(0) > 0 => {
+                let text = format!(
+                    "{}💬 {}",
+                    self.indent(session),
+                    one_line(data["text"].as_str().unwrap_or_default(), 100)
+                );
+                self.line(&text);
             }
             "tool_started" => {
                 let emoji = data["emoji"]

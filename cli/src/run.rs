@@ -67,7 +67,7 @@ enum Source {
 }
 
 enum Events {
-    Remote(tonic::Streaming<SessionEvent>),
+    Remote(Box<tonic::Streaming<SessionEvent>>),
     Local(mpsc::UnboundedReceiver<SessionEvent>),
 }
 
@@ -92,7 +92,7 @@ impl Source {
                     .await
                     .map_err(|s| anyhow!("{}", s.message()))?
                     .into_inner();
-                Ok(Events::Remote(stream))
+                Ok(Events::Remote(Box::new(stream)))
             }
             Source::Embedded(embedded) => {
                 let started = embedded

@@ -67,7 +67,7 @@ impl IterationBudget {
 
     /// hermes' loop condition: `(remaining > 0) or grace_call`; the grace
     /// flag is consumed by the request it allows.
-    pub fn next(&mut self) -> Permit {
+    pub fn permit(&mut self) -> Permit {
         if self.grace {
             self.grace = false;
             return Permit::Grace;

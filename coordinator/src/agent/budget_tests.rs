@@ -22,10 +22,10 @@ fn refund_never_goes_below_zero() {
 #[test]
 fn the_grace_call_is_one_request_past_the_cap() {
     let mut budget = IterationBudget::new(1);
-    assert_eq!(budget.next(), Permit::Counted);
-    assert_eq!(budget.next(), Permit::Exhausted);
+    assert_eq!(budget.permit(), Permit::Counted);
+    assert_eq!(budget.permit(), Permit::Exhausted);
     budget.grant_grace();
-    assert_eq!(budget.next(), Permit::Grace);
-    assert_eq!(budget.next(), Permit::Exhausted);
+    assert_eq!(budget.permit(), Permit::Grace);
+    assert_eq!(budget.permit(), Permit::Exhausted);
     assert_eq!(budget.used(), 1);
 }

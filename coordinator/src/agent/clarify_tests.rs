@@ -1,3 +1,6 @@
+// Test helpers take `json!` literals by value.
+#![allow(clippy::needless_pass_by_value)]
+
 use serde_json::{Value, json};
 
 use super::*;

@@ -63,7 +63,7 @@ impl EventStream {
 
     /// Appends one event. Sequence numbers and channel order agree because
     /// both are taken under one lock.
-    pub fn emit(&self, session_id: &str, kind: &str, json: Value) {
+    pub fn emit(&self, session_id: &str, kind: &str, json: &Value) {
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         inner.seq += 1;
         let event = SessionEvent {

@@ -6,8 +6,8 @@ use super::*;
 fn sequence_numbers_count_over_the_whole_stream() {
     let (stream, mut rx) = EventStream::new();
     let child = stream.clone();
-    stream.emit("root", SESSION_STARTED, json!({"depth": 0}));
-    child.emit("child", TOOL_STARTED, json!({"tool": "terminal"}));
+    stream.emit("root", SESSION_STARTED, &json!({"depth": 0}));
+    child.emit("child", TOOL_STARTED, &json!({"tool": "terminal"}));
     let first = rx.try_recv().unwrap();
     let second = rx.try_recv().unwrap();
     assert_eq!(
@@ -23,7 +23,7 @@ fn sequence_numbers_count_over_the_whole_stream() {
     drop(rx);
     assert!(!stream.is_attached());
     // Emitting into a closed stream is harmless.
-    stream.emit("root", FINAL, json!({}));
+    stream.emit("root", FINAL, &json!({}));
 }
 
 #[test]

@@ -2,6 +2,9 @@
 //! coordinator-side test tools (the worker tools are exercised in
 //! `tests/tests/agent*.rs`).
 
+// Test helpers take `json!` literals by value.
+#![allow(clippy::needless_pass_by_value)]
+
 use std::sync::Arc;
 use std::time::Duration;
 

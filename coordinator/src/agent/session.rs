@@ -177,7 +177,7 @@ impl Actor for SessionActor {
             shared.clone(),
         );
         let handle = tokio::spawn(agent.run());
-        let me = myself.clone();
+        let me = myself;
         tokio::spawn(async move {
             let ended = handle.await.map_err(|err| {
                 if err.is_panic() {
@@ -282,12 +282,12 @@ fn crashed(state: &SessionState, panic: &str) -> SessionOutcome {
     state.events.emit(
         &state.spec.session_id,
         events::ERROR,
-        json!({"message": message}),
+        &json!({"message": message}),
     );
     state.events.emit(
         &state.spec.session_id,
         events::FINAL,
-        json!({
+        &json!({
             "text": null,
             "status": EndStatus::Crashed.as_str(),
             "exit_reason": "error",

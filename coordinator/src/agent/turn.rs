@@ -189,7 +189,7 @@ impl CallSite {
         self.events.emit(
             &self.session_id,
             events::TOOL_STARTED,
-            json!({
+            &json!({
                 "call_id": call.id,
                 "tool": call.name,
                 "emoji": emoji,
@@ -207,7 +207,7 @@ impl CallSite {
         self.events.emit(
             &self.session_id,
             events::TOOL_FINISHED,
-            json!({
+            &json!({
                 "call_id": call.id,
                 "tool": call.name,
                 "status": done.status,
@@ -315,7 +315,7 @@ impl AgentLoop {
             .unwrap_or_default();
         self.emit(
             events::SESSION_STARTED,
-            json!({
+            &json!({
                 "parent_id": self.spec.parent_id,
                 "depth": self.spec.depth,
                 "task_index": self.spec.task_index,
@@ -349,7 +349,7 @@ impl AgentLoop {
         self.finish(ending).await
     }
 
-    fn emit(&self, kind: &str, json: Value) {
+    fn emit(&self, kind: &str, json: &Value) {
         self.events.emit(&self.spec.session_id, kind, json);
     }
 
@@ -376,7 +376,7 @@ impl AgentLoop {
                 return Ending::interrupted();
             }
             self.inject_queued_notices();
-            if self.budget.next() == Permit::Exhausted {
+            if self.budget.permit() == Permit::Exhausted {
                 return self.summarize().await;
             }
             self.count_request();
@@ -404,7 +404,7 @@ impl AgentLoop {
                 if !text.trim().is_empty() {
                     self.emit(
                         events::ASSISTANT_TEXT,
-                        json!({"iteration": self.api_calls, "text": text, "tool_calls": 0}),
+                        &json!({"iteration": self.api_calls, "text": text, "tool_calls": 0}),
                     );
                 }
                 if self.wait_for_notices().await {
@@ -447,7 +447,7 @@ impl AgentLoop {
             if let Some(text) = turn.content.as_ref().filter(|t| !t.trim().is_empty()) {
                 self.emit(
                     events::ASSISTANT_TEXT,
-                    json!({"iteration": self.api_calls, "text": text, "tool_calls": calls.len()}),
+                    &json!({"iteration": self.api_calls, "text": text, "tool_calls": calls.len()}),
                 );
             }
 
@@ -686,7 +686,7 @@ impl AgentLoop {
                 let field = |key: &str| result.get(key).cloned().unwrap_or(Value::Null);
                 self.emit(
                     events::APPROVAL_NEEDED,
-                    json!({
+                    &json!({
                         "call_id": call.id,
                         "tool": call.name,
                         "command": field("command"),
@@ -806,7 +806,7 @@ impl AgentLoop {
         }
         self.emit(
             events::CLARIFY,
-            json!({"question_id": question_id, "call_id": call_id, "question": question.question, "choices": question.choices}),
+            &json!({"question_id": question_id, "call_id": call_id, "question": question.question, "choices": question.choices}),
         );
         let timeout = self.hub.settings.clarify_timeout;
         tokio::select! {
@@ -907,7 +907,7 @@ impl AgentLoop {
             };
             self.emit(
                 events::CHILD_STARTED,
-                json!({
+                &json!({
                     "call_id": call_id,
                     "child_session_id": session_id,
                     "task_index": task.index,
@@ -950,7 +950,7 @@ impl AgentLoop {
                 events.emit(
                     &parent_session,
                     events::CHILD_FINISHED,
-                    child_finished_json(&entry, &call_id),
+                    &child_finished_json(&entry, &call_id),
                 );
                 entry
             });
@@ -1002,7 +1002,7 @@ impl AgentLoop {
         }
         self.emit(
             events::NOTICE,
-            json!({
+            &json!({
                 "kind": notice.kind,
                 "task_id": notice.task_id,
                 "process_id": notice.process_id,
@@ -1043,7 +1043,7 @@ impl AgentLoop {
     async fn summarize(&mut self) -> Ending {
         let max = self.budget.max_total();
         self.budget.grant_grace();
-        let _grace = self.budget.next();
+        let _grace = self.budget.permit();
         self.count_request();
         self.push(ChatMessage::user(SUMMARY_REQUEST), None);
         let request = ChatRequest::new(self.messages.clone());
@@ -1078,11 +1078,11 @@ impl AgentLoop {
                 .await;
         }
         if let Some(error) = &ending.error {
-            self.emit(events::ERROR, json!({"message": error}));
+            self.emit(events::ERROR, &json!({"message": error}));
         }
         self.emit(
             events::FINAL,
-            json!({
+            &json!({
                 "text": ending.text,
                 "status": ending.status.as_str(),
                 "exit_reason": ending.exit_reason,
@@ -1265,8 +1265,10 @@ fn child_finished_json(entry: &ChildEntry, call_id: &str) -> Value {
 /// or a first line that starts like an error.
 fn looks_like_error(content: &str) -> bool {
     let head = content.trim_start();
-    if head.starts_with('{') || head.starts_with('[') {
-        if let Ok(Value::Object(map)) = serde_json::from_str::<Value>(content) {
+    if (head.starts_with('{') || head.starts_with('['))
+        && let Ok(Value::Object(map)) = serde_json::from_str::<Value>(content)
+    {
+        {
             let truthy = match map.get("error") {
                 None | Some(Value::Null) | Some(Value::Bool(false)) => false,
                 Some(Value::String(s)) => !s.is_empty(),

@@ -233,7 +233,7 @@ impl Control for ControlService {
                 interactive: req.interactive,
             })
             .await
-            .map_err(session_status)?;
+            .map_err(|e| session_status(&e))?;
         let (tx, rx) = mpsc::channel(256);
         let session_id = started.session_id;
         let mut events = started.events;
@@ -293,7 +293,7 @@ impl Control for ControlService {
 }
 
 /// The gRPC status for a session that could not start.
-fn session_status(err: SessionError) -> Status {
+fn session_status(err: &SessionError) -> Status {
     match err {
         SessionError::Spawn(_) => Status::internal(err.to_string()),
         SessionError::NoModel | SessionError::Model { .. } => {
