@@ -55,6 +55,40 @@ impl LocalTool for FakeWeb {
     }
 }
 
+/// Reports the environment (task id) it ran in.
+struct WhichTask;
+
+#[async_trait]
+impl LocalTool for WhichTask {
+    async fn call(&self, ctx: &CallContext, _args: Map<String, Value>) -> String {
+        json!({"task_id": ctx.task_id, "session_id": ctx.session_id}).to_string()
+    }
+}
+
+/// Answers like a terminal call that started a background process with
+/// notify_on_complete.
+struct StartsBackground;
+
+#[async_trait]
+impl LocalTool for StartsBackground {
+    async fn call(&self, _ctx: &CallContext, _args: Map<String, Value>) -> String {
+        json!({"output": "Background process started", "session_id": "proc_build", "pid": 42, "exit_code": 0, "error": null, "notify_on_complete": true}).to_string()
+    }
+}
+
+/// Answers like a guarded command waiting for a person's approval.
+struct NeedsApproval;
+
+#[async_trait]
+impl LocalTool for NeedsApproval {
+    async fn call(&self, _ctx: &CallContext, _args: Map<String, Value>) -> String {
+        json!({"output": "", "exit_code": -1, "error": null, "status": "pending_approval", "approval_pending": true,
+               "command": "git push --force", "description": "git force push (rewrites remote history)",
+               "pattern_key": "git force push (rewrites remote history)"})
+        .to_string()
+    }
+}
+
 fn schema(name: &str, properties: Value) -> Value {
     json!({"name": name, "description": format!("test tool {name}"), "parameters": {"type": "object", "properties": properties}})
 }
@@ -157,6 +191,43 @@ async fn harness(
                 Handler::Local(Arc::new(FakeWeb)),
             )
             .with_parallel(ParallelClass::Safe),
+            false,
+        )
+        .await
+        .unwrap();
+    registry
+        .register(
+            ToolEntry::new(
+                "which_task",
+                "test",
+                schema("which_task", json!({})),
+                Handler::Local(Arc::new(WhichTask)),
+            ),
+            false,
+        )
+        .await
+        .unwrap();
+    registry
+        .register(
+            ToolEntry::new(
+                "guarded",
+                "test",
+                schema("guarded", json!({})),
+                Handler::Local(Arc::new(NeedsApproval)),
+            ),
+            false,
+        )
+        .await
+        .unwrap();
+    // A coordinator-side stand-in for the worker's terminal (same toolset: it replaces it).
+    registry
+        .register(
+            ToolEntry::new(
+                "terminal",
+                "terminal",
+                schema("terminal", json!({"command": {"type": "string"}})),
+                Handler::Local(Arc::new(StartsBackground)),
+            ),
             false,
         )
         .await
@@ -881,4 +952,144 @@ async fn a_panicking_child_is_a_failed_entry_and_the_parent_carries_on() {
             .json["status"],
         "completed"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn children_get_their_own_environment_unless_they_share_the_parents() {
+    let h = harness(
+        vec![
+            ScriptedResponse::tool_calls(vec![call("p", "which_task", json!({}))]),
+            ScriptedResponse::tool_calls(vec![call(
+                "d1",
+                "delegate_task",
+                json!({"goal": "own env"}),
+            )]),
+            ScriptedResponse::tool_calls(vec![call("o", "which_task", json!({}))])
+                .for_conversation("own env"),
+            ScriptedResponse::text("own").for_conversation("own env"),
+            ScriptedResponse::tool_calls(vec![call(
+                "d2",
+                "delegate_task",
+                json!({"goal": "shared env", "share_environment": true}),
+            )]),
+            ScriptedResponse::tool_calls(vec![call("s", "which_task", json!({}))])
+                .for_conversation("shared env"),
+            ScriptedResponse::text("shared").for_conversation("shared env"),
+            ScriptedResponse::text("done"),
+        ],
+        true,
+        |_| {},
+    )
+    .await;
+    run(&h, "Where do children run?", |r| r.task_id = "ci-42".into()).await;
+    let requests = h.server.requests();
+    let task_seen = |goal: &str, call_id: &str| -> String {
+        let request = requests
+            .iter()
+            .rev()
+            .find(|r| r.first_user_text() == goal)
+            .unwrap();
+        let message = request.body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["tool_call_id"] == call_id)
+            .unwrap()
+            .clone();
+        serde_json::from_str::<Value>(message["content"].as_str().unwrap()).unwrap()["task_id"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    assert_eq!(task_seen("Where do children run?", "p"), "ci-42");
+    let own = task_seen("own env", "o");
+    assert!(own.starts_with("ci-42-sub1-"), "{own}");
+    assert_eq!(task_seen("shared env", "s"), "ci-42");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_finished_background_process_starts_a_new_turn() {
+    let h = harness(
+        vec![
+            ScriptedResponse::tool_calls(vec![call(
+                "b",
+                "terminal",
+                json!({"command": "make build"}),
+            )]),
+            ScriptedResponse::text(
+                "The build runs in the background; I'll report when it finishes.",
+            ),
+            ScriptedResponse::text("The build finished: ok."),
+        ],
+        true,
+        |_| {},
+    )
+    .await;
+    let hub = h.coordinator.sessions().clone();
+    let mut stream = hub
+        .start(StartRequest {
+            prompt: "Build it".into(),
+            ..StartRequest::default()
+        })
+        .await
+        .unwrap();
+    let session = stream.session_id.clone();
+    loop {
+        let event = tokio::time::timeout(Duration::from_secs(30), stream.events.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        if event.kind == "assistant_text" {
+            break;
+        }
+    }
+    // The interim answer is not the end: the session waits for its process.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(hub.statuses().len(), 1);
+    hub.route_notice(
+        "w1".into(),
+        caduceus_proto::EnvironmentNotice {
+            task_id: "t".into(),
+            kind: "process_exited".into(),
+            process_id: "proc_build".into(),
+            text: json!({"command": "make build", "exit_code": 0, "output": "ok"}).to_string(),
+            session_id: session.clone(),
+        },
+    );
+    let rest = collect(stream).await;
+    let notice = rest.iter().find(|e| e.kind == "notice").unwrap();
+    assert_eq!(
+        (
+            notice.json["process_id"].as_str(),
+            notice.json["worker"].as_str()
+        ),
+        (Some("proc_build"), Some("w1"))
+    );
+    assert_eq!(final_of(&rest, &session)["text"], "The build finished: ok.");
+    let last = h.server.requests().pop().unwrap().body;
+    let injected = last["messages"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(injected["role"], "user");
+    assert_eq!(
+        injected["content"],
+        "[IMPORTANT: Background process proc_build completed normally (exit code 0).\nCommand: make build\nOutput:\nok]"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_call_waiting_for_approval_is_announced() {
+    let h = harness(
+        vec![
+            ScriptedResponse::tool_calls(vec![call("g", "guarded", json!({}))]),
+            ScriptedResponse::text("waiting for approval"),
+        ],
+        true,
+        |_| {},
+    )
+    .await;
+    let events = run(&h, "Force push", |_| {}).await;
+    let approval = events.iter().find(|e| e.kind == "approval_needed").unwrap();
+    assert_eq!(approval.json["command"], "git push --force");
+    assert_eq!(approval.json["call_id"], "g");
+    let finished = events.iter().find(|e| e.kind == "tool_finished").unwrap();
+    assert_eq!(finished.json["status"], "pending_approval");
 }
