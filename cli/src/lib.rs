@@ -326,6 +326,11 @@ pub(crate) fn worker_config(
             terminal_timeout_secs: config.terminal.timeout,
             max_foreground_timeout_secs: config.terminal.max_foreground_timeout,
             max_output_chars: config.tool_output.max_bytes,
+            files: caduceus_files::FileToolsConfig {
+                write_safe_root: std::env::var("CADUCEUS_WRITE_SAFE_ROOT").ok().filter(|s| !s.is_empty()),
+                caduceus_home: Some(config::home_dir().display().to_string()),
+                ..caduceus_files::FileToolsConfig::default()
+            },
         },
         shell_env,
         shell_init: Vec::new(),

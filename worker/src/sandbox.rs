@@ -5,7 +5,10 @@
 use std::fmt;
 use std::pin::Pin;
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
+use caduceus_files::FileSystem;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 pub type BoxedReader = Pin<Box<dyn AsyncRead + Send>>;
@@ -91,6 +94,9 @@ pub trait Sandbox: Send + Sync + fmt::Debug {
         signal: StopSignal,
         include_root: bool,
     ) -> Result<(), SandboxError>;
+    /// File access inside the sandbox, for the file tools (one round trip per
+    /// call where the backend allows).
+    fn files(&self) -> Arc<dyn FileSystem>;
     /// The directory for temporary files inside the sandbox (no trailing slash).
     fn temp_dir(&self) -> String;
     /// The home directory inside the sandbox.

@@ -2,10 +2,12 @@
 //! shell in its own session (no controlling terminal, own process group).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::os::fd::OwnedFd;
 use std::process::Stdio;
 
 use async_trait::async_trait;
+use caduceus_files::{FileSystem, LocalFs};
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 use tokio::net::unix::pipe;
@@ -13,12 +15,18 @@ use tokio::process::{Child, Command};
 
 use crate::sandbox::{ProcessHandle, Sandbox, SandboxError, SpawnSpec, SpawnedProcess, StopSignal};
 
-#[derive(Debug)]
 pub struct LocalSandbox {
     id: String,
     cwd: String,
     home: String,
     temp: String,
+    files: Arc<LocalFs>,
+}
+
+impl std::fmt::Debug for LocalSandbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalSandbox").field("id", &self.id).field("cwd", &self.cwd).finish_non_exhaustive()
+    }
 }
 
 impl LocalSandbox {
@@ -38,6 +46,7 @@ impl LocalSandbox {
             } else {
                 temp
             },
+            files: Arc::new(LocalFs::new()),
         }
     }
 }
@@ -98,6 +107,10 @@ impl Sandbox for LocalSandbox {
     ) -> Result<(), SandboxError> {
         signal_local_tree(pid, signal, include_root);
         Ok(())
+    }
+
+    fn files(&self) -> Arc<dyn FileSystem> {
+        self.files.clone()
     }
 
     fn temp_dir(&self) -> String {

@@ -20,6 +20,8 @@ pub struct Environment {
     pub backend: String,
     pub sandbox: Arc<dyn Sandbox>,
     pub shell: PersistentShell,
+    /// Read-loop and staleness state of the file tools for this task.
+    pub reads: caduceus_files::ReadTracker,
     created: Instant,
     last_used: std::sync::Mutex<Instant>,
     running: AtomicU32,
@@ -153,6 +155,7 @@ impl EnvManager {
             backend: backend.to_owned(),
             sandbox,
             shell,
+            reads: caduceus_files::ReadTracker::new(),
             created: Instant::now(),
             last_used: std::sync::Mutex::new(Instant::now()),
             running: AtomicU32::new(0),

@@ -1,6 +1,7 @@
 //! The tools a worker runs inside a task's environment, and the result cap
 //! that keeps large results in the sandbox instead of the context.
 
+pub mod files;
 pub mod terminal;
 
 use std::sync::Arc;
@@ -28,6 +29,8 @@ pub struct ToolSettings {
     pub max_foreground_timeout_secs: u64,
     /// Characters of terminal output the model sees (hermes: 50,000).
     pub max_output_chars: usize,
+    /// Limits and write policy of the file tools.
+    pub files: caduceus_files::FileToolsConfig,
 }
 
 impl Default for ToolSettings {
@@ -36,6 +39,7 @@ impl Default for ToolSettings {
             terminal_timeout_secs: 180,
             max_foreground_timeout_secs: 600,
             max_output_chars: 50_000,
+            files: caduceus_files::FileToolsConfig::default(),
         }
     }
 }
@@ -54,7 +58,12 @@ pub struct ToolCall {
 
 /// Runs the call and returns the result the model reads.
 pub async fn run(settings: &ToolSettings, mut call: ToolCall) -> String {
+    if !files::is_file_tool(&call.tool) && !call.tool.starts_with("__") {
+        // hermes: any other tool resets the consecutive-read loop guard.
+        call.env.reads.note_other_tool();
+    }
     let result = match call.tool.as_str() {
+        tool if files::is_file_tool(tool) => files::run(&settings.files, &call.env, tool, &call.args).await,
         "terminal" => {
             terminal::run(
                 settings,
