@@ -20,7 +20,6 @@ pub mod events;
 mod hub;
 pub mod messages;
 pub mod notices;
-pub mod paths;
 pub mod planner;
 mod session;
 pub mod store;

@@ -18,8 +18,8 @@
 
 use serde_json::{Map, Value};
 
-use super::paths::{canonical_path, paths_overlap};
 use crate::registry::ParallelClass;
+use caduceus_files::paths::{canonical_path, paths_overlap};
 
 /// Most calls of one parallel segment in flight at once (hermes `_MAX_TOOL_WORKERS`).
 pub const MAX_PARALLEL_CALLS: usize = 8;
