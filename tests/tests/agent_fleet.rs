@@ -356,3 +356,125 @@ fn killing_a_childs_worker_fails_that_child_alone() {
     assert_eq!(results["results"][1]["status"], "completed");
     assert_eq!(results["results"][1]["summary"], "beta done");
 }
+
+/// `caduceus run` on the embedded default, the model a scripted server.
+fn embedded_session_with_terminal_and_file_tools(stream: bool) {
+    let work = tempfile::tempdir().unwrap();
+    let model = model(vec![
+        ScriptedResponse::tool_calls(vec![call(
+            "t1",
+            "terminal",
+            json!({"command": "mkdir -p proj && echo 'fn main() {}' > proj/main.rs"}),
+        )]),
+        ScriptedResponse::tool_calls(vec![
+            call("r1", "read_file", json!({"path": "proj/main.rs"})),
+            call(
+                "s1",
+                "search_files",
+                json!({"pattern": "fn main", "path": "proj"}),
+            ),
+        ]),
+        ScriptedResponse::tool_calls(vec![call(
+            "p1",
+            "patch",
+            json!({"path": "proj/main.rs", "old_string": "fn main() {}", "new_string": "fn main() { println!(\"hi\"); }"}),
+        )]),
+        ScriptedResponse::tool_calls(vec![call(
+            "t2",
+            "terminal",
+            json!({"command": "cat proj/main.rs"}),
+        )]),
+        ScriptedResponse::text("main.rs now prints hi."),
+    ]);
+    let fleet = Fleet::new();
+    let config = format!(
+        "llm:\n  base_url: {}\n  model: scripted\n  stream: {stream}\n  max_retries: 0\n",
+        model.server.base_url()
+    );
+    std::fs::write(fleet.home.path().join("config.yaml"), config).unwrap();
+    let mut cmd = fleet.command();
+    cmd.current_dir(work.path())
+        .env("CADUCEUS_LOG", "error")
+        .args(["run", "--json", "Make main print hi"]);
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events = parse_lines(&out.stdout);
+    assert_eq!(
+        events.last().unwrap()["data"]["text"],
+        "main.rs now prints hi."
+    );
+    assert_eq!(
+        std::fs::read_to_string(work.path().join("proj/main.rs")).unwrap(),
+        "fn main() { println!(\"hi\"); }\n"
+    );
+
+    let requests = model.server.requests();
+    assert_eq!(requests.len(), 5);
+    assert!(requests.iter().all(|r| r.is_streaming() == stream));
+    let tools = tool_names(&requests[0].body);
+    for tool in [
+        "terminal",
+        "read_file",
+        "write_file",
+        "patch",
+        "search_files",
+        "todo",
+        "delegate_task",
+    ] {
+        assert!(
+            tools.contains(&tool.to_owned()),
+            "{tool} missing from {tools:?}"
+        );
+    }
+    // The read and the search ran together; their results came back in order.
+    let started: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["kind"] == "tool_started" && e["data"]["iteration"] == 2)
+        .collect();
+    assert!(
+        started.iter().all(|e| e["data"]["parallel"] == true),
+        "{started:#?}"
+    );
+    let third = requests[2].body["messages"].as_array().unwrap();
+    let results: Vec<&Value> = third
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .skip(1)
+        .collect();
+    assert_eq!(
+        (
+            results[0]["tool_call_id"].as_str(),
+            results[1]["tool_call_id"].as_str()
+        ),
+        (Some("r1"), Some("s1"))
+    );
+    assert!(
+        results[0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("fn main() {}")
+    );
+    let last_result = requests[4].body["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(last_result.contains("println!"), "{last_result}");
+}
+
+#[test]
+fn a_multi_turn_session_with_terminal_and_file_tools_streaming() {
+    embedded_session_with_terminal_and_file_tools(true);
+}
+
+#[test]
+fn a_multi_turn_session_with_terminal_and_file_tools_not_streaming() {
+    embedded_session_with_terminal_and_file_tools(false);
+}

@@ -280,3 +280,94 @@ fn the_demo_delegates_three_pages_to_subagents_on_two_embedded_workers() {
         (Some("final"), Some("completed"))
     );
 }
+
+#[test]
+fn file_tools_run_in_parallel_on_distinct_paths_and_in_order_on_one_path() {
+    let fleet = Fleet::new();
+    let work = tempfile::tempdir().unwrap();
+    let lines = [
+        json!({"tool_calls": [
+            tool_call("w1", "write_file", json!({"path": "notes/a.txt", "content": "alpha\n"})),
+            tool_call("w2", "write_file", json!({"path": "notes/b.txt", "content": "beta\n"})),
+        ]}),
+        json!({"tool_calls": [
+            tool_call("r1", "read_file", json!({"path": "notes/a.txt"})),
+            tool_call("r2", "read_file", json!({"path": "notes/b.txt"})),
+        ], "expect_tool_results": 2}),
+        json!({"tool_calls": [
+            tool_call("o1", "write_file", json!({"path": "out.txt", "content": "first\n"})),
+            tool_call("o2", "write_file", json!({"path": "./out.txt", "content": "second\n"})),
+            tool_call("o3", "patch", json!({"path": "out.txt", "old_string": "second", "new_string": "third"})),
+        ], "expect_contains": "alpha"}),
+        json!({"content": "out.txt says third.", "expect_tool_results": 3}),
+    ];
+    let replay = work.path().join("files.jsonl");
+    std::fs::write(
+        &replay,
+        lines.iter().map(|l| format!("{l}\n")).collect::<String>(),
+    )
+    .unwrap();
+    let out = run(
+        &fleet,
+        work.path(),
+        &[
+            "--json",
+            "--model",
+            &format!("replay:{}", replay.display()),
+            "Take notes",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events = events(&out.stdout);
+    let parallel = |id: &str| {
+        events
+            .iter()
+            .find(|e| e["kind"] == "tool_started" && e["data"]["call_id"] == id)
+            .unwrap_or_else(|| panic!("no call {id}"))["data"]["parallel"]
+            .as_bool()
+            .unwrap()
+    };
+    assert!(
+        parallel("w1") && parallel("w2"),
+        "writes to distinct paths run together"
+    );
+    assert!(
+        parallel("r1") && parallel("r2"),
+        "reads of distinct paths run together"
+    );
+    assert!(
+        !parallel("o1") && !parallel("o2") && !parallel("o3"),
+        "calls on one path run in order"
+    );
+    let finished = |id: &str| {
+        events
+            .iter()
+            .find(|e| e["kind"] == "tool_finished" && e["data"]["call_id"] == id)
+            .unwrap()["data"]
+            .clone()
+    };
+    assert!(finished("o1")["finished_at_ms"].as_u64() <= finished("o2")["started_at_ms"].as_u64());
+    assert!(
+        ["w1", "w2", "r1", "r2", "o1", "o2", "o3"]
+            .iter()
+            .all(|id| finished(id)["status"] == "ok"),
+        "{events:#?}"
+    );
+    // The side effects happened in the model's order.
+    assert_eq!(
+        std::fs::read_to_string(work.path().join("out.txt")).unwrap(),
+        "third\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(work.path().join("notes/b.txt")).unwrap(),
+        "beta\n"
+    );
+    assert_eq!(
+        events.last().unwrap()["data"]["text"],
+        "out.txt says third."
+    );
+}
