@@ -327,7 +327,9 @@ pub(crate) fn worker_config(
             max_foreground_timeout_secs: config.terminal.max_foreground_timeout,
             max_output_chars: config.tool_output.max_bytes,
             files: caduceus_files::FileToolsConfig {
-                write_safe_root: std::env::var("CADUCEUS_WRITE_SAFE_ROOT").ok().filter(|s| !s.is_empty()),
+                write_safe_root: std::env::var("CADUCEUS_WRITE_SAFE_ROOT")
+                    .ok()
+                    .filter(|s| !s.is_empty()),
                 caduceus_home: Some(config::home_dir().display().to_string()),
                 ..caduceus_files::FileToolsConfig::default()
             },
@@ -466,6 +468,12 @@ async fn status(args: StatusArgs, config: &Config) -> Result<()> {
             "coordinator": status.coordinator_id,
             "version": status.version,
             "registry_generation": status.registry_generation,
+            "sessions": status.sessions.iter().map(|s| json!({
+                "session_id": s.session_id,
+                "parent_id": s.parent_id,
+                "state": s.state,
+                "api_calls": s.api_calls,
+            })).collect::<Vec<_>>(),
             "workers": workers,
         }))?);
     }

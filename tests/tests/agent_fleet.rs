@@ -305,6 +305,21 @@ fn killing_a_childs_worker_fails_that_child_alone() {
         );
         std::thread::sleep(Duration::from_millis(100));
     };
+    // The running sessions are listed with their parents.
+    let sessions = fleet.status(&coordinator)["sessions"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let listed = sessions
+        .iter()
+        .find(|s| s["session_id"] == alpha_session.as_str())
+        .unwrap();
+    assert!(listed["parent_id"].as_str().unwrap().starts_with("sess_"));
+    assert!(
+        sessions
+            .iter()
+            .any(|s| s["parent_id"] == "" && s["state"] == "running")
+    );
     workers.get_mut(victim.as_str()).unwrap().kill();
 
     let done = run.until("the root's final", |e| {

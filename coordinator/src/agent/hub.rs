@@ -312,6 +312,15 @@ impl SessionHub {
         out
     }
 
+    /// The parent of a live session: `Some(parent)` for a delegated child,
+    /// `Some("")` for a top-level session, `None` when it is not running. (The
+    /// approval gate treats children's calls differently.)
+    pub fn parent_of(&self, session_id: &str) -> Option<String> {
+        let live = self.inner.live.lock().unwrap_or_else(|e| e.into_inner());
+        live.get(session_id)
+            .map(|s| s.parent_id.clone().unwrap_or_default())
+    }
+
     /// Hands a worker's notice to the session that started the process.
     pub fn route_notice(&self, worker: String, notice: EnvironmentNotice) {
         match self.inner.actor(&notice.session_id) {
