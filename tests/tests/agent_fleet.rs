@@ -493,3 +493,42 @@ fn a_multi_turn_session_with_terminal_and_file_tools_streaming() {
 fn a_multi_turn_session_with_terminal_and_file_tools_not_streaming() {
     embedded_session_with_terminal_and_file_tools(false);
 }
+
+#[test]
+fn a_client_that_goes_away_cancels_its_session_and_its_running_call() {
+    let marker = format!("sleep 3{}", std::process::id() % 10);
+    let model = model(vec![ScriptedResponse::tool_calls(vec![call(
+        "s",
+        "terminal",
+        json!({"command": marker}),
+    )])]);
+    let (fleet, coordinator, _w1, _w2) = fleet_with(&model, true);
+    let mut run = LiveRun::start(&fleet, &coordinator, "Wait a while");
+    run.until("the running call", |e| e["kind"] == "tool_started");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !caduceus_tests::process_alive_with(&marker) {
+        assert!(Instant::now() < deadline, "the command never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(run); // kills the client
+
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let idle = fleet.status(&coordinator)["sessions"]
+            .as_array()
+            .unwrap()
+            .is_empty();
+        if idle && !caduceus_tests::process_alive_with(&marker) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the session or its command outlived the client"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let sessions =
+        caduceus_coordinator::agent::store::read_sessions(&fleet.home.path().join("state.db"))
+            .unwrap();
+    assert_eq!(sessions[0].state, "interrupted");
+}

@@ -244,9 +244,18 @@ impl Control for ControlService {
         let session_id = started.session_id;
         let mut events = started.events;
         tokio::spawn(async move {
-            while let Some(event) = events.recv().await {
+            loop {
+                let event = tokio::select! {
+                    event = events.recv() => event,
+                    // The client went away (even while the session is quiet):
+                    // nobody will read the answer.
+                    _ = tx.closed() => {
+                        hub.cancel(&session_id);
+                        break;
+                    }
+                };
+                let Some(event) = event else { break };
                 if tx.send(Ok(event)).await.is_err() {
-                    // The client went away: nobody will read the answer.
                     hub.cancel(&session_id);
                     break;
                 }
