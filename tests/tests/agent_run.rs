@@ -371,3 +371,76 @@ fn file_tools_run_in_parallel_on_distinct_paths_and_in_order_on_one_path() {
         "out.txt says third."
     );
 }
+
+#[test]
+fn a_turn_over_its_result_budget_saves_its_largest_result_in_the_sandbox() {
+    let fleet = Fleet::new();
+    let work = tempfile::tempdir().unwrap();
+    // Five 45,000-character outputs: 225,000 characters in one turn.
+    let ids: Vec<String> = (0..5)
+        .map(|i| format!("big-{}-{i}", std::process::id()))
+        .collect();
+    let calls: Vec<Value> = ids
+        .iter()
+        .map(|id| {
+            tool_call(
+                id,
+                "terminal",
+                json!({"command": "head -c 45000 /dev/zero | tr '\\0' a"}),
+            )
+        })
+        .collect();
+    let lines = [
+        json!({"tool_calls": calls}),
+        json!({"content": "saw them", "expect_contains": "Full output saved to: "}),
+    ];
+    let replay = work.path().join("big.jsonl");
+    std::fs::write(
+        &replay,
+        lines.iter().map(|l| format!("{l}\n")).collect::<String>(),
+    )
+    .unwrap();
+    let out = run(
+        &fleet,
+        work.path(),
+        &[
+            "--model",
+            &format!("replay:{}", replay.display()),
+            "Print a lot",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let db = fleet.home.path().join("state.db");
+    let session = caduceus_coordinator::agent::store::read_sessions(&db)
+        .unwrap()
+        .remove(0);
+    let tools: Vec<String> = caduceus_coordinator::agent::store::read_transcript(&db, &session.id)
+        .unwrap()
+        .into_iter()
+        .filter(|m| m.role == "tool")
+        .map(|m| m.content.unwrap())
+        .collect();
+    assert_eq!(tools.len(), 5);
+    let persisted: Vec<&String> = tools
+        .iter()
+        .filter(|t| t.starts_with("<persisted-output>"))
+        .collect();
+    assert_eq!(
+        persisted.len(),
+        1,
+        "one result is enough to fit 200,000 characters"
+    );
+    let path = persisted[0]
+        .lines()
+        .find_map(|l| l.strip_prefix("Full output saved to: "))
+        .unwrap();
+    assert!(path.ends_with(&format!("{}.txt", ids[0])), "{path}");
+    let saved = std::fs::read_to_string(path).unwrap();
+    assert!(saved.contains(&"a".repeat(45_000)));
+    let _ = std::fs::remove_file(path);
+}

@@ -55,6 +55,21 @@ impl LocalTool for FakeWeb {
     }
 }
 
+/// 90,000 characters: under the per-result cap, three of them over the turn budget.
+struct Big;
+
+#[async_trait]
+impl LocalTool for Big {
+    async fn call(&self, _ctx: &CallContext, args: Map<String, Value>) -> String {
+        let fill = args
+            .get("fill")
+            .and_then(Value::as_str)
+            .unwrap_or("x")
+            .to_owned();
+        fill.repeat(90_000)
+    }
+}
+
 /// Reports the environment (task id) it ran in.
 struct WhichTask;
 
@@ -191,6 +206,18 @@ async fn harness(
                 Handler::Local(Arc::new(FakeWeb)),
             )
             .with_parallel(ParallelClass::Safe),
+            false,
+        )
+        .await
+        .unwrap();
+    registry
+        .register(
+            ToolEntry::new(
+                "big",
+                "test",
+                schema("big", json!({"fill": {"type": "string"}})),
+                Handler::Local(Arc::new(Big)),
+            ),
             false,
         )
         .await
@@ -1092,4 +1119,31 @@ async fn a_call_waiting_for_approval_is_announced() {
     assert_eq!(approval.json["call_id"], "g");
     let finished = events.iter().find(|e| e.kind == "tool_finished").unwrap();
     assert_eq!(finished.json["status"], "pending_approval");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_turn_over_its_result_budget_gives_up_its_largest_results() {
+    let h = harness(
+        vec![
+            ScriptedResponse::tool_calls(vec![
+                call("b1", "big", json!({"fill": "a"})),
+                call("b2", "big", json!({"fill": "b"})),
+                call("b3", "big", json!({"fill": "c"})),
+            ]),
+            ScriptedResponse::text("big"),
+        ],
+        true,
+        |_| {},
+    )
+    .await;
+    run(&h, "Make big results", |_| {}).await;
+    let results = tool_messages(&h.server.requests()[1].body);
+    // 270,000 characters > 200,000: the first of the equally large results is
+    // replaced (no sandbox here, so by the unsaved preview), the rest fit.
+    assert!(results[0].1.starts_with("aaaa"));
+    assert!(results[0].1.ends_with(
+        "[Truncated: tool response was 90,000 chars. Full output could not be saved to sandbox.]"
+    ));
+    assert!(results[0].1.chars().count() < 2_000);
+    assert_eq!((results[1].1.len(), results[2].1.len()), (90_000, 90_000));
 }
