@@ -228,16 +228,7 @@ impl RegistryHandle {
     /// Publishes the fleet's backends and waits until the snapshot shows them,
     /// so that a worker that has joined is usable by the very next call.
     pub async fn set_fleet_backends(&self, backends: BTreeSet<String>) {
-        let _ = self
-            .actor
-            .call(
-                |reply| RegistryMsg::SetFleetBackends {
-                    backends,
-                    reply: Some(reply),
-                },
-                None,
-            )
-            .await;
+        let _ = self.actor.call(|reply| RegistryMsg::SetFleetBackends { backends, reply: Some(reply) }, None).await;
     }
 
     pub fn set_plugin_override_policy(&self, plugin: &str, allowed: bool) {

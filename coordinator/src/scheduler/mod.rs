@@ -403,16 +403,12 @@ impl Actor for Scheduler {
         match event {
             SupervisionEvent::ActorTerminated(cell, _, reason) => {
                 if let Some(worker_id) = worker_of(state, cell.get_id()) {
-                    state
-                        .remove_worker(&worker_id, reason.as_deref().unwrap_or("link stopped"))
-                        .await;
+                    state.remove_worker(&worker_id, reason.as_deref().unwrap_or("link stopped")).await;
                 }
             }
             SupervisionEvent::ActorFailed(cell, err) => {
                 if let Some(worker_id) = worker_of(state, cell.get_id()) {
-                    state
-                        .remove_worker(&worker_id, &format!("link failed: {err}"))
-                        .await;
+                    state.remove_worker(&worker_id, &format!("link failed: {err}")).await;
                 }
             }
             _ => {}
