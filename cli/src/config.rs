@@ -39,6 +39,8 @@ pub struct Config {
     pub plugins: Option<serde_yaml::Value>,
     pub hooks: Option<serde_yaml::Value>,
     pub llm: Option<serde_yaml::Value>,
+    /// `max_turns` (session budget), `clarify_timeout_seconds`.
+    pub agent: Option<serde_yaml::Value>,
 }
 
 /// `approvals:`. hermes' spellings load: `mode: manual|smart` mean ask (there

@@ -3,7 +3,10 @@
 //! lives in this library so that the integration tests can build the same
 //! program under another name (see `tests/README.md`).
 
+mod agent_settings;
 pub mod config;
+mod progress;
+mod run;
 pub mod target;
 
 mod approvals;
@@ -56,6 +59,8 @@ enum Command {
     Tools(ToolsArgs),
     /// Show the coordinator's workers and environments.
     Status(StatusArgs),
+    /// Run one agent task: live progress on stderr, the final answer on stdout.
+    Run(run::RunArgs),
     /// The command guard.
     Guard {
         #[command(subcommand)]
@@ -213,6 +218,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Call(args) => call(args, &config).await,
         Command::Tools(args) => tools(args, &config).await,
         Command::Status(args) => status(args, &config).await,
+        Command::Run(args) => run::run(args, &config).await,
         Command::Guard {
             command: GuardCommand::Check { command },
         } => {
@@ -272,6 +278,7 @@ async fn serve(args: ServeArgs, config: &Config) -> Result<()> {
             terminal_backend: config.terminal.backend.clone(),
             terminal_timeout_secs: config.terminal.timeout,
             heartbeat_interval: Duration::from_millis(args.heartbeat_ms.max(100)),
+            agent: agent_settings::agent_settings(config)?,
             ..CoordinatorConfig::default()
         },
         gate(config),
@@ -521,6 +528,12 @@ async fn status(args: StatusArgs, config: &Config) -> Result<()> {
             "coordinator": status.coordinator_id,
             "version": status.version,
             "registry_generation": status.registry_generation,
+            "sessions": status.sessions.iter().map(|s| json!({
+                "session_id": s.session_id,
+                "parent_id": s.parent_id,
+                "state": s.state,
+                "api_calls": s.api_calls,
+            })).collect::<Vec<_>>(),
             "workers": workers,
         }))?);
     }

@@ -19,6 +19,7 @@ use caduceus_proto::worker_gateway_server::{WorkerGateway, WorkerGatewayServer};
 use caduceus_proto::*;
 
 use crate::Coordinator;
+use crate::agent::{SessionError, StartRequest};
 use crate::dispatch::RawArguments;
 use crate::guard::{Approvals, Decision, PendingApproval, Scope};
 use crate::registry::ToolFilter;
@@ -224,29 +225,68 @@ impl Control for ControlService {
 
     async fn start_session(
         &self,
-        _request: Request<StartSessionRequest>,
+        request: Request<StartSessionRequest>,
     ) -> Result<Response<Self::StartSessionStream>, Status> {
-        Err(Status::unimplemented(
-            "agent sessions are not available on this coordinator yet",
-        ))
+        let req = request.into_inner();
+        let hub = self.coordinator.sessions().clone();
+        let started = hub
+            .start(StartRequest {
+                prompt: req.prompt,
+                model: req.model,
+                enabled_toolsets: req.enabled_toolsets,
+                disabled_toolsets: req.disabled_toolsets,
+                max_iterations: req.max_iterations,
+                task_id: req.task_id,
+                interactive: req.interactive,
+            })
+            .await
+            .map_err(|e| session_status(&e))?;
+        let (tx, rx) = mpsc::channel(256);
+        let session_id = started.session_id;
+        let mut events = started.events;
+        tokio::spawn(async move {
+            loop {
+                let event = tokio::select! {
+                    event = events.recv() => event,
+                    // The client went away (even while the session is quiet):
+                    // nobody will read the answer.
+                    _ = tx.closed() => {
+                        hub.cancel(&session_id);
+                        break;
+                    }
+                };
+                let Some(event) = event else { break };
+                if tx.send(Ok(event)).await.is_err() {
+                    hub.cancel(&session_id);
+                    break;
+                }
+            }
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
     }
 
     async fn cancel_session(
         &self,
-        _request: Request<CancelSessionRequest>,
+        request: Request<CancelSessionRequest>,
     ) -> Result<Response<CancelSessionResponse>, Status> {
-        Err(Status::unimplemented(
-            "agent sessions are not available on this coordinator yet",
-        ))
+        let cancelled = self
+            .coordinator
+            .sessions()
+            .cancel(&request.into_inner().session_id);
+        Ok(Response::new(CancelSessionResponse { cancelled }))
     }
 
     async fn answer_clarify(
         &self,
-        _request: Request<AnswerClarifyRequest>,
+        request: Request<AnswerClarifyRequest>,
     ) -> Result<Response<AnswerClarifyResponse>, Status> {
-        Err(Status::unimplemented(
-            "agent sessions are not available on this coordinator yet",
-        ))
+        let req = request.into_inner();
+        let accepted = self
+            .coordinator
+            .sessions()
+            .answer_clarify(&req.session_id, &req.question_id, &req.answer)
+            .await;
+        Ok(Response::new(AnswerClarifyResponse { accepted }))
     }
 
     async fn list_approvals(
@@ -319,5 +359,18 @@ fn approval_message(pending: PendingApproval) -> Approval {
         tool: pending.tool,
         waiting: pending.waiting,
         allow_permanent: pending.allow_permanent,
+    }
+}
+
+/// The gRPC status for a session that could not start.
+fn session_status(err: &SessionError) -> Status {
+    match err {
+        SessionError::Spawn(_) => Status::internal(err.to_string()),
+        SessionError::NoModel | SessionError::Model { .. } => {
+            Status::failed_precondition(err.to_string())
+        }
+        SessionError::EmptyPrompt | SessionError::Toolsets(_) => {
+            Status::invalid_argument(err.to_string())
+        }
     }
 }
