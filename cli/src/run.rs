@@ -22,7 +22,8 @@ use tokio_stream::StreamExt;
 
 use caduceus_coordinator::agent::StartRequest;
 use caduceus_proto::{
-    AnswerClarifyRequest, CancelSessionRequest, SessionEvent, StartSessionRequest,
+    AnswerApprovalRequest, AnswerClarifyRequest, CancelSessionRequest, SessionEvent,
+    StartSessionRequest,
 };
 
 use crate::ClientArgs;
@@ -149,6 +150,35 @@ impl Source {
         }
     }
 
+    /// Answers an approval request the gate is waiting on.
+    async fn answer_approval(&mut self, id: &str, approve: bool, scope: &str) -> bool {
+        match self {
+            Source::Remote(client) => client
+                .answer_approval(AnswerApprovalRequest {
+                    id: id.to_owned(),
+                    approve,
+                    scope: scope.to_owned(),
+                    reason: String::new(),
+                })
+                .await
+                .map(|r| r.into_inner().accepted)
+                .unwrap_or(false),
+            Source::Embedded(embedded) => {
+                use caduceus_coordinator::guard::{Decision, Scope};
+                let Some(approvals) = embedded.coordinator.approvals() else {
+                    return false;
+                };
+                let decision = match (approve, scope) {
+                    (false, _) => Decision::Deny { reason: None },
+                    (true, "session") => Decision::Approve(Scope::Session),
+                    (true, "always") => Decision::Approve(Scope::Always),
+                    (true, _) => Decision::Approve(Scope::Once),
+                };
+                approvals.answer(id, decision).is_ok()
+            }
+        }
+    }
+
     async fn close(self) {
         if let Source::Embedded(embedded) = self {
             embedded.stop().await;
@@ -222,8 +252,20 @@ async fn follow(
             event = events.next() => match event {
                 Some(Ok(event)) => {
                     let clarify = (event.kind == "clarify" && interactive).then(|| event.clone());
+                    // Requests the gate waits on carry `scopes`; the others
+                    // only report a pending approval.
+                    let approval = (event.kind == "approval_needed" && interactive && event.json.contains("\"scopes\""))
+                        .then(|| event.clone());
                     if let Some(ending) = renderer.event(&event) {
                         return Ok(ending);
+                    }
+                    if let Some(request) = approval {
+                        let asked: serde_json::Value = serde_json::from_str(&request.json).unwrap_or_default();
+                        let (approve, scope) = ask_approval(&asked).await?;
+                        let id = asked["approval_id"].as_str().unwrap_or_default();
+                        if !source.answer_approval(id, approve, &scope).await {
+                            tracing::warn!("the approval was no longer pending");
+                        }
                     }
                     if let Some(question) = clarify {
                         let answer = ask(&question).await?;
@@ -249,6 +291,33 @@ async fn follow(
             }
         }
     }
+}
+
+/// Asks the person at the terminal to approve a flagged command. Anything but
+/// an explicit yes is a deny (hermes' Enter-means-once is a known complaint).
+async fn ask_approval(asked: &serde_json::Value) -> Result<(bool, String)> {
+    let permanent = asked["allow_permanent"].as_bool().unwrap_or(false);
+    let prompt = format!(
+        "  approve {}? [o]nce, [s]ession{}, [d]eny (default deny): ",
+        asked["command"].as_str().unwrap_or_default(),
+        if permanent { ", [a]lways" } else { "" }
+    );
+    let line = tokio::task::spawn_blocking(move || -> std::io::Result<String> {
+        let mut stderr = std::io::stderr();
+        std::io::Write::write_all(&mut stderr, prompt.as_bytes())?;
+        std::io::Write::flush(&mut stderr)?;
+        let mut line = String::new();
+        std::io::stdin().lock().read_line(&mut line)?;
+        Ok(line)
+    })
+    .await
+    .context("reading the answer failed")??;
+    Ok(match line.trim().to_lowercase().as_str() {
+        "o" | "once" => (true, "once".to_owned()),
+        "s" | "session" => (true, "session".to_owned()),
+        "a" | "always" if permanent => (true, "always".to_owned()),
+        _ => (false, String::new()),
+    })
 }
 
 /// Puts a clarify question to the person at the terminal.

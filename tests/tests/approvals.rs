@@ -373,3 +373,80 @@ fn guard_check_prints_the_verdict() {
         json!({"verdict": "hardline", "description": "system shutdown/reboot"})
     );
 }
+
+/// A person follows the session (interactive StartSession): the gate sends the
+/// request to the session's event stream and waits; the answer lets it run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interactive_session_waits_for_the_person_and_runs_when_approved() {
+    use caduceus_proto::control_client::ControlClient;
+    use caduceus_proto::{AnswerApprovalRequest, StartSessionRequest, bearer};
+    use tonic::metadata::MetadataValue;
+
+    let (fleet, coordinator, _worker) = start("approvals:\n  mode: ask\n  timeout: 30\n");
+    let dir = workspace();
+    let target = dir.path().join("doomed");
+    std::fs::create_dir_all(target.join("inner")).unwrap();
+    let command = format!("rm -rf {}", target.display());
+    let replay = dir.path().join("model.jsonl");
+    let call = json!({"tool_calls": [{"id": "c1", "type": "function", "function": {"name": "terminal", "arguments": json!({"command": command}).to_string()}}]});
+    std::fs::write(
+        &replay,
+        format!("{call}\n{}\n", json!({"content": "removed it"})),
+    )
+    .unwrap();
+
+    let channel = tonic::transport::Endpoint::from_shared(coordinator.url())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let token: MetadataValue<_> = bearer(&fleet.token).parse().unwrap();
+    let mut client = ControlClient::with_interceptor(channel, move |mut req: tonic::Request<()>| {
+        req.metadata_mut().insert("authorization", token.clone());
+        Ok(req)
+    });
+    let mut events = client
+        .start_session(StartSessionRequest {
+            prompt: "clean up".into(),
+            model: format!("replay:{}", replay.display()),
+            interactive: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut answered = false;
+    let mut finished = None;
+    while let Some(event) = events.message().await.unwrap() {
+        let data: Value = serde_json::from_str(&event.json).unwrap();
+        match event.kind.as_str() {
+            "approval_needed" => {
+                assert!(target.exists(), "nothing ran before the answer");
+                assert!(
+                    !data["description"].as_str().unwrap_or_default().is_empty(),
+                    "{data}"
+                );
+                assert!(data["scopes"].to_string().contains("once"), "{data}");
+                let answer = client
+                    .answer_approval(AnswerApprovalRequest {
+                        id: data["approval_id"].as_str().unwrap().into(),
+                        approve: true,
+                        scope: "once".into(),
+                        reason: String::new(),
+                    })
+                    .await
+                    .unwrap()
+                    .into_inner();
+                assert!(answer.accepted, "{}", answer.message);
+                answered = true;
+            }
+            "tool_finished" => finished = Some(data),
+            "final" => break,
+            _ => {}
+        }
+    }
+    assert!(answered, "the person was asked");
+    let finished = finished.expect("the call finished");
+    assert_eq!(finished["status"], "ok", "{finished}");
+    assert!(!target.exists(), "the approved command ran");
+}

@@ -249,6 +249,9 @@ impl SessionHub {
             task_index: None,
         };
         let (events, rx) = EventStream::new();
+        if spec.interactive {
+            self.forward_approvals(&session_id, &events);
+        }
         let args = SessionArgs {
             hub: self.inner.clone(),
             spec,
@@ -263,6 +266,35 @@ impl SessionHub {
             session_id,
             events: rx,
         })
+    }
+
+    /// A person follows this session: the gate's approval requests for it go
+    /// to its event stream as `approval_needed` events and the call waits for
+    /// the answer (AnswerApproval) instead of failing closed at once. The
+    /// forwarding ends when nobody reads the stream any more.
+    fn forward_approvals(&self, session_id: &str, events: &EventStream) {
+        let Some(approvals) = self.inner.dispatcher.gate().approvals() else {
+            return;
+        };
+        let mut listener = approvals.attach_listener(session_id);
+        let events = events.clone();
+        let session_id = session_id.to_owned();
+        tokio::spawn(async move {
+            let mut check = tokio::time::interval(std::time::Duration::from_secs(1));
+            loop {
+                tokio::select! {
+                    request = listener.recv() => match request {
+                        Some(request) => events.emit(&session_id, super::events::APPROVAL_NEEDED, &request.to_json()),
+                        None => break,
+                    },
+                    _ = check.tick() => {
+                        if !events.is_attached() {
+                            break;
+                        }
+                    }
+                }
+            }
+        });
     }
 
     /// Cancels a live session and its children. `false` if it is not running.
