@@ -166,6 +166,7 @@ impl Embedded {
                 terminal_backend: config.terminal.backend.clone(),
                 terminal_timeout_secs: config.terminal.timeout,
                 environment_settings: config.terminal.environment_settings(),
+                agent: crate::agent_settings::agent_settings(config)?,
                 ..CoordinatorConfig::default()
             },
             gate,

@@ -51,7 +51,7 @@ impl BackendUnderTest {
         BackendUnderTest {
             name: "docker",
             terminal_config: format!(
-                "  docker_image: {DOCKER_IMAGE}\n  container_persistent: false\n  container_memory: 512\n  lease_seconds: 3\n  sweep_interval_seconds: 1\n  backend_probe_seconds: 1\n  warm_pool:\n    docker: 1\n"
+                "  docker_image: {DOCKER_IMAGE}\n  container_persistent: false\n  container_memory: 512\n  sandbox_lease_seconds: 3\n  sweep_interval_seconds: 1\n  backend_probe_seconds: 1\n  warm_pool:\n    docker: 1\n"
             ),
             leased: true,
         }

@@ -31,7 +31,7 @@ impl Bench {
         }
     }
 
-    fn call(&self, tool: &str, args: Value) -> Value {
+    fn call(&self, tool: &str, args: &Value) -> Value {
         let out = self.fleet.client(
             &self.coordinator,
             &["call", tool, &args.to_string(), "--task", "files"],
@@ -57,12 +57,15 @@ fn read_write_patch_search_through_a_worker() {
         .map(|i| format!("line {i:04}: lorem ipsum\n"))
         .collect();
 
-    let written = b.call("write_file", json!({"path": file, "content": content}));
+    let written = b.call("write_file", &json!({"path": file, "content": content}));
     assert_eq!(written["bytes_written"], content.len());
     assert_eq!(written["files_modified"], json!([file]));
 
     // Numbering, pagination hint, no trailing empty line.
-    let read = b.call("read_file", json!({"path": file, "offset": 10, "limit": 3}));
+    let read = b.call(
+        "read_file",
+        &json!({"path": file, "offset": 10, "limit": 3}),
+    );
     assert_eq!(
         read["content"],
         "10|line 0010: lorem ipsum\n11|line 0011: lorem ipsum\n12|line 0012: lorem ipsum"
@@ -72,24 +75,24 @@ fn read_write_patch_search_through_a_worker() {
         read["hint"],
         "Use offset=13 to continue reading (showing 10-12 of 1000 lines)"
     );
-    let tail = b.call("read_file", json!({"path": file, "offset": 999}));
+    let tail = b.call("read_file", &json!({"path": file, "offset": 999}));
     assert_eq!(
         tail["content"],
         "999|line 0999: lorem ipsum\n1000|line 1000: lorem ipsum"
     );
 
     // Re-reading an unchanged region: the stub, then refusal.
-    let again = b.call("read_file", json!({"path": file, "offset": 999}));
+    let again = b.call("read_file", &json!({"path": file, "offset": 999}));
     assert_eq!(again["status"], "unchanged", "{again}");
     assert_eq!(again["dedup"], true);
-    let third = b.call("read_file", json!({"path": file, "offset": 999}));
+    let third = b.call("read_file", &json!({"path": file, "offset": 999}));
     assert!(
         third["error"].as_str().unwrap().starts_with("BLOCKED"),
         "{third}"
     );
 
     // Not found, with similar names.
-    let missing = b.call("read_file", json!({"path": b.path("note.txt")}));
+    let missing = b.call("read_file", &json!({"path": b.path("note.txt")}));
     assert!(
         missing["error"]
             .as_str()
@@ -103,19 +106,19 @@ fn read_write_patch_search_through_a_worker() {
     );
 
     // Device and secret denials; sensitive writes; invalid JSON refused before writing.
-    assert!(b.call("read_file", json!({"path": "/dev/zero"}))["error"].is_string());
+    assert!(b.call("read_file", &json!({"path": "/dev/zero"}))["error"].is_string());
     std::fs::write(b.path(".env"), "API_KEY=abc\n").unwrap();
-    assert!(b.call("read_file", json!({"path": b.path(".env")}))["error"].is_string());
+    assert!(b.call("read_file", &json!({"path": b.path(".env")}))["error"].is_string());
     assert!(
         b.call(
             "write_file",
-            json!({"path": "/etc/caduceus-test", "content": "x"})
+            &json!({"path": "/etc/caduceus-test", "content": "x"})
         )["error"]
             .is_string()
     );
     let bad_json = b.call(
         "write_file",
-        json!({"path": b.path("conf.json"), "content": "{\"a\": }"}),
+        &json!({"path": b.path("conf.json"), "content": "{\"a\": }"}),
     );
     assert!(bad_json["error"].is_string(), "{bad_json}");
     assert!(!b.dir.path().join("conf.json").exists());
@@ -130,7 +133,7 @@ fn read_write_patch_search_through_a_worker() {
     .unwrap();
     let ambiguous = b.call(
         "patch",
-        json!({"path": code, "old_string": "return 1", "new_string": "return 2"}),
+        &json!({"path": code, "old_string": "return 1", "new_string": "return 2"}),
     );
     assert!(
         ambiguous["error"]
@@ -139,7 +142,7 @@ fn read_write_patch_search_through_a_worker() {
             .starts_with("Found 2 matches for old_string"),
         "{ambiguous}"
     );
-    let patched = b.call("patch", json!({"path": code, "old_string": "  def g(self):\n      return 1", "new_string": "  def g(self):\n      return 3"}));
+    let patched = b.call("patch", &json!({"path": code, "old_string": "  def g(self):\n      return 1", "new_string": "  def g(self):\n      return 3"}));
     assert_eq!(patched["success"], true, "{patched}");
     assert!(
         patched["diff"]
@@ -163,7 +166,7 @@ fn read_write_patch_search_through_a_worker() {
     }
     let found = b.call(
         "search_files",
-        json!({"pattern": "NEEDLE", "path": b.dir.path()}),
+        &json!({"pattern": "NEEDLE", "path": b.dir.path()}),
     );
     assert_eq!(found["total_count"], 6, "{found}");
     assert!(
@@ -183,11 +186,11 @@ fn a_failing_v4a_hunk_changes_no_file() {
     // V4A headers are relative to the task's cwd.
     let cd = b.call(
         "terminal",
-        json!({"command": format!("cd {}", b.dir.path().display())}),
+        &json!({"command": format!("cd {}", b.dir.path().display())}),
     );
     assert_eq!(cd["exit_code"], 0);
     let patch = "*** Begin Patch\n*** Update File: a.txt\n@@\n one\n-two\n+TWO\n*** Update File: b.txt\n@@\n three\n-not there\n+x\n*** End Patch\n";
-    let result = b.call("patch", json!({"mode": "patch", "patch": patch}));
+    let result = b.call("patch", &json!({"mode": "patch", "patch": patch}));
     assert!(result["error"].is_string(), "{result}");
     assert_eq!(
         std::fs::read_to_string(b.path("a.txt")).unwrap(),
@@ -200,7 +203,7 @@ fn a_failing_v4a_hunk_changes_no_file() {
     );
 
     let good = "*** Begin Patch\n*** Update File: a.txt\n@@\n one\n-two\n+TWO\n*** Add File: c.txt\n+new file\n*** Delete File: b.txt\n*** End Patch\n";
-    let result = b.call("patch", json!({"mode": "patch", "patch": good}));
+    let result = b.call("patch", &json!({"mode": "patch", "patch": good}));
     assert_eq!(result["success"], true, "{result}");
     assert_eq!(
         std::fs::read_to_string(b.path("a.txt")).unwrap(),
@@ -215,9 +218,9 @@ fn a_failing_v4a_hunk_changes_no_file() {
 
     // Traversal in headers is rejected.
     let sneaky = "*** Begin Patch\n*** Add File: ../../escape.txt\n+x\n*** End Patch\n";
-    assert!(b.call("patch", json!({"mode": "patch", "patch": sneaky}))["error"].is_string());
+    assert!(b.call("patch", &json!({"mode": "patch", "patch": sneaky}))["error"].is_string());
     let absolute = "*** Begin Patch\n*** Add File: /etc/caduceus-escape\n+x\n*** End Patch\n";
-    assert!(b.call("patch", json!({"mode": "patch", "patch": absolute}))["error"].is_string());
+    assert!(b.call("patch", &json!({"mode": "patch", "patch": absolute}))["error"].is_string());
 }
 
 #[test]
@@ -227,12 +230,15 @@ fn relative_paths_follow_the_terminal_cd() {
     std::fs::write(b.dir.path().join("sub/here.txt"), "found me\n").unwrap();
     let cd = b.call(
         "terminal",
-        json!({"command": format!("cd {}/sub", b.dir.path().display())}),
+        &json!({"command": format!("cd {}/sub", b.dir.path().display())}),
     );
     assert_eq!(cd["exit_code"], 0, "{cd}");
-    let read = b.call("read_file", json!({"path": "here.txt"}));
+    let read = b.call("read_file", &json!({"path": "here.txt"}));
     assert_eq!(read["content"], "1|found me", "{read}");
-    let written = b.call("write_file", json!({"path": "made.txt", "content": "hi\n"}));
+    let written = b.call(
+        "write_file",
+        &json!({"path": "made.txt", "content": "hi\n"}),
+    );
     assert_eq!(
         written["resolved_path"],
         b.dir.path().join("sub/made.txt").display().to_string(),

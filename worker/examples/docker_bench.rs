@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use caduceus_proto::{EnvironmentSpec, RunCall};
+use caduceus_worker::backends::BackendOptions;
 use caduceus_worker::backends::docker::settings::DockerSettings;
 use caduceus_worker::backends::pool::PoolSpec;
 use caduceus_worker::{Worker, WorkerConfig};
@@ -29,18 +30,21 @@ fn worker(name: &str, pool: usize) -> Arc<Worker> {
     Worker::new(WorkerConfig {
         name: name.to_owned(),
         backends: vec!["docker".to_owned()],
-        docker: DockerSettings {
-            persistent: false,
-            ..DockerSettings::default()
-        },
-        warm_pools: if pool > 0 {
-            vec![PoolSpec {
-                backend: "docker".to_owned(),
-                settings: json!({}),
-                size: pool,
-            }]
-        } else {
-            Vec::new()
+        backend_options: BackendOptions {
+            docker: DockerSettings {
+                persistent: false,
+                ..DockerSettings::default()
+            },
+            warm_pools: if pool > 0 {
+                vec![PoolSpec {
+                    backend: "docker".to_owned(),
+                    settings: json!({}),
+                    size: pool,
+                }]
+            } else {
+                Vec::new()
+            },
+            ..BackendOptions::default()
         },
         ..WorkerConfig::default()
     })

@@ -39,6 +39,9 @@ pub struct WorkerConfig {
     pub capacity: u32,
     /// Directory local environments start in.
     pub local_cwd: String,
+    /// Settings of the Docker, SSH and Singularity backends, leases and
+    /// warm pools.
+    pub backend_options: backends::BackendOptions,
     pub tools: ToolSettings,
     /// Environment of every sandbox shell (already sanitized).
     pub shell_env: Vec<(String, String)>,
@@ -47,12 +50,6 @@ pub struct WorkerConfig {
     pub env_lifetime: Duration,
     /// How often the reaper looks (hermes: 60 s).
     pub reap_interval: Duration,
-    /// Docker backend settings (`terminal.docker_*`, `terminal.container_*`).
-    pub docker: backends::docker::settings::DockerSettings,
-    /// Sandbox leases: length, renewal and sweep intervals.
-    pub lease: backends::lease::LeasePolicy,
-    /// Sandboxes kept ready per backend and settings (`terminal.warm_pool`).
-    pub warm_pools: Vec<backends::pool::PoolSpec>,
     /// How often backend availability is probed (changes go out with the
     /// next heartbeat at once).
     pub backend_probe_interval: Duration,
@@ -68,14 +65,12 @@ impl Default for WorkerConfig {
             local_cwd: std::env::current_dir()
                 .map(|p| p.display().to_string())
                 .unwrap_or_else(|_| "/".to_owned()),
+            backend_options: backends::BackendOptions::default(),
             tools: ToolSettings::default(),
             shell_env: Vec::new(),
             shell_init: Vec::new(),
             env_lifetime: Duration::from_secs(300),
             reap_interval: Duration::from_secs(60),
-            docker: Default::default(),
-            lease: Default::default(),
-            warm_pools: Vec::new(),
             backend_probe_interval: Duration::from_secs(15),
         }
     }
@@ -96,14 +91,12 @@ impl Worker {
     pub fn new(config: WorkerConfig) -> Arc<Self> {
         let instance_id = uuid::Uuid::new_v4().simple().to_string();
         let options = backends::BackendOptions {
-            local_cwd: config.local_cwd.clone(),
-            docker: config.docker.clone(),
-            lease: config.lease,
-            warm_pools: config.warm_pools.clone(),
             worker: config.name.clone(),
             worker_instance: instance_id.clone(),
+            ..config.backend_options.clone()
         };
-        let (backends, refused) = Backends::with_options(&config.backends, &options);
+        let (backends, refused) =
+            Backends::with_options(&config.backends, &config.local_cwd, &options);
         for reason in refused {
             tracing::warn!("{reason}");
         }
@@ -112,7 +105,6 @@ impl Worker {
             EnvSettings {
                 shell_env: config.shell_env.clone(),
                 shell_init: config.shell_init.clone(),
-                lease_ttl: config.lease.ttl,
             },
         );
         Arc::new(Worker {
@@ -147,8 +139,8 @@ impl Worker {
                 .backend_probe_interval
                 .max(Duration::from_millis(100)),
         );
-        let mut renew = tick(self.config.lease.renew_every);
-        let mut sweep = tick(self.config.lease.sweep_every);
+        let mut renew = tick(self.config.backend_options.lease.renew_every);
+        let mut sweep = tick(self.config.backend_options.lease.sweep_every);
         let mut pool_retry = tick(Duration::from_secs(60));
         let pools = self.clone();
         let pool_shutdown = shutdown.clone();

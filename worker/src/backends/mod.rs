@@ -8,7 +8,9 @@ pub mod docker;
 pub mod lease;
 pub mod local;
 pub mod pool;
-pub mod script_fs;
+pub mod shell_fs;
+pub mod singularity;
+pub mod ssh;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -69,15 +71,18 @@ pub trait Provider: Send + Sync {
     }
 }
 
-/// Everything the providers of a worker are built from.
+/// Settings of the backends that need more than a name, and of the shared
+/// machinery (leases, warm pools).
 #[derive(Debug, Clone, Default)]
 pub struct BackendOptions {
-    /// Directory local environments start in.
-    pub local_cwd: String,
+    /// The SSH host (`terminal.ssh_*`); the `ssh` backend needs one.
+    pub ssh: Option<ssh::SshSettings>,
+    pub singularity: singularity::SingularitySettings,
     pub docker: docker::settings::DockerSettings,
     pub lease: lease::LeasePolicy,
     pub warm_pools: Vec<pool::PoolSpec>,
-    /// This worker's name and process instance id (pool entries' labels).
+    /// This worker's name and process instance id (pool entries' labels);
+    /// `Worker::new` fills them in.
     pub worker: String,
     pub worker_instance: String,
 }
@@ -112,6 +117,7 @@ pub struct Backends {
     /// Names of providers available at the last check.
     available: std::sync::RwLock<Vec<String>>,
     pools: pool::WarmPools,
+    lease: lease::LeasePolicy,
 }
 
 impl std::fmt::Debug for Backends {
@@ -126,41 +132,54 @@ impl Backends {
     /// Builds the providers for the requested backend names; names this worker
     /// cannot serve are returned as messages.
     pub fn new(requested: &[String], local_cwd: &str) -> (Self, Vec<String>) {
-        Self::with_options(
-            requested,
-            &BackendOptions {
-                local_cwd: local_cwd.to_owned(),
-                ..BackendOptions::default()
-            },
-        )
+        Self::with_options(requested, local_cwd, &BackendOptions::default())
     }
 
     /// Builds the providers for the requested backend names with their
     /// settings; names this worker cannot serve, and warm pools it cannot
-    /// keep, are returned as messages. Backends that need probing (Docker)
-    /// count as unavailable until the first [`refresh`](Self::refresh).
-    pub fn with_options(requested: &[String], options: &BackendOptions) -> (Self, Vec<String>) {
+    /// keep, are returned as messages. Docker counts as unavailable until the
+    /// first [`refresh`](Self::refresh) has probed the engine.
+    pub fn with_options(
+        requested: &[String],
+        local_cwd: &str,
+        options: &BackendOptions,
+    ) -> (Self, Vec<String>) {
         let mut providers: Vec<Arc<dyn Provider>> = Vec::new();
         let mut refused = Vec::new();
-        let mut available = Vec::new();
         for backend in requested {
             if providers.iter().any(|p| p.name() == backend.as_str()) {
                 continue;
             }
             match backend.as_str() {
-                "local" => {
-                    providers.push(Arc::new(LocalProvider {
-                        cwd: options.local_cwd.clone(),
-                    }));
-                    available.push("local".to_owned());
-                }
+                "local" => providers.push(Arc::new(LocalProvider {
+                    cwd: local_cwd.to_owned(),
+                })),
                 "docker" => providers.push(Arc::new(docker::DockerProvider::new(
                     options.docker.clone(),
                     options.lease,
                 ))),
+                "ssh" => match &options.ssh {
+                    Some(settings) if !settings.host.is_empty() => {
+                        providers.push(Arc::new(ssh::SshProvider::new(settings.clone())))
+                    }
+                    _ => refused.push(
+                        "backend 'ssh' needs a host: set terminal.ssh_host (TERMINAL_SSH_HOST)"
+                            .to_owned(),
+                    ),
+                },
+                "singularity" | "apptainer" => providers.push(Arc::new(
+                    singularity::SingularityProvider::new(options.singularity.clone()),
+                )),
                 other => refused.push(format!("backend '{other}' is not supported by this worker")),
             }
         }
+        // Docker answers only once its engine was probed; the others serve
+        // from the start (their own checks happen when they create).
+        let available = providers
+            .iter()
+            .map(|p| p.name().to_owned())
+            .filter(|name| name != "docker")
+            .collect();
         let pools = pool::WarmPools::default();
         refused.extend(pools.configure(
             &options.warm_pools,
@@ -173,6 +192,7 @@ impl Backends {
                 providers,
                 available: std::sync::RwLock::new(available),
                 pools,
+                lease: options.lease,
             },
             refused,
         )
@@ -180,6 +200,11 @@ impl Backends {
 
     pub fn providers(&self) -> &[Arc<dyn Provider>] {
         &self.providers
+    }
+
+    /// Lease length and renewal/sweep intervals of this worker's sandboxes.
+    pub fn lease_policy(&self) -> lease::LeasePolicy {
+        self.lease
     }
 
     pub fn pools(&self) -> &pool::WarmPools {

@@ -97,8 +97,6 @@ impl Drop for CallGuard {
 pub struct EnvSettings {
     pub shell_env: Vec<(String, String)>,
     pub shell_init: Vec<String>,
-    /// Lease length written into renewed lease records.
-    pub lease_ttl: Duration,
 }
 
 /// The lease record of an environment's sandbox (renewal time set by the caller).
@@ -227,7 +225,7 @@ impl EnvManager {
     }
 
     fn lease_ttl_secs(&self) -> u64 {
-        self.settings.lease_ttl.as_secs()
+        self.backends.lease_policy().ttl.as_secs()
     }
 
     /// The environment `env` if its sandbox is still there; otherwise a new

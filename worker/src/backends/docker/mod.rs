@@ -184,7 +184,7 @@ impl DockerProvider {
             persistent_paths,
         );
         tracing::debug!(container = %sandbox.name(), image = %settings.image, "container started");
-        Ok(Arc::new(sandbox))
+        Ok(sandbox)
     }
 
     fn learn(&self, change: impl FnOnce(&mut EngineSupport)) {

@@ -12,13 +12,13 @@ use bollard::query_parameters::{
 };
 use futures::StreamExt;
 
-use caduceus_files::fs::{FileSystem, FsError};
+use caduceus_files::fs::FileSystem;
 
 use super::engine::{is_gone, server_error};
 use super::exec;
 use super::tar;
 use crate::backends::lease::{LeaseRecord, epoch_secs};
-use crate::backends::script_fs::{ScriptFs, ScriptOutput, ScriptRunner};
+use crate::backends::shell_fs::ShellFs;
 use crate::sandbox::{Sandbox, SandboxError, SpawnSpec, SpawnedProcess, StopSignal};
 
 /// Where the lease record lives inside the container (on its root file
@@ -46,26 +46,6 @@ pub struct DockerSandbox {
     files: Arc<dyn FileSystem>,
 }
 
-/// Runs the file primitives' scripts through execs in one container.
-struct ExecRunner {
-    docker: Docker,
-    id: String,
-}
-
-#[async_trait]
-impl ScriptRunner for ExecRunner {
-    async fn run_script(
-        &self,
-        script: &str,
-        args: &[&str],
-        stdin: Option<&[u8]>,
-    ) -> Result<ScriptOutput, FsError> {
-        exec::run_script(&self.docker, &self.id, script, args, stdin)
-            .await
-            .map_err(|e| FsError::Backend(e.to_string()))
-    }
-}
-
 impl std::fmt::Debug for DockerSandbox {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DockerSandbox")
@@ -90,24 +70,25 @@ impl DockerSandbox {
         cwd: String,
         forward_env: Vec<String>,
         persistent_paths: Vec<String>,
-    ) -> Self {
+    ) -> Arc<Self> {
         let watch = Arc::new(Watch::default());
         let watcher = tokio::spawn(watch_container(docker.clone(), id.clone(), watch.clone()));
-        let files: Arc<dyn FileSystem> = Arc::new(ScriptFs::new(ExecRunner {
-            docker: docker.clone(),
-            id: id.clone(),
-        }));
-        DockerSandbox {
-            docker,
-            id,
-            name,
-            cwd,
-            forward_env,
-            persistent_paths,
-            watch,
-            watcher,
-            files,
-        }
+        Arc::new_cyclic(|me: &std::sync::Weak<DockerSandbox>| {
+            // The file tools run one small script per primitive through this
+            // sandbox's execs (the archive API does not see tmpfs mounts).
+            let me: std::sync::Weak<dyn Sandbox> = me.clone();
+            DockerSandbox {
+                docker,
+                id,
+                name,
+                cwd,
+                forward_env,
+                persistent_paths,
+                watch,
+                watcher,
+                files: Arc::new(ShellFs::new(me)),
+            }
+        })
     }
 
     pub fn name(&self) -> &str {
