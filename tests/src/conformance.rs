@@ -7,6 +7,7 @@
 //! lacks and how to get it), then one `#[test]` in the suite calling
 //! `run_suite`.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use caduceus_proto::control_client::ControlClient;
@@ -25,15 +26,31 @@ use crate::{Fleet, Proc};
 pub const DOCKER_IMAGE: &str = "caduceus-base:bookworm";
 
 /// One backend the suite runs against.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct BackendUnderTest {
     /// Backend name as workers and `terminal.backend` know it.
     pub name: &'static str,
     /// Lines appended under `terminal:` in the fleet's config.yaml.
     pub terminal_config: String,
-    /// Is this a sandbox with its own lifetime (container, instance) whose
-    /// leases and sweeping the suite checks?
+    /// Does the suite check this backend's container lifecycle (a killed
+    /// container, a killed worker's containers swept)? Docker only: SSH and
+    /// Singularity sweeping is covered by `remote_backends.rs`.
     pub leased: bool,
+    /// Does a timeout also stop processes that left the command's tree but
+    /// stayed in its session (`(cmd &)`)? Needs the shell to lead a session;
+    /// Singularity's `instance exec` does not start one (a known gap).
+    pub kills_session: bool,
+    /// Stand-ins the backend needs while the suite runs (an sshd, the
+    /// Apptainer stand-in's state), kept alive with it.
+    pub fixture: Option<Arc<dyn std::any::Any + Send + Sync>>,
+}
+
+impl std::fmt::Debug for BackendUnderTest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BackendUnderTest")
+            .field("name", &self.name)
+            .finish()
+    }
 }
 
 impl BackendUnderTest {
@@ -42,6 +59,8 @@ impl BackendUnderTest {
             name: "local",
             terminal_config: String::new(),
             leased: false,
+            kills_session: true,
+            fixture: None,
         }
     }
 
@@ -54,7 +73,50 @@ impl BackendUnderTest {
                 "  docker_image: {DOCKER_IMAGE}\n  container_persistent: false\n  container_memory: 512\n  sandbox_lease_seconds: 3\n  sweep_interval_seconds: 1\n  backend_probe_seconds: 1\n  warm_pool:\n    docker: 1\n"
             ),
             leased: true,
+            kills_session: true,
+            fixture: None,
         }
+    }
+
+    /// SSH to an sshd on 127.0.0.1 started for the suite; `None` (after the
+    /// stand-in's banner, or a panic under `CADUCEUS_REQUIRE_ALL=1`) when
+    /// this machine cannot run one.
+    pub fn ssh() -> Option<Self> {
+        let sshd = crate::standins::Sshd::start("conformance suite for the 'ssh' backend")?;
+        let terminal_config = format!(
+            "  ssh_host: 127.0.0.1\n  ssh_user: root\n  ssh_port: {}\n  ssh_key: {}\n  ssh_known_hosts: {}\n  ssh_control_dir: {}\n  ssh_connect_timeout: 5\n",
+            sshd.port,
+            sshd.key.display(),
+            sshd.known_hosts.display(),
+            sshd.control_dir.display()
+        );
+        Some(BackendUnderTest {
+            name: "ssh",
+            terminal_config,
+            leased: false,
+            kills_session: true,
+            fixture: Some(Arc::new(sshd)),
+        })
+    }
+
+    /// Singularity through the Apptainer stand-in (`tests/fake-apptainer`);
+    /// `None` as for [`ssh`](Self::ssh) when it cannot run here.
+    pub fn singularity() -> Option<Self> {
+        let fake = crate::standins::FakeApptainer::find(
+            "conformance suite for the 'singularity' backend",
+        )?;
+        let terminal_config = format!(
+            "  singularity_executable: {}\n  singularity_image: docker://debian:bookworm-slim\n  scratch_dir: {}\n  container_persistent: false\n",
+            fake.exe.display(),
+            fake.state.path().join("scratch").display()
+        );
+        Some(BackendUnderTest {
+            name: "singularity",
+            terminal_config,
+            leased: false,
+            kills_session: false,
+            fixture: Some(Arc::new(fake)),
+        })
     }
 
     /// What this machine lacks to test the backend, and how to get it.
