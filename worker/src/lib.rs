@@ -374,7 +374,7 @@ impl Worker {
         let result = self.run_tool(call, args, env.clone(), cancel, output).await;
         // The sandbox vanished during the call: the next call gets a fresh
         // one; this result says so now.
-        if reset.is_none() && !env.sandbox.alive().await {
+        if reset.is_none() && env.sandbox.vanished() {
             match self.envs.ensure_live(env).await {
                 Ok((_, notice)) => reset = notice.map(|n| n.replace("this call ran in a fresh environment", "it vanished during this call, whose command may not have completed; the next call runs in a fresh environment")),
                 Err(err) => tracing::warn!(task = %call.task_id, "cannot recreate the environment: {err}"),

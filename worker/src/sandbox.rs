@@ -126,6 +126,14 @@ pub trait Sandbox: Send + Sync + fmt::Debug {
         Ok(())
     }
 
+    /// Does the backend already know the sandbox is gone (stopped, removed,
+    /// OOM-killed)? Must be cheap (no I/O): the worker asks before and after
+    /// every call and recreates a vanished environment once, telling the
+    /// model. The default never knows; `alive()` is the thorough check.
+    fn vanished(&self) -> bool {
+        false
+    }
+
     /// Paths whose content outlives the sandbox (persistent directories),
     /// named when the environment has to be reset.
     fn persistent_paths(&self) -> Vec<String> {

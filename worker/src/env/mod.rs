@@ -228,14 +228,15 @@ impl EnvManager {
         self.backends.lease_policy().ttl.as_secs()
     }
 
-    /// The environment `env` if its sandbox is still there; otherwise a new
+    /// The environment `env` unless its sandbox is known to have vanished
+    /// ([`Sandbox::vanished`], no I/O); otherwise a new
     /// one for the same task (the old one is ended) and a notice for the
     /// model saying what was lost. Only the first caller replaces it.
     pub async fn ensure_live(
         &self,
         env: Arc<Environment>,
     ) -> Result<(Arc<Environment>, Option<String>), SandboxError> {
-        if env.sandbox.alive().await {
+        if !env.sandbox.vanished() {
             return Ok((env, None));
         }
         let task_id = env.task_id.clone();

@@ -214,6 +214,10 @@ impl Sandbox for DockerSandbox {
         write_lease(&self.docker, &self.id, record).await
     }
 
+    fn vanished(&self) -> bool {
+        self.watch.gone.load(Ordering::Relaxed)
+    }
+
     fn persistent_paths(&self) -> Vec<String> {
         self.persistent_paths.clone()
     }
