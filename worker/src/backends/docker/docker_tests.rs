@@ -380,3 +380,39 @@ async fn leases_are_renewed_read_back_and_expired_ones_swept() {
     );
     kept.destroy().await.unwrap();
 }
+
+#[tokio::test]
+async fn docker_is_offered_only_once_the_engine_answers() {
+    use crate::backends::{BackendOptions, Backends};
+    let requested = vec!["local".to_owned(), "docker".to_owned()];
+    let nowhere = BackendOptions {
+        docker: DockerSettings {
+            host: Some("unix:///nonexistent/caduceus-test.sock".into()),
+            ..DockerSettings::default()
+        },
+        ..BackendOptions::default()
+    };
+    let (backends, refused) = Backends::with_options(&requested, "/", &nowhere);
+    assert!(refused.is_empty(), "{refused:?}");
+    assert_eq!(backends.available(), vec!["local".to_owned()]);
+    assert!(!backends.refresh().await, "nothing changed");
+    assert_eq!(backends.available(), vec!["local".to_owned()]);
+    let err = backends
+        .create("docker", &request("unit-nowhere"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "the 'docker' backend is not available on this worker"
+    );
+
+    if provider().await.is_none() {
+        return;
+    }
+    let (backends, _) = Backends::with_options(&requested, "/", &BackendOptions::default());
+    assert!(backends.refresh().await, "the probe found the engine");
+    assert_eq!(
+        backends.available(),
+        vec!["local".to_owned(), "docker".to_owned()]
+    );
+}
