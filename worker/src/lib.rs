@@ -24,6 +24,10 @@ use backends::Backends;
 use env::{EnvManager, EnvSettings};
 use tools::{OutputSink, ToolCall, ToolSettings};
 
+/// How the reset notice says when the sandbox was lost.
+const VANISHED_BEFORE: &str = "this call ran in a fresh environment";
+const VANISHED_DURING: &str = "it vanished during this call, whose command may not have completed; the next call runs in a fresh environment";
+
 /// How long the pool waits after handing out a sandbox before starting its
 /// replacement (starting a container loads the engine for a few hundred ms).
 const POOL_REFILL_DELAY: Duration = Duration::from_millis(750);
@@ -371,13 +375,27 @@ impl Worker {
                 );
             }
         };
-        let result = self.run_tool(call, args, env.clone(), cancel, output).await;
-        // The sandbox vanished during the call: the next call gets a fresh
-        // one; this result says so now.
+        let started = std::time::SystemTime::now();
+        let mut result = self
+            .run_tool(call, args.clone(), env.clone(), cancel.clone(), output)
+            .await;
+        // The sandbox turned out to be gone. If it died before this call
+        // began (the watcher had not told us yet), the call cannot have run:
+        // run it in the fresh environment. If it died during the call, say
+        // so; the next call gets the fresh environment.
         if reset.is_none() && env.sandbox.vanished() {
+            let died_before = env.sandbox.gone_before(started).await;
             match self.envs.ensure_live(env).await {
-                Ok((_, notice)) => reset = notice.map(|n| n.replace("this call ran in a fresh environment", "it vanished during this call, whose command may not have completed; the next call runs in a fresh environment")),
-                Err(err) => tracing::warn!(task = %call.task_id, "cannot recreate the environment: {err}"),
+                Ok((fresh, notice)) if died_before => {
+                    result = self.run_tool(call, args, fresh, cancel, None).await;
+                    reset = notice;
+                }
+                Ok((_, notice)) => {
+                    reset = notice.map(|n| n.replace(VANISHED_BEFORE, VANISHED_DURING));
+                }
+                Err(err) => {
+                    tracing::warn!(task = %call.task_id, "cannot recreate the environment: {err}")
+                }
             }
         }
         (result, reset)

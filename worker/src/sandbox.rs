@@ -134,6 +134,14 @@ pub trait Sandbox: Send + Sync + fmt::Debug {
         false
     }
 
+    /// Was the sandbox already gone at `at`? Asked only after a call found it
+    /// vanished: a call that started after the sandbox died cannot have run,
+    /// so the worker runs it again in the fresh environment. The default
+    /// cannot tell (and the call is not repeated).
+    async fn gone_before(&self, _at: std::time::SystemTime) -> bool {
+        false
+    }
+
     /// Paths whose content outlives the sandbox (persistent directories),
     /// named when the environment has to be reset.
     fn persistent_paths(&self) -> Vec<String> {

@@ -416,3 +416,33 @@ async fn docker_is_offered_only_once_the_engine_answers() {
         vec!["local".to_owned(), "docker".to_owned()]
     );
 }
+
+#[test]
+fn engine_timestamps_parse() {
+    use super::sandbox::parse_rfc3339;
+    use std::time::UNIX_EPOCH;
+    let at = |t: &str| {
+        parse_rfc3339(t)
+            .unwrap()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+    };
+    assert_eq!(at("1970-01-01T00:00:00Z").as_nanos(), 0);
+    assert_eq!(
+        at("2026-11-30T01:55:12.5Z"),
+        Duration::new(1_796_003_712, 500_000_000)
+    );
+    assert_eq!(
+        at("2026-11-30T03:55:12.5+02:00"),
+        Duration::new(1_796_003_712, 500_000_000)
+    );
+    assert_eq!(
+        at("2000-02-29T12:00:00.000000001Z"),
+        Duration::new(951_825_600, 1)
+    );
+    assert!(
+        parse_rfc3339("0001-01-01T00:00:00Z").is_none(),
+        "the engine's zero time is not a time"
+    );
+    assert!(parse_rfc3339("garbage").is_none());
+}

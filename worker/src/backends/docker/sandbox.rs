@@ -152,9 +152,14 @@ impl Sandbox for DockerSandbox {
             cwd: spec.cwd.or_else(|| Some(self.cwd.clone())),
             ..spec
         };
-        exec::spawn(&self.docker, &self.id, &spec)
+        let spawned = exec::spawn(&self.docker, &self.id, &spec)
             .await
-            .map_err(|failure| failure.into_sandbox_error(&spec.program))
+            .map_err(|failure| failure.into_sandbox_error(&spec.program));
+        if matches!(spawned, Err(SandboxError::Gone(_))) {
+            // The engine said so before the watcher did.
+            self.watch.gone.store(true, Ordering::Relaxed);
+        }
+        spawned
     }
 
     async fn signal_tree(
@@ -216,6 +221,22 @@ impl Sandbox for DockerSandbox {
 
     fn vanished(&self) -> bool {
         self.watch.gone.load(Ordering::Relaxed)
+    }
+
+    async fn gone_before(&self, at: std::time::SystemTime) -> bool {
+        let Ok(inspect) = self.docker.inspect_container(&self.id, None).await else {
+            // Removed: when is unknown.
+            return false;
+        };
+        let state = inspect.state.unwrap_or_default();
+        if state.running == Some(true) {
+            return false;
+        }
+        state
+            .finished_at
+            .as_deref()
+            .and_then(parse_rfc3339)
+            .is_some_and(|finished| finished < at)
     }
 
     fn persistent_paths(&self) -> Vec<String> {
@@ -287,4 +308,44 @@ pub async fn read_lease(docker: &Docker, id: &str) -> Option<LeaseRecord> {
         tar::TarEntry::File(file) => LeaseRecord::from_json(&String::from_utf8_lossy(&file.data)),
         _ => None,
     }
+}
+
+/// `2026-11-30T01:55:12.123456789Z` (or with a `+hh:mm` offset) as a time.
+pub fn parse_rfc3339(text: &str) -> Option<std::time::SystemTime> {
+    let (date, rest) = text.split_once('T')?;
+    let mut parts = date.split('-');
+    let year: i64 = parts.next()?.parse().ok()?;
+    let month: i64 = parts.next()?.parse().ok()?;
+    let day: i64 = parts.next()?.parse().ok()?;
+    let zone_at = rest.find(['Z', 'z', '+', '-']).unwrap_or(rest.len());
+    let (clock, zone) = rest.split_at(zone_at);
+    let (hms, fraction) = clock.split_once('.').unwrap_or((clock, ""));
+    let mut hms = hms.split(':');
+    let hours: i64 = hms.next()?.parse().ok()?;
+    let minutes: i64 = hms.next()?.parse().ok()?;
+    let seconds: i64 = hms.next()?.parse().ok()?;
+    let mut digits: String = fraction.chars().take(9).collect();
+    while digits.len() < 9 {
+        digits.push('0');
+    }
+    let nanos: u32 = digits.parse().ok()?;
+    let offset = match zone.chars().next() {
+        Some(sign @ ('+' | '-')) => {
+            let (h, m) = zone[1..].split_once(':')?;
+            let secs = h.parse::<i64>().ok()? * 3600 + m.parse::<i64>().ok()? * 60;
+            if sign == '+' { secs } else { -secs }
+        }
+        _ => 0,
+    };
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let secs = days * 86_400 + hours * 3600 + minutes * 60 + seconds - offset;
+    let secs = u64::try_from(secs).ok()?;
+    Some(std::time::UNIX_EPOCH + std::time::Duration::new(secs, nanos))
 }
