@@ -5,6 +5,7 @@
 pub mod backends;
 pub mod env;
 pub mod link;
+pub mod process;
 pub mod sandbox;
 pub mod shell;
 pub mod tools;
@@ -18,10 +19,12 @@ use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
 use caduceus_common::result::tool_error;
-use caduceus_proto::{CallResult, Heartbeat, Hello, RunCall};
+use caduceus_proto::{CallResult, EnvironmentNotice, Heartbeat, Hello, RunCall};
 
 use backends::Backends;
 use env::{EnvManager, EnvSettings};
+use process::notice::NoticeHub;
+use shell::Secret;
 use tools::{OutputSink, ToolCall, ToolSettings};
 
 /// Everything a worker needs to start.
@@ -38,7 +41,16 @@ pub struct WorkerConfig {
     pub tools: ToolSettings,
     /// Environment of every sandbox shell (already sanitized).
     pub shell_env: Vec<(String, String)>,
+    /// Commands every shell runs once at start.
     pub shell_init: Vec<String>,
+    /// Shells read the login files at start (`bash -l` semantics, as hermes).
+    pub login_shell: bool,
+    /// Files every shell sources once at start (hermes
+    /// `terminal.shell_init_files`, or `~/.profile`, `~/.bash_profile`,
+    /// `~/.bashrc` with `auto_source_bashrc`); `~/` is the sandbox's home.
+    pub shell_init_files: Vec<String>,
+    /// Password `sudo` gets in the sandboxes (hermes `SUDO_PASSWORD`).
+    pub sudo_password: Option<Secret>,
     /// Idle environments older than this are ended (hermes: 300 s).
     pub env_lifetime: Duration,
     /// How often the reaper looks (hermes: 60 s).
@@ -56,6 +68,9 @@ impl Default for WorkerConfig {
             tools: ToolSettings::default(),
             shell_env: Vec::new(),
             shell_init: Vec::new(),
+            login_shell: false,
+            shell_init_files: Vec::new(),
+            sudo_password: None,
             env_lifetime: Duration::from_secs(300),
             reap_interval: Duration::from_secs(60),
         }
@@ -69,6 +84,8 @@ pub struct Worker {
     /// call id -> its cancel token
     calls: std::sync::Mutex<HashMap<String, CancellationToken>>,
     draining: AtomicBool,
+    /// Background-process notices waiting for the coordinator link.
+    notices: tokio::sync::Mutex<tokio::sync::mpsc::Receiver<EnvironmentNotice>>,
 }
 
 impl Worker {
@@ -77,13 +94,25 @@ impl Worker {
         for reason in refused {
             tracing::warn!("{reason}");
         }
-        let envs = EnvManager::new(backends, EnvSettings { shell_env: config.shell_env.clone(), shell_init: config.shell_init.clone() });
+        let (hub, notices) = NoticeHub::new();
+        let envs = EnvManager::new(
+            backends,
+            EnvSettings {
+                shell_env: config.shell_env.clone(),
+                shell_init: config.shell_init.clone(),
+                login_shell: config.login_shell,
+                shell_init_files: config.shell_init_files.clone(),
+                sudo_password: config.sudo_password.clone(),
+                notices: hub,
+            },
+        );
         Arc::new(Worker {
             config,
             instance_id: uuid::Uuid::new_v4().simple().to_string(),
             envs,
             calls: std::sync::Mutex::new(HashMap::new()),
             draining: AtomicBool::new(false),
+            notices: tokio::sync::Mutex::new(notices),
         })
     }
 
@@ -98,6 +127,13 @@ impl Worker {
 
     pub fn environments(&self) -> &EnvManager {
         &self.envs
+    }
+
+    /// The queue of background-process notices for the coordinator. One
+    /// connection at a time holds it; notices raised while no link is up wait
+    /// here.
+    pub fn notices(&self) -> &tokio::sync::Mutex<tokio::sync::mpsc::Receiver<EnvironmentNotice>> {
+        &self.notices
     }
 
     pub fn hello(&self) -> Hello {
@@ -176,6 +212,20 @@ impl Worker {
             Ok(Value::Object(map)) => map,
             _ => return tool_error("Invalid tool arguments: the worker received arguments that are not a JSON object"),
         };
+        if call.tool == "process" {
+            // The process tool never creates an environment: it finds the
+            // process (or lists the task's processes) where they are.
+            let process_call = tools::process::ProcessCall {
+                envs: &self.envs,
+                task_id: &call.task_id,
+                session_id: &call.session_id,
+                args: &args,
+                cancel: &cancel,
+            };
+            let result = tools::process::run(&self.config.tools, process_call).await;
+            let env = self.envs.get(&call.task_id);
+            return tools::cap_if_needed(env.as_deref(), &call.call_id, result, call.result_cap_chars).await;
+        }
         let spec = call.environment.clone().unwrap_or_default();
         let env = if spec.backend.is_empty() {
             // Only an existing environment (result persistence must not create one).
@@ -201,6 +251,7 @@ impl Worker {
             &self.config.tools,
             ToolCall {
                 call_id: call.call_id.clone(),
+                session_id: call.session_id.clone(),
                 tool: call.tool.clone(),
                 args,
                 env: env.clone(),

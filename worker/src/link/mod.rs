@@ -1,6 +1,7 @@
 //! The worker's link to its coordinator: attach (hello → welcome), heartbeat,
 //! run calls concurrently, honour cancels, and reconnect with backoff when the
-//! stream is lost. The connection logic is transport-agnostic
+//! stream is lost, and deliver background-process notices (completion, watch
+//! matches) as `WorkerEvent::Notice`. The connection logic is transport-agnostic
 //! ([`serve_connection`]) so an embedded worker uses it over in-process
 //! channels and a remote worker over gRPC ([`run_grpc`]).
 
@@ -19,7 +20,8 @@ use tonic::{Code, Request, Status};
 
 use caduceus_proto::worker_gateway_client::WorkerGatewayClient;
 use caduceus_proto::{
-    CallOutput, EnvironmentReleased, WorkerCommand, WorkerEvent, bearer, worker_command, worker_event,
+    CallOutput, EnvironmentReleased, WorkerCommand, WorkerEvent, bearer, worker_command,
+    worker_event,
 };
 
 use crate::Worker;
@@ -56,7 +58,12 @@ fn event(e: worker_event::Event) -> WorkerEvent {
 
 /// Serves one attached connection until it ends. `commands` must start with
 /// the coordinator's welcome (the caller has already sent the hello).
-pub async fn serve_connection<S>(worker: Arc<Worker>, mut commands: S, events: mpsc::Sender<WorkerEvent>, shutdown: CancellationToken) -> Disconnect
+pub async fn serve_connection<S>(
+    worker: Arc<Worker>,
+    mut commands: S,
+    events: mpsc::Sender<WorkerEvent>,
+    shutdown: CancellationToken,
+) -> Disconnect
 where
     S: Stream<Item = Result<WorkerCommand, Status>> + Unpin,
 {
@@ -65,11 +72,15 @@ where
         () = shutdown.cancelled() => return Disconnect::Shutdown,
     };
     let heartbeat_every = match welcome {
-        Ok(Some(Ok(WorkerCommand { command: Some(worker_command::Command::Welcome(welcome)) }))) => {
+        Ok(Some(Ok(WorkerCommand {
+            command: Some(worker_command::Command::Welcome(welcome)),
+        }))) => {
             tracing::info!(worker = %worker.name(), coordinator = %welcome.coordinator_id, id = %welcome.worker_id, "attached");
             Duration::from_millis(u64::from(welcome.heartbeat_interval_ms.max(100)))
         }
-        Ok(Some(Ok(_))) => return Disconnect::Lost("the coordinator did not start with a welcome".to_owned()),
+        Ok(Some(Ok(_))) => {
+            return Disconnect::Lost("the coordinator did not start with a welcome".to_owned());
+        }
         Ok(Some(Err(status))) => return Disconnect::Lost(status.message().to_owned()),
         Ok(None) => return Disconnect::Lost("the coordinator closed the stream".to_owned()),
         Err(_) => return Disconnect::Lost("no welcome within 15s".to_owned()),
@@ -81,6 +92,9 @@ where
     reaper.tick().await;
     let in_flight = Arc::new(AtomicUsize::new(0));
     let mut draining = false;
+    // Background-process notices raised while no link was up wait in this
+    // queue; this connection delivers them (one connection holds it at a time).
+    let mut notices = worker.notices().lock().await;
 
     let end = loop {
         tokio::select! {
@@ -102,6 +116,11 @@ where
                     break Disconnect::Drained;
                 }
             }
+            Some(notice) = notices.recv() => {
+                if events.send(event(worker_event::Event::Notice(notice))).await.is_err() {
+                    break Disconnect::Lost("the event stream closed".to_owned());
+                }
+            }
             _ = reaper.tick() => {
                 for task_id in worker.reap_idle().await {
                     let _ = events.try_send(event(worker_event::Event::Released(EnvironmentReleased { task_id, reason: "idle".to_owned() })));
@@ -119,7 +138,12 @@ where
 }
 
 /// Handles one command; returns true when it asks us to drain.
-fn handle_command(worker: &Arc<Worker>, command: worker_command::Command, events: &mpsc::Sender<WorkerEvent>, in_flight: &Arc<AtomicUsize>) -> bool {
+fn handle_command(
+    worker: &Arc<Worker>,
+    command: worker_command::Command,
+    events: &mpsc::Sender<WorkerEvent>,
+    in_flight: &Arc<AtomicUsize>,
+) -> bool {
     match command {
         worker_command::Command::Run(call) => {
             let worker = worker.clone();
@@ -135,15 +159,18 @@ fn handle_command(worker: &Arc<Worker>, command: worker_command::Command, events
                         if sent < MAX_STREAMED_BYTES {
                             let take = chunk.len().min(MAX_STREAMED_BYTES - sent);
                             sent += take;
-                            let _ = events.try_send(event(worker_event::Event::Output(CallOutput {
-                                call_id: call_id.clone(),
-                                chunk: chunk[..take].to_vec(),
-                            })));
+                            let _ =
+                                events.try_send(event(worker_event::Event::Output(CallOutput {
+                                    call_id: call_id.clone(),
+                                    chunk: chunk[..take].to_vec(),
+                                })));
                         }
                     }) as OutputSink
                 });
                 let result = worker.run_call(call, output).await;
-                let _ = events.send(event(worker_event::Event::Result(result))).await;
+                let _ = events
+                    .send(event(worker_event::Event::Result(result)))
+                    .await;
                 in_flight.fetch_sub(1, Ordering::Relaxed);
             });
             false
@@ -160,7 +187,10 @@ fn handle_command(worker: &Arc<Worker>, command: worker_command::Command, events
             tokio::spawn(async move {
                 if worker.environments().release(&release.task_id).await {
                     let _ = events
-                        .send(event(worker_event::Event::Released(EnvironmentReleased { task_id: release.task_id, reason: "released".to_owned() })))
+                        .send(event(worker_event::Event::Released(EnvironmentReleased {
+                            task_id: release.task_id,
+                            reason: "released".to_owned(),
+                        })))
                         .await;
                 }
             });
@@ -185,7 +215,11 @@ pub struct LinkOptions {
 /// Keeps the worker attached: connects, serves, and reconnects with
 /// exponential backoff (0.2 s doubling to 10 s, with jitter) until `shutdown`.
 /// A refused token ends it with an error: retrying would not help.
-pub async fn run_grpc(worker: Arc<Worker>, options: LinkOptions, shutdown: CancellationToken) -> Result<(), LinkError> {
+pub async fn run_grpc(
+    worker: Arc<Worker>,
+    options: LinkOptions,
+    shutdown: CancellationToken,
+) -> Result<(), LinkError> {
     let endpoint = endpoint_for(&options)?;
     let mut backoff = Duration::from_millis(200);
     loop {
@@ -195,11 +229,18 @@ pub async fn run_grpc(worker: Arc<Worker>, options: LinkOptions, shutdown: Cance
                 tracing::warn!(%reason, "lost the coordinator; reconnecting");
                 backoff = Duration::from_millis(200);
             }
-            Err(status) if status.code() == Code::Unauthenticated => return Err(LinkError::Refused(status.message().to_owned())),
-            Err(status) if status.code() == Code::InvalidArgument => return Err(LinkError::Refused(status.message().to_owned())),
-            Err(status) => tracing::warn!(code = ?status.code(), message = %status.message(), "cannot attach; retrying in {:?}", backoff),
+            Err(status) if status.code() == Code::Unauthenticated => {
+                return Err(LinkError::Refused(status.message().to_owned()));
+            }
+            Err(status) if status.code() == Code::InvalidArgument => {
+                return Err(LinkError::Refused(status.message().to_owned()));
+            }
+            Err(status) => {
+                tracing::warn!(code = ?status.code(), message = %status.message(), "cannot attach; retrying in {:?}", backoff)
+            }
         }
-        let jitter = Duration::from_millis(u64::try_from(uuid::Uuid::new_v4().as_u128() % 100).unwrap_or(0));
+        let jitter =
+            Duration::from_millis(u64::try_from(uuid::Uuid::new_v4().as_u128() % 100).unwrap_or(0));
         tokio::select! {
             () = tokio::time::sleep(backoff + jitter) => {}
             () = shutdown.cancelled() => return Ok(()),
@@ -209,7 +250,11 @@ pub async fn run_grpc(worker: Arc<Worker>, options: LinkOptions, shutdown: Cance
 }
 
 fn endpoint_for(options: &LinkOptions) -> Result<Endpoint, LinkError> {
-    let url = if options.url.contains("://") { options.url.clone() } else { format!("http://{}", options.url) };
+    let url = if options.url.contains("://") {
+        options.url.clone()
+    } else {
+        format!("http://{}", options.url)
+    };
     let bad = |e: String| LinkError::BadAddress(options.url.clone(), e);
     let mut endpoint = Endpoint::from_shared(url.clone())
         .map_err(|e| bad(e.to_string()))?
@@ -233,23 +278,39 @@ fn endpoint_for(options: &LinkOptions) -> Result<Endpoint, LinkError> {
 }
 
 /// One attach: Ok(why it ended) once attached, Err(status) when refused.
-async fn connect_once(worker: &Arc<Worker>, endpoint: &Endpoint, token: &str, shutdown: &CancellationToken) -> Result<Disconnect, Status> {
+async fn connect_once(
+    worker: &Arc<Worker>,
+    endpoint: &Endpoint,
+    token: &str,
+    shutdown: &CancellationToken,
+) -> Result<Disconnect, Status> {
     let channel = tokio::select! {
         connected = endpoint.connect() => connected.map_err(|e| Status::unavailable(format!("cannot connect: {e}")))?,
         () = shutdown.cancelled() => return Ok(Disconnect::Shutdown),
     };
-    let auth: MetadataValue<_> = bearer(token).parse().map_err(|_| Status::invalid_argument("the token is not valid in a header"))?;
-    let mut client = WorkerGatewayClient::with_interceptor(channel, move |mut request: Request<()>| {
-        request.metadata_mut().insert(caduceus_proto::AUTHORIZATION, auth.clone());
-        Ok(request)
-    })
-    .max_decoding_message_size(64 * 1024 * 1024)
-    .max_encoding_message_size(64 * 1024 * 1024);
+    let auth: MetadataValue<_> = bearer(token)
+        .parse()
+        .map_err(|_| Status::invalid_argument("the token is not valid in a header"))?;
+    let mut client =
+        WorkerGatewayClient::with_interceptor(channel, move |mut request: Request<()>| {
+            request
+                .metadata_mut()
+                .insert(caduceus_proto::AUTHORIZATION, auth.clone());
+            Ok(request)
+        })
+        .max_decoding_message_size(64 * 1024 * 1024)
+        .max_encoding_message_size(64 * 1024 * 1024);
     let (events, outbound) = mpsc::channel(256);
     events
         .send(event(worker_event::Event::Hello(worker.hello())))
         .await
         .map_err(|_| Status::internal("event channel closed"))?;
     let response = client.attach(ReceiverStream::new(outbound)).await?;
-    Ok(serve_connection(worker.clone(), response.into_inner(), events, shutdown.clone()).await)
+    Ok(serve_connection(
+        worker.clone(),
+        response.into_inner(),
+        events,
+        shutdown.clone(),
+    )
+    .await)
 }
