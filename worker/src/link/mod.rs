@@ -314,3 +314,7 @@ async fn connect_once(
     )
     .await)
 }
+
+#[cfg(test)]
+#[path = "link_tests.rs"]
+mod tests;
