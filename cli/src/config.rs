@@ -110,7 +110,9 @@ pub fn home_dir() -> PathBuf {
     if let Some(home) = std::env::var_os("CADUCEUS_HOME").filter(|h| !h.is_empty()) {
         return PathBuf::from(home);
     }
-    let user_home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/"));
+    let user_home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/"));
     user_home.join(".caduceus")
 }
 
@@ -124,8 +126,11 @@ impl Config {
         };
         let mut config = match std::fs::read_to_string(&path) {
             Ok(text) if text.trim().is_empty() => Config::default(),
-            Ok(text) => serde_yaml::from_str(&text).with_context(|| format!("invalid configuration in {}", path.display()))?,
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound && !must_exist => Config::default(),
+            Ok(text) => serde_yaml::from_str(&text)
+                .with_context(|| format!("invalid configuration in {}", path.display()))?,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound && !must_exist => {
+                Config::default()
+            }
             Err(err) => return Err(err).with_context(|| format!("cannot read {}", path.display())),
         };
         config.apply_env();

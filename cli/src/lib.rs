@@ -29,7 +29,11 @@ use config::Config;
 use target::{Remote, Target};
 
 #[derive(Parser)]
-#[command(name = "caduceus", version, about = "Run the tools of AI agents across many hosts")]
+#[command(
+    name = "caduceus",
+    version,
+    about = "Run the tools of AI agents across many hosts"
+)]
 struct Cli {
     /// Configuration file (default: $CADUCEUS_HOME/config.yaml or ~/.caduceus/config.yaml).
     #[arg(long, global = true, env = "CADUCEUS_CONFIG")]
@@ -158,12 +162,16 @@ enum GuardCommand {
 }
 
 /// The `caduceus` program.
+#[allow(clippy::print_stderr)] // the binary's edge: errors go to stderr
 pub fn main() -> std::process::ExitCode {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let cli = Cli::parse();
     let quiet = !matches!(cli.command, Command::Serve(_) | Command::Worker(_));
     init_logging(if quiet { "warn" } else { "info" });
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(err) => {
             eprintln!("error: cannot start the async runtime: {err}");
@@ -183,7 +191,11 @@ fn init_logging(default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("CADUCEUS_LOG")
         .or_else(|_| tracing_subscriber::EnvFilter::try_new(default))
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
 }
 
 async fn run(cli: Cli) -> Result<()> {
@@ -194,7 +206,9 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Call(args) => call(args, &config).await,
         Command::Tools(args) => tools(args, &config).await,
         Command::Status(args) => status(args, &config).await,
-        Command::Guard { command: GuardCommand::Check { command } } => {
+        Command::Guard {
+            command: GuardCommand::Check { command },
+        } => {
             let verdict = caduceus_guard::check_command(&command);
             out(&verdict.to_json().to_string())
         }
@@ -215,19 +229,30 @@ fn gate(_config: &Config) -> Arc<dyn Gate> {
 
 fn remote(args: &ClientArgs, config: &Config) -> Remote {
     Remote {
-        url: args.coordinator.clone().or_else(|| config.coordinator.clone()),
+        url: args
+            .coordinator
+            .clone()
+            .or_else(|| config.coordinator.clone()),
         token: args.token.clone().or_else(|| config.token.clone()),
         ca: args.tls_ca.clone().or_else(|| config.tls.ca.clone()),
     }
 }
 
+#[allow(clippy::print_stderr)] // the listening line scripts wait for
 async fn serve(args: ServeArgs, config: &Config) -> Result<()> {
     let token = args
         .token
         .or_else(|| config.token.clone())
         .ok_or_else(|| anyhow!("serve needs a token: pass --token or set CADUCEUS_TOKEN (workers and clients must present it)"))?;
-    let listen = config.listen.clone().filter(|_| args.listen == "127.0.0.1:7700").unwrap_or(args.listen);
-    let tls = match (args.tls_cert.or_else(|| config.tls.cert.clone()), args.tls_key.or_else(|| config.tls.key.clone())) {
+    let listen = config
+        .listen
+        .clone()
+        .filter(|_| args.listen == "127.0.0.1:7700")
+        .unwrap_or(args.listen);
+    let tls = match (
+        args.tls_cert.or_else(|| config.tls.cert.clone()),
+        args.tls_key.or_else(|| config.tls.key.clone()),
+    ) {
         (Some(cert), Some(key)) => Some(TlsFiles { cert, key }),
         (None, None) => None,
         _ => bail!("TLS needs both --tls-cert and --tls-key"),
@@ -243,7 +268,9 @@ async fn serve(args: ServeArgs, config: &Config) -> Result<()> {
         gate(config),
     )
     .await?;
-    let listener = tokio::net::TcpListener::bind(&listen).await.with_context(|| format!("cannot listen on {listen}"))?;
+    let listener = tokio::net::TcpListener::bind(&listen)
+        .await
+        .with_context(|| format!("cannot listen on {listen}"))?;
     let address = listener.local_addr()?;
     tracing::info!(%address, id = %coordinator.id(), tls = tls.is_some(), "coordinator listening");
     // A parseable line for scripts that start the coordinator on port 0.
@@ -268,19 +295,37 @@ pub(crate) fn worker_config(
         .terminal
         .cwd
         .clone()
-        .or_else(|| std::env::current_dir().ok().map(|p| p.display().to_string()))
+        .or_else(|| {
+            std::env::current_dir()
+                .ok()
+                .map(|p| p.display().to_string())
+        })
         .unwrap_or_else(|| "/".to_owned());
-    let shell_env = caduceus_common::env_hygiene::sanitized_env(std::env::vars(), &config.terminal.env_passthrough);
+    let shell_env = caduceus_common::env_hygiene::sanitized_env(
+        std::env::vars(),
+        &config.terminal.env_passthrough,
+    );
     WorkerConfig {
         name,
         labels,
         backends,
-        capacity: capacity.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get() as u32 * 8).unwrap_or(16)),
+        capacity: capacity.unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map(|n| n.get() as u32 * 8)
+                .unwrap_or(16)
+        }),
         local_cwd,
         tools: ToolSettings {
             terminal_timeout_secs: config.terminal.timeout,
             max_foreground_timeout_secs: config.terminal.max_foreground_timeout,
             max_output_chars: config.tool_output.max_bytes,
+            files: caduceus_files::FileToolsConfig {
+                write_safe_root: std::env::var("CADUCEUS_WRITE_SAFE_ROOT")
+                    .ok()
+                    .filter(|s| !s.is_empty()),
+                caduceus_home: Some(config::home_dir().display().to_string()),
+                ..caduceus_files::FileToolsConfig::default()
+            },
         },
         shell_env,
         shell_init: Vec::new(),
@@ -288,7 +333,9 @@ pub(crate) fn worker_config(
         shell_init_files: shell_init_files(&config.terminal),
         // The terminal hands it to sudo itself; it never enters a sandbox's
         // environment (env_hygiene drops it).
-        sudo_password: std::env::var("SUDO_PASSWORD").ok().map(caduceus_worker::shell::Secret::new),
+        sudo_password: std::env::var("SUDO_PASSWORD")
+            .ok()
+            .map(caduceus_worker::shell::Secret::new),
         env_lifetime: Duration::from_secs(config.terminal.lifetime_seconds),
         reap_interval: Duration::from_secs(config.terminal.reap_interval_seconds.max(1)),
     }
@@ -300,7 +347,9 @@ fn shell_init_files(terminal: &config::TerminalSection) -> Vec<String> {
     if !terminal.shell_init_files.is_empty() {
         terminal.shell_init_files.clone()
     } else if terminal.auto_source_bashrc {
-        ["~/.profile", "~/.bash_profile", "~/.bashrc"].map(str::to_owned).to_vec()
+        ["~/.profile", "~/.bash_profile", "~/.bashrc"]
+            .map(str::to_owned)
+            .to_vec()
     } else {
         Vec::new()
     }
@@ -311,18 +360,31 @@ async fn worker(args: WorkerArgs, config: &Config) -> Result<()> {
         .coordinator
         .or_else(|| config.coordinator.clone())
         .ok_or_else(|| anyhow!("worker needs the coordinator's address: pass --coordinator or set CADUCEUS_COORDINATOR"))?;
-    let token = args
-        .token
-        .or_else(|| config.token.clone())
-        .ok_or_else(|| anyhow!("worker needs the coordinator's token: pass --token or set CADUCEUS_TOKEN"))?;
-    let name = args.name.or_else(|| config.worker.name.clone()).unwrap_or_else(host_name);
-    let backends = args.backends.or_else(|| config.worker.backends.clone()).unwrap_or_else(|| vec!["local".to_owned()]);
+    let token = args.token.or_else(|| config.token.clone()).ok_or_else(|| {
+        anyhow!("worker needs the coordinator's token: pass --token or set CADUCEUS_TOKEN")
+    })?;
+    let name = args
+        .name
+        .or_else(|| config.worker.name.clone())
+        .unwrap_or_else(host_name);
+    let backends = args
+        .backends
+        .or_else(|| config.worker.backends.clone())
+        .unwrap_or_else(|| vec!["local".to_owned()]);
     let mut labels = config.worker.labels.clone();
     for pair in &args.labels {
-        let (k, v) = pair.split_once('=').ok_or_else(|| anyhow!("label '{pair}' is not key=value"))?;
+        let (k, v) = pair
+            .split_once('=')
+            .ok_or_else(|| anyhow!("label '{pair}' is not key=value"))?;
         labels.insert(k.trim().to_owned(), v.trim().to_owned());
     }
-    let worker = Worker::new(worker_config(config, name, backends, labels, args.capacity.or(config.worker.capacity)));
+    let worker = Worker::new(worker_config(
+        config,
+        name,
+        backends,
+        labels,
+        args.capacity.or(config.worker.capacity),
+    ));
     let shutdown = CancellationToken::new();
     let stop = shutdown.clone();
     tokio::spawn(async move {
@@ -358,7 +420,11 @@ async fn call(args: CallArgs, config: &Config) -> Result<()> {
 
 async fn tools(args: ToolsArgs, config: &Config) -> Result<()> {
     let mut target = Target::open(&remote(&args.client, config), config, gate(config)).await?;
-    let filter = ToolFilter { enabled_toolsets: args.toolsets, disabled_toolsets: args.disable, blocked_tools: Vec::new() };
+    let filter = ToolFilter {
+        enabled_toolsets: args.toolsets,
+        disabled_toolsets: args.disable,
+        blocked_tools: Vec::new(),
+    };
     let definitions = target.definitions(filter).await;
     target.close().await;
     let definitions = definitions?;
@@ -369,7 +435,11 @@ async fn tools(args: ToolsArgs, config: &Config) -> Result<()> {
         let function = &def["function"];
         let description = function["description"].as_str().unwrap_or_default();
         let first = description.lines().next().unwrap_or_default();
-        out(&format!("{:<16} {}", function["name"].as_str().unwrap_or_default(), first))?;
+        out(&format!(
+            "{:<16} {}",
+            function["name"].as_str().unwrap_or_default(),
+            first
+        ))?;
     }
     Ok(())
 }
@@ -415,7 +485,10 @@ async fn status(args: StatusArgs, config: &Config) -> Result<()> {
             "workers": workers,
         }))?);
     }
-    out(&format!("coordinator {} (caduceus {})", status.coordinator_id, status.version))?;
+    out(&format!(
+        "coordinator {} (caduceus {})",
+        status.coordinator_id, status.version
+    ))?;
     if status.workers.is_empty() {
         return out("no workers attached");
     }
@@ -433,7 +506,13 @@ async fn status(args: StatusArgs, config: &Config) -> Result<()> {
             labels.join(",")
         ))?;
         for e in &w.environments {
-            out(&format!("    task {:<20} {} cwd={} idle={}s", e.task_id, e.backend, e.cwd, e.idle_ms / 1000))?;
+            out(&format!(
+                "    task {:<20} {} cwd={} idle={}s",
+                e.task_id,
+                e.backend,
+                e.cwd,
+                e.idle_ms / 1000
+            ))?;
         }
     }
     Ok(())

@@ -21,7 +21,9 @@ use caduceus_coordinator::guard::Gate;
 use caduceus_coordinator::registry::ToolFilter;
 use caduceus_coordinator::{Coordinator, CoordinatorConfig};
 use caduceus_proto::control_client::ControlClient;
-use caduceus_proto::{CallToolRequest, ListToolsRequest, StatusRequest, StatusResponse, bearer, worker_event};
+use caduceus_proto::{
+    CallToolRequest, ListToolsRequest, StatusRequest, StatusResponse, bearer, worker_event,
+};
 use caduceus_worker::Worker;
 
 use crate::config::Config;
@@ -60,8 +62,12 @@ impl Target {
     pub async fn open(remote: &Remote, config: &Config, gate: Arc<dyn Gate>) -> Result<Self> {
         match &remote.url {
             Some(url) => {
-                let token = remote.token.clone().ok_or_else(|| anyhow!("--coordinator needs a token: pass --token or set CADUCEUS_TOKEN"))?;
-                Ok(Target::Remote(connect(url, &token, remote.ca.as_deref()).await?))
+                let token = remote.token.clone().ok_or_else(|| {
+                    anyhow!("--coordinator needs a token: pass --token or set CADUCEUS_TOKEN")
+                })?;
+                Ok(Target::Remote(
+                    connect(url, &token, remote.ca.as_deref()).await?,
+                ))
             }
             None => Ok(Target::Embedded(Embedded::start(config, gate, 1).await?)),
         }
@@ -78,13 +84,27 @@ impl Target {
                         session_id: String::new(),
                     })
                     .await
-                    .map_err(status_error)?
+                    .map_err(|s| status_error(&s))?
                     .into_inner();
-                Ok(CallReply { result: response.result, worker: response.worker })
+                Ok(CallReply {
+                    result: response.result,
+                    worker: response.worker,
+                })
             }
             Target::Embedded(embedded) => {
-                let outcome = embedded.coordinator.call_tool(tool, RawArguments::Text(arguments.to_owned()), task_id, None).await;
-                Ok(CallReply { result: outcome.result, worker: outcome.worker.unwrap_or_default() })
+                let outcome = embedded
+                    .coordinator
+                    .call_tool(
+                        tool,
+                        RawArguments::Text(arguments.to_owned()),
+                        task_id,
+                        None,
+                    )
+                    .await;
+                Ok(CallReply {
+                    result: outcome.result,
+                    worker: outcome.worker.unwrap_or_default(),
+                })
             }
         }
     }
@@ -93,23 +113,37 @@ impl Target {
         match self {
             Target::Remote(client) => {
                 let response = client
-                    .list_tools(ListToolsRequest { enabled_toolsets: filter.enabled_toolsets, disabled_toolsets: filter.disabled_toolsets })
+                    .list_tools(ListToolsRequest {
+                        enabled_toolsets: filter.enabled_toolsets,
+                        disabled_toolsets: filter.disabled_toolsets,
+                    })
                     .await
-                    .map_err(status_error)?
+                    .map_err(|s| status_error(&s))?
                     .into_inner();
                 response
                     .definitions_json
                     .iter()
-                    .map(|d| serde_json::from_str(d).context("the coordinator sent an invalid definition"))
+                    .map(|d| {
+                        serde_json::from_str(d)
+                            .context("the coordinator sent an invalid definition")
+                    })
                     .collect()
             }
-            Target::Embedded(embedded) => Ok(embedded.coordinator.definitions(&filter).map_err(|e| anyhow!("{e}"))?.0),
+            Target::Embedded(embedded) => Ok(embedded
+                .coordinator
+                .definitions(&filter)
+                .map_err(|e| anyhow!("{e}"))?
+                .0),
         }
     }
 
     pub async fn status(&mut self) -> Result<StatusResponse> {
         match self {
-            Target::Remote(client) => Ok(client.status(StatusRequest {}).await.map_err(status_error)?.into_inner()),
+            Target::Remote(client) => Ok(client
+                .status(StatusRequest {})
+                .await
+                .map_err(|s| status_error(&s))?
+                .into_inner()),
             Target::Embedded(embedded) => Ok(embedded.coordinator.status().await),
         }
     }
@@ -139,12 +173,26 @@ impl Embedded {
         let shutdown = CancellationToken::new();
         let mut started = Vec::new();
         for index in 0..workers {
-            let name = if workers == 1 { "local".to_owned() } else { format!("local-{}", index + 1) };
-            let worker = Worker::new(crate::worker_config(config, name, vec!["local".to_owned()], Default::default(), None));
+            let name = if workers == 1 {
+                "local".to_owned()
+            } else {
+                format!("local-{}", index + 1)
+            };
+            let worker = Worker::new(crate::worker_config(
+                config,
+                name,
+                vec!["local".to_owned()],
+                Default::default(),
+                None,
+            ));
             attach_in_process(&coordinator, worker.clone(), shutdown.clone()).await?;
             started.push(worker);
         }
-        Ok(Embedded { coordinator, workers: started, shutdown })
+        Ok(Embedded {
+            coordinator,
+            workers: started,
+            shutdown,
+        })
     }
 
     pub async fn stop(self) {
@@ -157,22 +205,40 @@ impl Embedded {
 }
 
 /// Connects a worker to a coordinator in the same process over channels.
-pub async fn attach_in_process(coordinator: &Arc<Coordinator>, worker: Arc<Worker>, shutdown: CancellationToken) -> Result<()> {
+pub async fn attach_in_process(
+    coordinator: &Arc<Coordinator>,
+    worker: Arc<Worker>,
+    shutdown: CancellationToken,
+) -> Result<()> {
     let (events, events_rx) = mpsc::channel(256);
     let (commands, commands_rx) = mpsc::channel(64);
     events
-        .send(caduceus_proto::WorkerEvent { event: Some(worker_event::Event::Hello(worker.hello())) })
+        .send(caduceus_proto::WorkerEvent {
+            event: Some(worker_event::Event::Hello(worker.hello())),
+        })
         .await
         .map_err(|_| anyhow!("the embedded worker's channel closed"))?;
     let stream = Box::pin(ReceiverStream::new(events_rx).map(Ok));
-    coordinator.attach_worker(stream, commands, "in-process".to_owned()).await.map_err(status_error)?;
-    tokio::spawn(caduceus_worker::link::serve_connection(worker, ReceiverStream::new(commands_rx), events, shutdown));
+    coordinator
+        .attach_worker(stream, commands, "in-process".to_owned())
+        .await
+        .map_err(|s| status_error(&s))?;
+    tokio::spawn(caduceus_worker::link::serve_connection(
+        worker,
+        ReceiverStream::new(commands_rx),
+        events,
+        shutdown,
+    ));
     Ok(())
 }
 
 /// A Control client that presents the token on every request.
 pub async fn connect(url: &str, token: &str, ca: Option<&std::path::Path>) -> Result<Client> {
-    let url = if url.contains("://") { url.to_owned() } else { format!("http://{url}") };
+    let url = if url.contains("://") {
+        url.to_owned()
+    } else {
+        format!("http://{url}")
+    };
     let mut endpoint = Endpoint::from_shared(url.clone())
         .with_context(|| format!("invalid coordinator address '{url}'"))?
         .connect_timeout(Duration::from_secs(10))
@@ -180,15 +246,24 @@ pub async fn connect(url: &str, token: &str, ca: Option<&std::path::Path>) -> Re
     if url.starts_with("https://") {
         let mut tls = ClientTlsConfig::new();
         tls = match ca {
-            Some(path) => tls.ca_certificate(Certificate::from_pem(std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?)),
+            Some(path) => tls.ca_certificate(Certificate::from_pem(
+                std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?,
+            )),
             None => tls.with_webpki_roots(),
         };
         endpoint = endpoint.tls_config(tls)?;
     }
-    let channel = endpoint.connect().await.with_context(|| format!("cannot reach the coordinator at {url}"))?;
-    let value: MetadataValue<_> = bearer(token).parse().map_err(|_| anyhow!("the token contains characters not allowed in a header"))?;
+    let channel = endpoint
+        .connect()
+        .await
+        .with_context(|| format!("cannot reach the coordinator at {url}"))?;
+    let value: MetadataValue<_> = bearer(token)
+        .parse()
+        .map_err(|_| anyhow!("the token contains characters not allowed in a header"))?;
     let auth: AuthFn = Box::new(move |mut request: Request<()>| {
-        request.metadata_mut().insert(caduceus_proto::AUTHORIZATION, value.clone());
+        request
+            .metadata_mut()
+            .insert(caduceus_proto::AUTHORIZATION, value.clone());
         Ok(request)
     });
     Ok(ControlClient::with_interceptor(channel, auth)
@@ -196,7 +271,7 @@ pub async fn connect(url: &str, token: &str, ca: Option<&std::path::Path>) -> Re
         .max_encoding_message_size(64 * 1024 * 1024))
 }
 
-fn status_error(status: Status) -> anyhow::Error {
+fn status_error(status: &Status) -> anyhow::Error {
     anyhow!("{}", status.message())
 }
 
@@ -205,11 +280,18 @@ pub async fn wait_for_backend(target: &mut Target, backend: &str, wait: Duration
     let deadline = tokio::time::Instant::now() + wait;
     loop {
         let status = target.status().await?;
-        if status.workers.iter().any(|w| w.backends.iter().any(|b| b == backend)) {
+        if status
+            .workers
+            .iter()
+            .any(|w| w.backends.iter().any(|b| b == backend))
+        {
             return Ok(());
         }
         if tokio::time::Instant::now() >= deadline {
-            bail!("no worker offering the '{backend}' backend attached within {}s", wait.as_secs());
+            bail!(
+                "no worker offering the '{backend}' backend attached within {}s",
+                wait.as_secs()
+            );
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

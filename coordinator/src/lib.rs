@@ -17,7 +17,9 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tonic::Status;
 
-use caduceus_proto::{StatusResponse, Welcome, WorkerCommand, WorkerEvent, worker_command, worker_event};
+use caduceus_proto::{
+    StatusResponse, Welcome, WorkerCommand, WorkerEvent, worker_command, worker_event,
+};
 
 use dispatch::{CallContext, CallOutcome, CallRequest, DispatchConfig, Dispatcher, RawArguments};
 use guard::Gate;
@@ -83,7 +85,10 @@ pub type WorkerEventStream = Pin<Box<dyn Stream<Item = Result<WorkerEvent, Statu
 
 impl Coordinator {
     /// Starts the registry and scheduler actors with the built-in tools.
-    pub async fn start(mut config: CoordinatorConfig, gate: Arc<dyn Gate>) -> Result<Arc<Self>, CoordinatorError> {
+    pub async fn start(
+        mut config: CoordinatorConfig,
+        gate: Arc<dyn Gate>,
+    ) -> Result<Arc<Self>, CoordinatorError> {
         if config.token.is_empty() {
             return Err(CoordinatorError::MissingToken);
         }
@@ -94,7 +99,11 @@ impl Coordinator {
         let (registry, _) = RegistryHandle::start(initial).await?;
         let (scheduler, _) = SchedulerHandle::start(
             registry.clone(),
-            SchedulerConfig { coordinator_id: config.id.clone(), heartbeat_interval: config.heartbeat_interval, notices: None },
+            SchedulerConfig {
+                coordinator_id: config.id.clone(),
+                heartbeat_interval: config.heartbeat_interval,
+                notices: None,
+            },
         )
         .await?;
         let dispatch_config = DispatchConfig {
@@ -104,8 +113,20 @@ impl Coordinator {
             environment_settings: config.environment_settings.clone(),
             ..DispatchConfig::default()
         };
-        let dispatcher = Arc::new(Dispatcher::new(registry.clone(), scheduler.clone(), gate, dispatch_config));
-        Ok(Arc::new(Coordinator { id: config.id.clone(), config, registry, scheduler, dispatcher, started: Instant::now() }))
+        let dispatcher = Arc::new(Dispatcher::new(
+            registry.clone(),
+            scheduler.clone(),
+            gate,
+            dispatch_config,
+        ));
+        Ok(Arc::new(Coordinator {
+            id: config.id.clone(),
+            config,
+            registry,
+            scheduler,
+            dispatcher,
+            started: Instant::now(),
+        }))
     }
 
     pub fn id(&self) -> &str {
@@ -129,13 +150,27 @@ impl Coordinator {
     }
 
     /// One tool call through the whole pipeline, as a client makes it.
-    pub async fn call_tool(&self, tool: &str, arguments: RawArguments, task_id: &str, session_id: Option<String>) -> CallOutcome {
-        let task_id = if task_id.is_empty() { "default" } else { task_id };
+    pub async fn call_tool(
+        &self,
+        tool: &str,
+        arguments: RawArguments,
+        task_id: &str,
+        session_id: Option<String>,
+    ) -> CallOutcome {
+        let task_id = if task_id.is_empty() {
+            "default"
+        } else {
+            task_id
+        };
         self.dispatcher
             .call(CallRequest {
                 tool: tool.to_owned(),
                 arguments,
-                ctx: CallContext { task_id: task_id.to_owned(), session_id, ..CallContext::default() },
+                ctx: CallContext {
+                    task_id: task_id.to_owned(),
+                    session_id,
+                    ..CallContext::default()
+                },
             })
             .await
     }
@@ -178,25 +213,42 @@ impl Coordinator {
             .await
             .map_err(|_| Status::deadline_exceeded("no hello within 10s of attaching"))?;
         let hello = match first {
-            Some(Ok(WorkerEvent { event: Some(worker_event::Event::Hello(hello)) })) => hello,
-            Some(Ok(_)) => return Err(Status::invalid_argument("the first message on Attach must be a hello")),
+            Some(Ok(WorkerEvent {
+                event: Some(worker_event::Event::Hello(hello)),
+            })) => hello,
+            Some(Ok(_)) => {
+                return Err(Status::invalid_argument(
+                    "the first message on Attach must be a hello",
+                ));
+            }
             Some(Err(status)) => return Err(status),
-            None => return Err(Status::cancelled("the worker closed the stream before its hello")),
+            None => {
+                return Err(Status::cancelled(
+                    "the worker closed the stream before its hello",
+                ));
+            }
         };
-        let attached = self.scheduler.attach(hello, peer, commands.clone()).await.map_err(|err| match err {
-            AttachError::DuplicateName(_) => Status::already_exists(err.to_string()),
-            AttachError::InvalidHello(_) => Status::invalid_argument(err.to_string()),
-            AttachError::Unavailable => Status::unavailable(err.to_string()),
-        })?;
+        let attached = self
+            .scheduler
+            .attach(hello, peer, commands.clone())
+            .await
+            .map_err(|err| match err {
+                AttachError::DuplicateName(_) => Status::already_exists(err.to_string()),
+                AttachError::InvalidHello(_) => Status::invalid_argument(err.to_string()),
+                AttachError::Unavailable => Status::unavailable(err.to_string()),
+            })?;
         let welcome = WorkerCommand {
             command: Some(worker_command::Command::Welcome(Welcome {
                 worker_id: attached.worker_id.clone(),
                 coordinator_id: self.id.clone(),
-                heartbeat_interval_ms: u32::try_from(self.config.heartbeat_interval.as_millis()).unwrap_or(u32::MAX),
+                heartbeat_interval_ms: u32::try_from(self.config.heartbeat_interval.as_millis())
+                    .unwrap_or(u32::MAX),
             })),
         };
         if commands.send(Ok(welcome)).await.is_err() {
-            attached.link.stop(Some("the worker left before its welcome".to_owned()));
+            attached
+                .link
+                .stop(Some("the worker left before its welcome".to_owned()));
             return Err(Status::cancelled("the worker left before its welcome"));
         }
         let link = attached.link;

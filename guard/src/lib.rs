@@ -1,4 +1,107 @@
-//! TEMP shim
-pub struct Verdict;
-impl Verdict { pub fn to_json(&self) -> serde_json::Value { serde_json::json!({"verdict":"allow","description":null}) } }
-pub fn check_command(_c: &str) -> Verdict { Verdict }
+//! The command guard that stands in front of the `terminal` tool.
+//!
+//! [`check_command`] gives one of three verdicts:
+//!
+//! * **hardline** — on the unconditional blocklist (recursive delete of `/`, a system
+//!   directory or the home directory, `mkfs`, `dd`/redirects to raw disks, fork bombs,
+//!   `kill -1`, shutdown/reboot, …). Refused in every approval mode.
+//! * **approve** — matches one of hermes' dangerous patterns or structural checks
+//!   (`rm -r`, `git push --force`, `curl … | sh`, `python -c`, `bash -c`, …). Runs only with
+//!   approval.
+//! * **allow** — nothing matched.
+//!
+//! Matching happens after de-obfuscation (ANSI escapes, NUL, fullwidth Unicode, quotes and
+//! backslashes inside words, `$IFS`, `$'\x72m'`, literal `$(echo rm)`, shell payloads of
+//! `bash -c`/`eval`). See the crate README for the full specification and the deliberate
+//! differences from hermes.
+//!
+//! [`policy`] holds the pure helpers for `approvals.deny` and `command_allowlist`;
+//! [`hints`] the terminal tool's foreground-guard, exit-code and env-dump helpers.
+
+mod analysis;
+mod dangerous;
+mod fnmatch;
+mod hardline;
+pub mod hints;
+mod lexer;
+mod normalize;
+mod pattern;
+pub mod policy;
+mod resolve;
+mod rm;
+mod structural;
+mod verdict;
+
+pub use verdict::{Match, Verdict};
+
+use analysis::Analysis;
+
+/// Checks a command: hardline rules first, then the dangerous patterns, then the
+/// structural checks.
+///
+/// ```
+/// use caduceus_guard::{check_command, Verdict};
+/// use serde_json::json;
+///
+/// assert_eq!(check_command("git branch -d feat"), Verdict::Allow);
+/// assert_eq!(
+///     check_command("git branch -D feat").to_json(),
+///     json!({"verdict": "approve", "description": "git branch force delete"})
+/// );
+/// assert_eq!(
+///     check_command("rm${IFS}-rf${IFS}/").description(),
+///     Some("recursive delete of root filesystem")
+/// );
+/// ```
+pub fn check_command(command: &str) -> Verdict {
+    if normalize::parser_limit_exceeded(command) {
+        return Verdict::Hardline {
+            description: normalize::PARSER_LIMIT_DESCRIPTION.to_string(),
+        };
+    }
+    let analysis = analysis::analyze(command);
+    if let Some(description) = hardline::detect(&analysis) {
+        return Verdict::Hardline {
+            description: description.to_string(),
+        };
+    }
+    Verdict::from(dangerous_in(&analysis))
+}
+
+/// The hardline rule the command breaks, if any. A command too large to inspect (see
+/// the README's parser limits) is reported as `command parser limit exceeded`.
+pub fn detect_hardline(command: &str) -> Option<Match> {
+    if normalize::parser_limit_exceeded(command) {
+        return Some(Match::new(normalize::PARSER_LIMIT_DESCRIPTION));
+    }
+    hardline::detect(&analysis::analyze(command)).map(Match::new)
+}
+
+/// The dangerous pattern or structural check the command matches, if any (hardline rules
+/// are not consulted; use [`check_command`] for the full verdict).
+pub fn detect_dangerous(command: &str) -> Option<Match> {
+    if normalize::parser_limit_exceeded(command) {
+        return Some(Match::new(normalize::PARSER_LIMIT_DESCRIPTION));
+    }
+    dangerous_in(&analysis::analyze(command))
+}
+
+/// The de-obfuscated text variants the dangerous patterns and deny rules are matched
+/// against: for the command and for every shell payload in it, the normalized text, the
+/// same with home paths folded to `~/`, and a copy with shell words written plainly.
+pub fn normalized_variants(command: &str) -> Vec<String> {
+    analysis::analyze(command).variants
+}
+
+fn dangerous_in(analysis: &Analysis) -> Option<Match> {
+    analysis
+        .variants
+        .iter()
+        .find_map(|variant| dangerous::first_match(variant))
+        .map(Match::new)
+        .or_else(|| structural::detect(analysis).map(Match::new))
+}
+
+#[cfg(test)]
+#[path = "lib_tests.rs"]
+mod tests;

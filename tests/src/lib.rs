@@ -2,7 +2,12 @@
 //! (coordinator, workers, client commands) with an isolated `CADUCEUS_HOME`,
 //! and stop them when dropped.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::print_stderr
+)]
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -21,7 +26,11 @@ pub fn bin() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let dir = exe.parent().and_then(Path::parent).unwrap();
     let path = dir.join("caduceus-under-test");
-    assert!(path.exists(), "{} is missing: run the tests through cargo (it builds the binary)", path.display());
+    assert!(
+        path.exists(),
+        "{} is missing: run the tests through cargo (it builds the binary)",
+        path.display()
+    );
     path
 }
 
@@ -39,7 +48,10 @@ impl Default for Fleet {
 
 impl Fleet {
     pub fn new() -> Self {
-        Fleet { home: tempfile::tempdir().unwrap(), token: format!("tok-{}", std::process::id()) }
+        Fleet {
+            home: tempfile::tempdir().unwrap(),
+            token: format!("tok-{}", std::process::id()),
+        }
     }
 
     /// A `caduceus` command with this fleet's home and no inherited coordinator.
@@ -56,9 +68,21 @@ impl Fleet {
     /// Starts `caduceus serve` on a free port and waits until it listens.
     pub fn serve(&self, extra: &[&str]) -> Proc {
         let mut cmd = self.command();
-        cmd.args(["serve", "--listen", "127.0.0.1:0", "--token", &self.token, "--heartbeat-ms", "500"]).args(extra);
+        cmd.args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--token",
+            &self.token,
+            "--heartbeat-ms",
+            "500",
+        ])
+        .args(extra);
         let mut proc = Proc::spawn(cmd, "coordinator");
-        let line = proc.wait_for_stderr("caduceus coordinator listening on ", Duration::from_secs(30));
+        let line = proc.wait_for_stderr(
+            "caduceus coordinator listening on ",
+            Duration::from_secs(30),
+        );
         let address = line.rsplit(' ').next().unwrap().trim().to_owned();
         proc.address = Some(address);
         proc
@@ -67,15 +91,39 @@ impl Fleet {
     /// Starts `caduceus worker` attached to `coordinator`.
     pub fn worker(&self, coordinator: &Proc, name: &str, token: &str, extra: &[&str]) -> Proc {
         let mut cmd = self.command();
-        cmd.args(["worker", "--coordinator", &coordinator.url(), "--token", token, "--name", name]).args(extra);
+        cmd.args([
+            "worker",
+            "--coordinator",
+            &coordinator.url(),
+            "--token",
+            token,
+            "--name",
+            name,
+        ])
+        .args(extra);
         Proc::spawn(cmd, name)
     }
 
     /// Starts `caduceus worker` with extra environment variables (the worker's
     /// own environment, as an operator's shell would give it).
-    pub fn worker_with_env(&self, coordinator: &Proc, name: &str, extra: &[&str], env: &[(&str, &str)]) -> Proc {
+    pub fn worker_with_env(
+        &self,
+        coordinator: &Proc,
+        name: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Proc {
         let mut cmd = self.command();
-        cmd.args(["worker", "--coordinator", &coordinator.url(), "--token", &self.token, "--name", name]).args(extra);
+        cmd.args([
+            "worker",
+            "--coordinator",
+            &coordinator.url(),
+            "--token",
+            &self.token,
+            "--name",
+            name,
+        ])
+        .args(extra);
         for (key, value) in env {
             cmd.env(key, value);
         }
@@ -101,7 +149,11 @@ impl Fleet {
             .env("CADUCEUS_TOKEN", &self.token)
             .output()
             .unwrap();
-        assert!(out.status.success(), "call {tool} {args} failed: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "call {tool} {args} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         parse_result(&out.stdout)
     }
 
@@ -120,22 +172,32 @@ impl Fleet {
     /// Runs a client command against `coordinator` and returns its output.
     pub fn client(&self, coordinator: &Proc, args: &[&str]) -> Output {
         let mut cmd = self.command();
-        cmd.args(args).env("CADUCEUS_COORDINATOR", coordinator.url()).env("CADUCEUS_TOKEN", &self.token);
+        cmd.args(args)
+            .env("CADUCEUS_COORDINATOR", coordinator.url())
+            .env("CADUCEUS_TOKEN", &self.token);
         cmd.output().unwrap()
     }
 
     /// `caduceus status --json` against `coordinator`.
     pub fn status(&self, coordinator: &Proc) -> Value {
         let out = self.client(coordinator, &["status", "--json"]);
-        assert!(out.status.success(), "status failed: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "status failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         serde_json::from_slice(&out.stdout).unwrap()
     }
 
     /// Names of the attached workers.
     pub fn worker_names(&self, coordinator: &Proc) -> Vec<String> {
         let status = self.status(coordinator);
-        let mut names: Vec<String> =
-            status["workers"].as_array().unwrap().iter().map(|w| w["name"].as_str().unwrap().to_owned()).collect();
+        let mut names: Vec<String> = status["workers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| w["name"].as_str().unwrap().to_owned())
+            .collect();
         names.sort();
         names
     }
@@ -150,7 +212,10 @@ impl Fleet {
             if have == want {
                 return;
             }
-            assert!(Instant::now() < deadline, "workers {have:?}, expected {want:?}");
+            assert!(
+                Instant::now() < deadline,
+                "workers {have:?}, expected {want:?}"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -167,8 +232,12 @@ pub struct Proc {
 
 impl Proc {
     pub fn spawn(mut cmd: Command, label: &str) -> Proc {
-        cmd.stdout(Stdio::null()).stderr(Stdio::piped()).stdin(Stdio::null());
-        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {label}: {e}"));
+        cmd.stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .stdin(Stdio::null());
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {label}: {e}"));
         let stderr = child.stderr.take().unwrap();
         let (tx, lines) = mpsc::channel();
         std::thread::spawn(move || {
@@ -178,7 +247,13 @@ impl Proc {
                 }
             }
         });
-        Proc { child, label: label.to_owned(), address: None, lines, stderr: Vec::new() }
+        Proc {
+            child,
+            label: label.to_owned(),
+            address: None,
+            lines,
+            stderr: Vec::new(),
+        }
     }
 
     pub fn url(&self) -> String {
@@ -197,7 +272,11 @@ impl Proc {
                         return line;
                     }
                 }
-                Err(_) => panic!("{}: no '{needle}' within {within:?}; stderr so far:\n{}", self.label, self.stderr.join("\n")),
+                Err(_) => panic!(
+                    "{}: no '{needle}' within {within:?}; stderr so far:\n{}",
+                    self.label,
+                    self.stderr.join("\n")
+                ),
             }
         }
     }
@@ -239,7 +318,9 @@ impl Drop for Proc {
     fn drop(&mut self) {
         if self.child.try_wait().ok().flatten().is_none() {
             // A polite stop first so that workers end their environments.
-            let _ = Command::new("kill").args(["-INT", &self.child.id().to_string()]).status();
+            let _ = Command::new("kill")
+                .args(["-INT", &self.child.id().to_string()])
+                .status();
             let deadline = Instant::now() + Duration::from_secs(5);
             while Instant::now() < deadline {
                 if self.child.try_wait().ok().flatten().is_some() {
@@ -255,11 +336,17 @@ impl Drop for Proc {
 
 /// Is any process whose command line contains `needle` alive?
 pub fn process_alive_with(needle: &str) -> bool {
-    let Ok(entries) = std::fs::read_dir("/proc") else { return false };
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return false;
+    };
     entries.flatten().any(|e| {
         let path: &Path = &e.path();
         std::fs::read(path.join("cmdline"))
-            .map(|raw| String::from_utf8_lossy(&raw).replace('\0', " ").contains(needle))
+            .map(|raw| {
+                String::from_utf8_lossy(&raw)
+                    .replace('\0', " ")
+                    .contains(needle)
+            })
             .unwrap_or(false)
     })
 }
@@ -288,5 +375,21 @@ pub fn peak_rss_kib(pid: u32) -> u64 {
 
 /// Parses a tool result printed by `caduceus call`.
 pub fn parse_result(stdout: &[u8]) -> Value {
-    serde_json::from_slice(stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(stdout)))
+    serde_json::from_slice(stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(stdout)))
+}
+
+/// Whether a component a test needs is present. When it is missing the test
+/// says so loudly and is skipped — unless `CADUCEUS_REQUIRE_ALL=1` (CI), where
+/// a missing component fails the test.
+pub fn require(component: &str, how: &str, present: impl FnOnce() -> bool) -> bool {
+    if present() {
+        return true;
+    }
+    let message = format!("MISSING COMPONENT: {component} is not available here; needs {how}");
+    if std::env::var("CADUCEUS_REQUIRE_ALL").is_ok_and(|v| v == "1") {
+        panic!("{message} (CADUCEUS_REQUIRE_ALL=1: failing instead of skipping)");
+    }
+    eprintln!("\n*** SKIPPED: {message} ***\n");
+    false
 }

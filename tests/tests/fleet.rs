@@ -13,8 +13,20 @@ use serde_json::{Value, json};
 use tonic::Request;
 use tonic::metadata::MetadataValue;
 
-async fn control(coordinator: &Proc, token: &str) -> ControlClient<tonic::service::interceptor::InterceptedService<tonic::transport::Channel, impl tonic::service::Interceptor>> {
-    let channel = tonic::transport::Endpoint::from_shared(coordinator.url()).unwrap().connect().await.unwrap();
+async fn control(
+    coordinator: &Proc,
+    token: &str,
+) -> ControlClient<
+    tonic::service::interceptor::InterceptedService<
+        tonic::transport::Channel,
+        impl tonic::service::Interceptor,
+    >,
+> {
+    let channel = tonic::transport::Endpoint::from_shared(coordinator.url())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
     let value: MetadataValue<_> = bearer(token).parse().unwrap();
     ControlClient::with_interceptor(channel, move |mut req: Request<()>| {
         req.metadata_mut().insert("authorization", value.clone());
@@ -22,7 +34,16 @@ async fn control(coordinator: &Proc, token: &str) -> ControlClient<tonic::servic
     })
 }
 
-async fn call(client: &mut ControlClient<tonic::service::interceptor::InterceptedService<tonic::transport::Channel, impl tonic::service::Interceptor>>, task: &str, command: &str) -> (Value, String) {
+async fn call(
+    client: &mut ControlClient<
+        tonic::service::interceptor::InterceptedService<
+            tonic::transport::Channel,
+            impl tonic::service::Interceptor,
+        >,
+    >,
+    task: &str,
+    command: &str,
+) -> (Value, String) {
     let response = client
         .call_tool(CallToolRequest {
             tool: "terminal".into(),
@@ -33,43 +54,75 @@ async fn call(client: &mut ControlClient<tonic::service::interceptor::Intercepte
         .await
         .unwrap()
         .into_inner();
-    (serde_json::from_str(&response.result).unwrap(), response.worker)
+    (
+        serde_json::from_str(&response.result).unwrap(),
+        response.worker,
+    )
 }
 
 #[test]
 fn two_workers_attach_and_a_wrong_token_is_refused() {
     let fleet = Fleet::new();
     let coordinator = fleet.serve(&[]);
-    let _w1 = fleet.worker(&coordinator, "w1", &fleet.token, &["--labels", "zone=a,gpu=no"]);
+    let _w1 = fleet.worker(
+        &coordinator,
+        "w1",
+        &fleet.token,
+        &["--labels", "zone=a,gpu=no"],
+    );
     let _w2 = fleet.worker(&coordinator, "w2", &fleet.token, &[]);
     fleet.wait_for_workers(&coordinator, &["w1", "w2"], Duration::from_secs(30));
 
     let status = fleet.status(&coordinator);
-    let w1 = status["workers"].as_array().unwrap().iter().find(|w| w["name"] == "w1").unwrap();
+    let w1 = status["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["name"] == "w1")
+        .unwrap();
     assert_eq!(w1["backends"], json!(["local"]));
     assert_eq!(w1["labels"], json!({"zone": "a", "gpu": "no"}));
     assert_eq!(w1["state"], "ready");
 
     // A worker with the wrong token never joins, and says why.
     let mut intruder = fleet.worker(&coordinator, "intruder", "not-the-token", &[]);
-    let exit = intruder.wait_exit(Duration::from_secs(30)).expect("a refused worker exits");
+    let exit = intruder
+        .wait_exit(Duration::from_secs(30))
+        .expect("a refused worker exits");
     assert!(!exit.success());
     let log = intruder.drain_stderr();
-    assert!(log.contains("refused") && log.contains("invalid token"), "{log}");
+    assert!(
+        log.contains("refused") && log.contains("invalid token"),
+        "{log}"
+    );
     assert_eq!(fleet.worker_names(&coordinator), ["w1", "w2"]);
 
     // A client with the wrong token is refused too.
     let mut cmd = fleet.command();
     let out = cmd
-        .args(["status", "--coordinator", &coordinator.url(), "--token", "wrong"])
+        .args([
+            "status",
+            "--coordinator",
+            &coordinator.url(),
+            "--token",
+            "wrong",
+        ])
         .output()
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("invalid token"));
     // And one without any token is told how to give one.
-    let out = fleet.command().args(["status", "--coordinator", &coordinator.url()]).output().unwrap();
+    let out = fleet
+        .command()
+        .args(["status", "--coordinator", &coordinator.url()])
+        .output()
+        .unwrap();
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("token"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("token"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
@@ -100,7 +153,11 @@ async fn many_calls_placement_and_a_dying_worker() {
         assert_eq!(result["exit_code"], 0);
         worker_of_main.insert(worker);
     }
-    assert_eq!(worker_of_main.len(), 1, "one task stays on one worker: {worker_of_main:?}");
+    assert_eq!(
+        worker_of_main.len(),
+        1,
+        "one task stays on one worker: {worker_of_main:?}"
+    );
 
     // State persists in the task's environment, on that worker.
     call(&mut client, "main", "export CAD_MARK=kept; cd /tmp").await;
@@ -122,10 +179,18 @@ async fn many_calls_placement_and_a_dying_worker() {
         }
     }
     let used: HashSet<&String> = placement.values().collect();
-    assert_eq!(used.len(), 2, "tasks spread over both workers: {placement:?}");
+    assert_eq!(
+        used.len(),
+        2,
+        "tasks spread over both workers: {placement:?}"
+    );
 
     // Killing a worker process removes it from status.
-    let victim_tasks: Vec<String> = placement.iter().filter(|(_, w)| *w == "w2").map(|(t, _)| t.clone()).collect();
+    let victim_tasks: Vec<String> = placement
+        .iter()
+        .filter(|(_, w)| *w == "w2")
+        .map(|(t, _)| t.clone())
+        .collect();
     w2.kill();
     fleet.wait_for_workers(&coordinator, &["w1"], Duration::from_secs(10));
     // Its tasks continue on the survivor, and the model is told the environment was reset.
@@ -133,9 +198,18 @@ async fn many_calls_placement_and_a_dying_worker() {
     let (result, worker) = call(&mut client, task, "echo again").await;
     assert_eq!(worker, "w1");
     assert_eq!(result["output"], "again");
-    assert!(result["environment_reset"].as_str().unwrap_or_default().contains("w2"), "{result}");
+    assert!(
+        result["environment_reset"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("w2"),
+        "{result}"
+    );
     let (result, _) = call(&mut client, task, "echo once more").await;
-    assert!(result.get("environment_reset").is_none(), "told only once: {result}");
+    assert!(
+        result.get("environment_reset").is_none(),
+        "told only once: {result}"
+    );
 }
 
 #[test]
@@ -145,23 +219,112 @@ fn cli_call_prints_the_model_result() {
     let _w1 = fleet.worker(&coordinator, "w1", &fleet.token, &[]);
     fleet.wait_for_workers(&coordinator, &["w1"], Duration::from_secs(30));
 
-    let out = fleet.client(&coordinator, &["call", "terminal", r#"{"command": "echo hi; echo err >&2; exit 3"}"#]);
+    let out = fleet.client(
+        &coordinator,
+        &[
+            "call",
+            "terminal",
+            r#"{"command": "echo hi; echo err >&2; exit 3"}"#,
+        ],
+    );
     assert!(out.status.success());
-    assert_eq!(parse_result(&out.stdout), json!({"output": "hi\nerr", "exit_code": 3, "error": null}));
+    assert_eq!(
+        parse_result(&out.stdout),
+        json!({"output": "hi\nerr", "exit_code": 3, "error": null})
+    );
 
     // Malformed arguments: hermes' error, nothing runs.
-    let out = fleet.client(&coordinator, &["call", "terminal", r#"{"command": "touch /tmp/should-not"#]);
+    let out = fleet.client(
+        &coordinator,
+        &["call", "terminal", r#"{"command": "touch /tmp/should-not"#],
+    );
     assert_eq!(
         parse_result(&out.stdout),
         json!({"error": "Invalid tool arguments", "message": "Tool arguments must be a valid JSON object; tool was not executed."})
     );
     // Unknown tool.
     let out = fleet.client(&coordinator, &["call", "no_such_tool", "{}"]);
-    assert!(parse_result(&out.stdout)["error"].as_str().unwrap().starts_with("Tool 'no_such_tool' does not exist"));
+    assert!(
+        parse_result(&out.stdout)["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("Tool 'no_such_tool' does not exist")
+    );
 
     // tools: worker tools are listed once a worker offers the backend.
     let out = fleet.client(&coordinator, &["tools", "--json"]);
     let defs: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let names: Vec<&str> = defs.as_array().unwrap().iter().map(|d| d["function"]["name"].as_str().unwrap()).collect();
-    assert!(names.contains(&"terminal") && names.contains(&"todo"), "{names:?}");
+    let names: Vec<&str> = defs
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["function"]["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains(&"terminal") && names.contains(&"todo"),
+        "{names:?}"
+    );
+}
+
+#[test]
+fn large_results_are_persisted_in_the_sandbox_with_a_preview() {
+    let fleet = Fleet::new();
+    // Let the terminal return more than the 100,000-character result cap.
+    std::fs::write(
+        fleet.home.path().join("config.yaml"),
+        "tool_output:\n  max_bytes: 300000\n",
+    )
+    .unwrap();
+    let coordinator = fleet.serve(&[]);
+    let _w1 = fleet.worker(&coordinator, "w1", &fleet.token, &[]);
+    fleet.wait_for_workers(&coordinator, &["w1"], Duration::from_secs(30));
+
+    let out = fleet.client(
+        &coordinator,
+        &[
+            "call",
+            "terminal",
+            r#"{"command": "head -c 150000 /dev/zero | tr '\\0' x"}"#,
+            "--task",
+            "big",
+        ],
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.starts_with("<persisted-output>\nThis tool result was too large ("),
+        "{}",
+        &text[..text.len().min(300)]
+    );
+    assert!(
+        text.len() < 5_000,
+        "the model sees a preview, not the whole result"
+    );
+    let path = text
+        .lines()
+        .find_map(|l| l.strip_prefix("Full output saved to: "))
+        .unwrap()
+        .trim()
+        .to_owned();
+    assert!(path.contains("/caduceus-results/"), "{path}");
+    // The full result is in the task's sandbox.
+    let out = fleet.client(
+        &coordinator,
+        &[
+            "call",
+            "terminal",
+            &json!({"command": format!("wc -c < {path}")}).to_string(),
+            "--task",
+            "big",
+        ],
+    );
+    let size: usize = parse_result(&out.stdout)["output"]
+        .as_str()
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        size > 150_000,
+        "the saved result holds the whole output ({size} bytes)"
+    );
 }

@@ -38,7 +38,10 @@ fn process(fleet: &Fleet, coordinator: &Proc, task: &str, args: Value) -> Value 
 
 /// A string to recognise a test's processes by in /proc.
 fn unique(label: &str) -> String {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
     format!("caduceus-it-{label}-{}-{nanos}", std::process::id())
 }
 
@@ -54,11 +57,28 @@ fn shell_state_persists_across_calls() {
     );
     assert_eq!(first["exit_code"], 0, "{first}");
     let pid = terminal(&fleet, &c, t, json!({"command": "echo $$"}))["output"].clone();
-    let result = terminal(&fleet, &c, t, json!({"command": "pwd; echo $PLAIN $EXPORTED; greet you; ll"}));
+    let result = terminal(
+        &fleet,
+        &c,
+        t,
+        json!({"command": "pwd; echo $PLAIN $EXPORTED; greet you; ll"}),
+    );
     assert_eq!(result["output"], "/usr\nplain exported\nhello you\naliased");
-    assert_eq!(terminal(&fleet, &c, t, json!({"command": "echo $$"}))["output"], pid, "one live shell");
+    assert_eq!(
+        terminal(&fleet, &c, t, json!({"command": "echo $$"}))["output"],
+        pid,
+        "one live shell"
+    );
     // Another task has its own shell.
-    assert_eq!(terminal(&fleet, &c, "other", json!({"command": "echo ${PLAIN:-unset}"}))["output"], "unset");
+    assert_eq!(
+        terminal(
+            &fleet,
+            &c,
+            "other",
+            json!({"command": "echo ${PLAIN:-unset}"})
+        )["output"],
+        "unset"
+    );
 }
 
 #[test]
@@ -69,10 +89,21 @@ fn a_timeout_kills_the_process_tree_and_the_next_call_works_in_the_same_cwd() {
     let mark = unique("tree");
     let started = Instant::now();
     // shell → bash (carrying the mark) → sleep: a grandchild of the shell.
-    let result = terminal(&fleet, &c, t, json!({"command": format!("bash -c 'sleep 3001 & wait; : {mark}'"), "timeout": 2}));
-    assert_eq!(result, json!({"output": "[Command timed out after 2s]", "exit_code": 124, "error": null}));
+    let result = terminal(
+        &fleet,
+        &c,
+        t,
+        json!({"command": format!("bash -c 'sleep 3001 & wait; : {mark}'"), "timeout": 2}),
+    );
+    assert_eq!(
+        result,
+        json!({"output": "[Command timed out after 2s]", "exit_code": 124, "error": null})
+    );
     assert!(started.elapsed() < Duration::from_secs(15));
-    assert!(wait_gone(&mark, Duration::from_secs(3)), "the command's process survived its timeout");
+    assert!(
+        wait_gone(&mark, Duration::from_secs(3)),
+        "the command's process survived its timeout"
+    );
     let after = terminal(&fleet, &c, t, json!({"command": "pwd"}));
     assert_eq!(after["output"], "/usr");
     assert_eq!(after["exit_code"], 0);
@@ -84,16 +115,33 @@ fn ten_megabytes_of_output_come_back_cut_in_bounded_memory() {
     let t = "big";
     terminal(&fleet, &c, t, json!({"command": "echo warm"}));
     let before = peak_rss_kib(worker.pid());
-    let result = terminal(&fleet, &c, t, json!({"command": "head -c 10000000 /dev/zero | tr '\\0' x; echo; echo END"}));
+    let result = terminal(
+        &fleet,
+        &c,
+        t,
+        json!({"command": "head -c 10000000 /dev/zero | tr '\\0' x; echo; echo END"}),
+    );
     let after = peak_rss_kib(worker.pid());
     let output = result["output"].as_str().unwrap();
-    assert_eq!(output.chars().count(), 50_000 - 1, "50,000 characters, the last newline trimmed");
-    assert!(output.contains("\n\n... [OUTPUT TRUNCATED - 9,950,"), "{}", &output[19_900..20_100]);
+    assert_eq!(
+        output.chars().count(),
+        50_000 - 1,
+        "50,000 characters, the last newline trimmed"
+    );
+    assert!(
+        output.contains("\n\n... [OUTPUT TRUNCATED - 9,950,"),
+        "{}",
+        &output[19_900..20_100]
+    );
     assert!(output.starts_with("xxxx") && output.ends_with("xxx\nEND"));
     assert_eq!(result["exit_code"], 0);
     eprintln!("peak RSS before {before} KiB, after {after} KiB");
     // The worker never held the 10 MB (nor a copy of it).
-    assert!(after - before < 6 * 1024, "peak RSS grew by {} KiB", after - before);
+    assert!(
+        after - before < 6 * 1024,
+        "peak RSS grew by {} KiB",
+        after - before
+    );
 }
 
 #[test]
@@ -118,7 +166,11 @@ fn stdin_readers_return_and_concurrent_calls_do_not_interleave() {
             .collect();
         for (i, handle) in handles.into_iter().enumerate() {
             let result = handle.join().unwrap();
-            assert_eq!(result["output"], format!("{i}-1\n{i}-2\n{i}-3\n{i}-4\n{i}-5"), "{result}");
+            assert_eq!(
+                result["output"],
+                format!("{i}-1\n{i}-2\n{i}-3\n{i}-4\n{i}-5"),
+                "{result}"
+            );
         }
     });
 }
@@ -126,14 +178,33 @@ fn stdin_readers_return_and_concurrent_calls_do_not_interleave() {
 #[test]
 fn exit_code_meaning_and_the_foreground_guard() {
     let (fleet, c, _w) = fleet("");
-    let result = terminal(&fleet, &c, "hints", json!({"command": "echo abc | grep -q xyz"}));
+    let result = terminal(
+        &fleet,
+        &c,
+        "hints",
+        json!({"command": "echo abc | grep -q xyz"}),
+    );
     assert_eq!(result["exit_code"], 1);
-    assert_eq!(result["exit_code_meaning"], "No matches found (not an error)");
+    assert_eq!(
+        result["exit_code_meaning"],
+        "No matches found (not an error)"
+    );
     let result = terminal(&fleet, &c, "hints", json!({"command": "npm run dev"}));
     assert_eq!(result["exit_code"], -1);
     assert_eq!(result["status"], "error");
-    assert!(result["error"].as_str().unwrap().contains("Run it with background=true"), "{result}");
-    let result = terminal(&fleet, &c, "hints", json!({"command": "sleep 1", "timeout": 900}));
+    assert!(
+        result["error"]
+            .as_str()
+            .unwrap()
+            .contains("Run it with background=true"),
+        "{result}"
+    );
+    let result = terminal(
+        &fleet,
+        &c,
+        "hints",
+        json!({"command": "sleep 1", "timeout": 900}),
+    );
     assert_eq!(
         result["error"],
         "Foreground timeout 900s exceeds the maximum of 600s. Use background=true with notify_on_complete=true for long-running commands."
@@ -144,7 +215,12 @@ fn exit_code_meaning_and_the_foreground_guard() {
 async fn background_processes_through_the_process_tool() {
     let (fleet, c, _w) = fleet("");
     let t = "bg";
-    terminal(&fleet, &c, t, json!({"command": "cd /usr && export GREETING=hi"}));
+    terminal(
+        &fleet,
+        &c,
+        t,
+        json!({"command": "cd /usr && export GREETING=hi"}),
+    );
     let started = terminal(
         &fleet,
         &c,
@@ -158,16 +234,46 @@ async fn background_processes_through_the_process_tool() {
     let poll = process(&fleet, &c, t, json!({"action": "poll", "session_id": id}));
     assert_eq!(poll["status"], "running");
     assert_eq!(poll["output_preview"], "start hi /usr\n");
-    assert_eq!(process(&fleet, &c, t, json!({"action": "write", "session_id": id, "data": "one\n"}))["bytes_written"], 4);
-    assert_eq!(process(&fleet, &c, t, json!({"action": "submit", "session_id": id, "data": "two"}))["status"], "ok");
+    assert_eq!(
+        process(
+            &fleet,
+            &c,
+            t,
+            json!({"action": "write", "session_id": id, "data": "one\n"})
+        )["bytes_written"],
+        4
+    );
+    assert_eq!(
+        process(
+            &fleet,
+            &c,
+            t,
+            json!({"action": "submit", "session_id": id, "data": "two"})
+        )["status"],
+        "ok"
+    );
     std::thread::sleep(Duration::from_millis(300));
     let log = process(&fleet, &c, t, json!({"action": "log", "session_id": id}));
     assert_eq!(log["output"], "start hi /usr\ngot one\ngot two");
-    assert_eq!(process(&fleet, &c, t, json!({"action": "close", "session_id": id}))["status"], "ok");
-    let wait = process(&fleet, &c, t, json!({"action": "wait", "session_id": id, "timeout": 20}));
+    assert_eq!(
+        process(&fleet, &c, t, json!({"action": "close", "session_id": id}))["status"],
+        "ok"
+    );
+    let wait = process(
+        &fleet,
+        &c,
+        t,
+        json!({"action": "wait", "session_id": id, "timeout": 20}),
+    );
     assert_eq!(wait["status"], "exited");
     assert_eq!(wait["exit_code"], 0);
-    assert!(wait["output"].as_str().unwrap().ends_with("got two\nclosed\n"), "{wait}");
+    assert!(
+        wait["output"]
+            .as_str()
+            .unwrap()
+            .ends_with("got two\nclosed\n"),
+        "{wait}"
+    );
 
     // A loop that never ends on its own: killed with its children.
     let mark = unique("loop");
@@ -181,29 +287,66 @@ async fn background_processes_through_the_process_tool() {
     std::thread::sleep(Duration::from_millis(700));
     assert!(process_alive_with(&mark));
     let list = process(&fleet, &c, t, json!({"action": "list"}));
-    let ids: Vec<&str> = list["processes"].as_array().unwrap().iter().map(|p| p["session_id"].as_str().unwrap()).collect();
+    let ids: Vec<&str> = list["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["session_id"].as_str().unwrap())
+        .collect();
     assert_eq!(ids, [id.as_str(), loop_id.as_str()]);
-    let kill = process(&fleet, &c, t, json!({"action": "kill", "session_id": loop_id}));
+    let kill = process(
+        &fleet,
+        &c,
+        t,
+        json!({"action": "kill", "session_id": loop_id}),
+    );
     assert_eq!(kill["status"], "killed");
     assert!(kill["output"].as_str().unwrap().starts_with("tick\n"));
-    assert!(wait_gone(&mark, Duration::from_secs(3)), "a killed background process left its children");
-    let poll = process(&fleet, &c, t, json!({"action": "poll", "session_id": loop_id}));
-    assert_eq!((poll["status"].as_str(), poll["exit_code"].as_i64()), (Some("exited"), Some(-15)));
+    assert!(
+        wait_gone(&mark, Duration::from_secs(3)),
+        "a killed background process left its children"
+    );
+    let poll = process(
+        &fleet,
+        &c,
+        t,
+        json!({"action": "poll", "session_id": loop_id}),
+    );
+    assert_eq!(
+        (poll["status"].as_str(), poll["exit_code"].as_i64()),
+        (Some("exited"), Some(-15))
+    );
 
     // Releasing the environment stops what still runs in it.
     let mark = unique("release");
-    terminal(&fleet, &c, t, json!({"command": format!("bash -c 'sleep 3003 & wait; : {mark}'"), "background": true}));
+    terminal(
+        &fleet,
+        &c,
+        t,
+        json!({"command": format!("bash -c 'sleep 3003 & wait; : {mark}'"), "background": true}),
+    );
     std::thread::sleep(Duration::from_millis(500));
     assert!(process_alive_with(&mark));
-    let channel = tonic::transport::Endpoint::from_shared(c.url()).unwrap().connect().await.unwrap();
+    let channel = tonic::transport::Endpoint::from_shared(c.url())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
     let token: MetadataValue<_> = bearer(&fleet.token).parse().unwrap();
     let mut control = ControlClient::with_interceptor(channel, move |mut req: Request<()>| {
         req.metadata_mut().insert("authorization", token.clone());
         Ok(req)
     });
-    let released = control.release_environment(ReleaseEnvironmentRequest { task_id: t.into() }).await.unwrap().into_inner();
+    let released = control
+        .release_environment(ReleaseEnvironmentRequest { task_id: t.into() })
+        .await
+        .unwrap()
+        .into_inner();
     assert!(released.released);
-    assert!(wait_gone(&mark, Duration::from_secs(5)), "a background process outlived its environment");
+    assert!(
+        wait_gone(&mark, Duration::from_secs(5)),
+        "a background process outlived its environment"
+    );
     let gone = process(&fleet, &c, t, json!({"action": "poll", "session_id": id}));
     assert_eq!(gone["status"], "not_found");
 }
@@ -212,31 +355,70 @@ async fn background_processes_through_the_process_tool() {
 fn the_reaper_ends_idle_environments_but_not_ones_with_live_background_processes() {
     let (fleet, c, _w) = fleet("terminal:\n  lifetime_seconds: 2\n  reap_interval_seconds: 1\n");
     terminal(&fleet, &c, "idle", json!({"command": "echo hi"}));
-    let started = terminal(&fleet, &c, "busy", json!({"command": "sleep 60", "background": true}));
+    let started = terminal(
+        &fleet,
+        &c,
+        "busy",
+        json!({"command": "sleep 60", "background": true}),
+    );
     let id = started["session_id"].as_str().unwrap().to_owned();
     let tasks = |fleet: &Fleet| -> Vec<(String, u64)> {
         let mut envs: Vec<(String, u64)> = fleet
             .environments(&c, "w")
             .iter()
-            .map(|e| (e["task_id"].as_str().unwrap().to_owned(), e["background_processes"].as_u64().unwrap()))
+            .map(|e| {
+                (
+                    e["task_id"].as_str().unwrap().to_owned(),
+                    e["background_processes"].as_u64().unwrap(),
+                )
+            })
             .collect();
         envs.sort();
         envs
     };
-    assert_eq!(tasks(&fleet).iter().map(|(t, _)| t.as_str()).collect::<Vec<_>>(), ["busy", "idle"]);
+    assert_eq!(
+        tasks(&fleet)
+            .iter()
+            .map(|(t, _)| t.as_str())
+            .collect::<Vec<_>>(),
+        ["busy", "idle"]
+    );
     let deadline = Instant::now() + Duration::from_secs(15);
     while tasks(&fleet).iter().any(|(t, _)| t == "idle") {
-        assert!(Instant::now() < deadline, "the idle environment was never reaped");
+        assert!(
+            Instant::now() < deadline,
+            "the idle environment was never reaped"
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
     std::thread::sleep(Duration::from_secs(3));
-    assert_eq!(tasks(&fleet), [("busy".to_owned(), 1)], "an environment with a live background process was reaped");
-    assert_eq!(process(&fleet, &c, "busy", json!({"action": "poll", "session_id": id}))["status"], "running");
+    assert_eq!(
+        tasks(&fleet),
+        [("busy".to_owned(), 1)],
+        "an environment with a live background process was reaped"
+    );
+    assert_eq!(
+        process(
+            &fleet,
+            &c,
+            "busy",
+            json!({"action": "poll", "session_id": id})
+        )["status"],
+        "running"
+    );
     // Once the process is gone, the environment idles out too.
-    process(&fleet, &c, "busy", json!({"action": "kill", "session_id": id}));
+    process(
+        &fleet,
+        &c,
+        "busy",
+        json!({"action": "kill", "session_id": id}),
+    );
     let deadline = Instant::now() + Duration::from_secs(15);
     while !tasks(&fleet).is_empty() {
-        assert!(Instant::now() < deadline, "the environment was not reaped after its process ended");
+        assert!(
+            Instant::now() < deadline,
+            "the environment was not reaped after its process ended"
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
 }
@@ -256,19 +438,42 @@ fn secrets_of_the_worker_never_reach_the_sandbox() {
         ],
     );
     let names = |output: &str| -> Vec<String> {
-        output.lines().filter_map(|l| l.split_once('=').map(|(k, _)| k.to_owned())).collect()
+        output
+            .lines()
+            .filter_map(|l| l.split_once('=').map(|(k, _)| k.to_owned()))
+            .collect()
     };
     let result = terminal(&fleet, &c, "hygiene", json!({"command": "env"}));
     let seen = names(result["output"].as_str().unwrap());
-    for secret in ["CADUCEUS_TOKEN", "OPENAI_API_KEY", "MY_SECRET", "GH_TOKEN", "SUDO_PASSWORD"] {
-        assert!(!seen.iter().any(|n| n == secret), "{secret} reached the sandbox");
+    for secret in [
+        "CADUCEUS_TOKEN",
+        "OPENAI_API_KEY",
+        "MY_SECRET",
+        "GH_TOKEN",
+        "SUDO_PASSWORD",
+    ] {
+        assert!(
+            !seen.iter().any(|n| n == secret),
+            "{secret} reached the sandbox"
+        );
     }
-    assert!(seen.iter().any(|n| n == "MY_PASSTHROUGH_TOKEN"), "the allowlisted variable is missing: {seen:?}");
+    assert!(
+        seen.iter().any(|n| n == "MY_PASSTHROUGH_TOKEN"),
+        "the allowlisted variable is missing: {seen:?}"
+    );
     assert!(seen.iter().any(|n| n == "HARMLESS_SETTING"));
     // Values never show either, whatever prints them.
-    let dump = terminal(&fleet, &c, "hygiene", json!({"command": "cat /proc/$$/environ | tr '\\0' '\\n'; set"}));
+    let dump = terminal(
+        &fleet,
+        &c,
+        "hygiene",
+        json!({"command": "cat /proc/$$/environ | tr '\\0' '\\n'; set"}),
+    );
     let dump = dump["output"].as_str().unwrap();
-    assert!(!dump.contains("should-not-leak") && !dump.contains("shouldnotleak"), "a secret value leaked");
+    assert!(
+        !dump.contains("should-not-leak") && !dump.contains("shouldnotleak"),
+        "a secret value leaked"
+    );
     // Background processes get the same environment.
     let started = terminal(
         &fleet,
@@ -276,7 +481,18 @@ fn secrets_of_the_worker_never_reach_the_sandbox() {
         "hygiene",
         json!({"command": "env | grep -E '^(MY_PASSTHROUGH_TOKEN|GH_TOKEN|OPENAI_API_KEY|MY_SECRET)='; true", "background": true}),
     );
-    let wait = process(&fleet, &c, "hygiene", json!({"action": "wait", "session_id": started["session_id"], "timeout": 20}));
+    let wait = process(
+        &fleet,
+        &c,
+        "hygiene",
+        json!({"action": "wait", "session_id": started["session_id"], "timeout": 20}),
+    );
     let seen = names(wait["output"].as_str().unwrap());
-    assert!(seen.iter().any(|n| n == "MY_PASSTHROUGH_TOKEN") && !seen.iter().any(|n| n == "GH_TOKEN" || n == "OPENAI_API_KEY"), "{seen:?}");
+    assert!(
+        seen.iter().any(|n| n == "MY_PASSTHROUGH_TOKEN")
+            && !seen
+                .iter()
+                .any(|n| n == "GH_TOKEN" || n == "OPENAI_API_KEY"),
+        "{seen:?}"
+    );
 }

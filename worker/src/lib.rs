@@ -64,7 +64,9 @@ impl Default for WorkerConfig {
             labels: HashMap::new(),
             backends: vec!["local".to_owned()],
             capacity: 16,
-            local_cwd: std::env::current_dir().map(|p| p.display().to_string()).unwrap_or_else(|_| "/".to_owned()),
+            local_cwd: std::env::current_dir()
+                .map(|p| p.display().to_string())
+                .unwrap_or_else(|_| "/".to_owned()),
             tools: ToolSettings::default(),
             shell_env: Vec::new(),
             shell_init: Vec::new(),
@@ -90,7 +92,7 @@ pub struct Worker {
 
 impl Worker {
     pub fn new(config: WorkerConfig) -> Arc<Self> {
-        let (backends, refused) = Backends::new(&config.backends, config.local_cwd.clone());
+        let (backends, refused) = Backends::new(&config.backends, &config.local_cwd);
         for reason in refused {
             tracing::warn!("{reason}");
         }
@@ -153,7 +155,11 @@ impl Worker {
         Heartbeat {
             running_calls: u32::try_from(running).unwrap_or(u32::MAX),
             environments: self.envs.infos(),
-            backends: if self.draining.load(Ordering::Relaxed) { Vec::new() } else { self.envs.backends().available() },
+            backends: if self.draining.load(Ordering::Relaxed) {
+                Vec::new()
+            } else {
+                self.envs.backends().available()
+            },
         }
     }
 
@@ -167,7 +173,12 @@ impl Worker {
 
     /// Cancels one running call (its command's process tree is stopped).
     pub fn cancel(&self, call_id: &str) -> bool {
-        match self.calls.lock().ok().and_then(|calls| calls.get(call_id).cloned()) {
+        match self
+            .calls
+            .lock()
+            .ok()
+            .and_then(|calls| calls.get(call_id).cloned())
+        {
             Some(token) => {
                 token.cancel();
                 true
@@ -204,13 +215,25 @@ impl Worker {
         }
     }
 
-    async fn execute(&self, call: &RunCall, cancel: CancellationToken, output: Option<OutputSink>) -> String {
+    async fn execute(
+        &self,
+        call: &RunCall,
+        cancel: CancellationToken,
+        output: Option<OutputSink>,
+    ) -> String {
         if self.draining.load(Ordering::Relaxed) {
-            return tool_error(format!("worker '{}' is draining and takes no new calls", self.config.name));
+            return tool_error(format!(
+                "worker '{}' is draining and takes no new calls",
+                self.config.name
+            ));
         }
         let args: Map<String, Value> = match serde_json::from_str(&call.arguments_json) {
             Ok(Value::Object(map)) => map,
-            _ => return tool_error("Invalid tool arguments: the worker received arguments that are not a JSON object"),
+            _ => {
+                return tool_error(
+                    "Invalid tool arguments: the worker received arguments that are not a JSON object",
+                );
+            }
         };
         if call.tool == "process" {
             // The process tool never creates an environment: it finds the
@@ -224,14 +247,25 @@ impl Worker {
             };
             let result = tools::process::run(&self.config.tools, process_call).await;
             let env = self.envs.get(&call.task_id);
-            return tools::cap_if_needed(env.as_deref(), &call.call_id, result, call.result_cap_chars).await;
+            return tools::cap_if_needed(
+                env.as_deref(),
+                &call.call_id,
+                result,
+                call.result_cap_chars,
+            )
+            .await;
         }
         let spec = call.environment.clone().unwrap_or_default();
         let env = if spec.backend.is_empty() {
             // Only an existing environment (result persistence must not create one).
             match self.envs.get(&call.task_id) {
                 Some(env) => env,
-                None => return tool_error(format!("task '{}' has no environment on worker '{}'", call.task_id, self.config.name)),
+                None => {
+                    return tool_error(format!(
+                        "task '{}' has no environment on worker '{}'",
+                        call.task_id, self.config.name
+                    ));
+                }
             }
         } else {
             let request = backends::CreateRequest {
@@ -243,7 +277,12 @@ impl Worker {
             };
             match self.envs.get_or_create(&spec.backend, &request).await {
                 Ok(env) => env,
-                Err(err) => return tool_error(format!("Could not create the environment for task '{}': {err}", call.task_id)),
+                Err(err) => {
+                    return tool_error(format!(
+                        "Could not create the environment for task '{}': {err}",
+                        call.task_id
+                    ));
+                }
             }
         };
         let _running = env.begin_call();

@@ -5,7 +5,10 @@
 use std::fmt;
 use std::pin::Pin;
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
+use caduceus_files::FileSystem;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 pub type BoxedReader = Pin<Box<dyn AsyncRead + Send>>;
@@ -85,7 +88,15 @@ pub trait Sandbox: Send + Sync + fmt::Debug {
     async fn spawn(&self, spec: SpawnSpec) -> Result<SpawnedProcess, SandboxError>;
     /// Signals the descendants of `pid` (and `pid` itself when `include_root`),
     /// parents first, so that a command's whole process tree stops.
-    async fn signal_tree(&self, pid: u32, signal: StopSignal, include_root: bool) -> Result<(), SandboxError>;
+    async fn signal_tree(
+        &self,
+        pid: u32,
+        signal: StopSignal,
+        include_root: bool,
+    ) -> Result<(), SandboxError>;
+    /// File access inside the sandbox, for the file tools (one round trip per
+    /// call where the backend allows).
+    fn files(&self) -> Arc<dyn FileSystem>;
     /// The directory for temporary files inside the sandbox (no trailing slash).
     fn temp_dir(&self) -> String;
     /// The home directory inside the sandbox.

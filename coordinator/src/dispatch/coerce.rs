@@ -110,7 +110,10 @@ fn normalize_container(value: &mut Value, schema: &Value) {
             }
         }
         Value::Object(fields) => {
-            if let Some(props) = branch_with(schema, "properties").and_then(|s| s.get("properties")).and_then(Value::as_object) {
+            if let Some(props) = branch_with(schema, "properties")
+                .and_then(|s| s.get("properties"))
+                .and_then(Value::as_object)
+            {
                 for (key, prop_schema) in props {
                     if let Some(field) = fields.get_mut(key) {
                         coerce_value(field, prop_schema);
@@ -161,8 +164,12 @@ fn coerce_string(text: &str, schema: &Value, types: &[String]) -> Option<Value> 
                 "false" => Some(Value::Bool(false)),
                 _ => None,
             },
-            "array" => serde_json::from_str::<Value>(text).ok().filter(Value::is_array),
-            "object" => serde_json::from_str::<Value>(text).ok().filter(Value::is_object),
+            "array" => serde_json::from_str::<Value>(text)
+                .ok()
+                .filter(Value::is_array),
+            "object" => serde_json::from_str::<Value>(text)
+                .ok()
+                .filter(Value::is_object),
             "null" if text.trim().eq_ignore_ascii_case("null") => Some(Value::Null),
             // A string is already a string: the union stops here.
             "string" => return None,
@@ -223,7 +230,11 @@ fn scalar_fits(value: &Value, ty: &str) -> bool {
 fn declared_types(schema: &Value) -> Vec<String> {
     match schema.get("type") {
         Some(Value::String(t)) => vec![t.clone()],
-        Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).map(str::to_owned).collect(),
+        Some(Value::Array(ts)) => ts
+            .iter()
+            .filter_map(Value::as_str)
+            .map(str::to_owned)
+            .collect(),
         _ => Vec::new(),
     }
 }
@@ -243,14 +254,20 @@ fn accepts_type(schema: &Value, kind: &str) -> bool {
 
 /// hermes' `_schema_allows_null`.
 fn allows_null(schema: &Value) -> bool {
-    if declared_types(schema).iter().any(|t| t == "null") || schema.get("nullable") == Some(&Value::Bool(true)) {
+    if declared_types(schema).iter().any(|t| t == "null")
+        || schema.get("nullable") == Some(&Value::Bool(true))
+    {
         return true;
     }
     ["anyOf", "oneOf"].iter().any(|union| {
         schema
             .get(*union)
             .and_then(Value::as_array)
-            .is_some_and(|branches| branches.iter().any(|b| b.get("type").and_then(Value::as_str) == Some("null")))
+            .is_some_and(|branches| {
+                branches
+                    .iter()
+                    .any(|b| b.get("type").and_then(Value::as_str) == Some("null"))
+            })
     })
 }
 

@@ -1,34 +1,69 @@
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use super::*;
 
 fn coerce(args: Value, parameters: Value) -> Value {
-    let mut map: Map<String, Value> = args.as_object().cloned().unwrap_or_default();
+    let Value::Object(mut map) = args else {
+        panic!("arguments must be an object")
+    };
     coerce_arguments(&mut map, &parameters);
+    drop(parameters);
     Value::Object(map)
 }
 
 fn params(props: Value) -> Value {
-    json!({"type": "object", "properties": props})
+    let mut schema = json!({"type": "object"});
+    schema["properties"] = props;
+    schema
 }
 
 #[test]
 fn hermes_samples() {
     // integer "3.5" stays a string; number "inf" stays a string.
-    assert_eq!(coerce(json!({"n": "3.5"}), params(json!({"n": {"type": "integer"}}))), json!({"n": "3.5"}));
-    assert_eq!(coerce(json!({"x": "inf"}), params(json!({"x": {"type": "number"}}))), json!({"x": "inf"}));
-    assert_eq!(coerce(json!({"x": "nan"}), params(json!({"x": {"type": "number"}}))), json!({"x": "nan"}));
+    assert_eq!(
+        coerce(
+            json!({"n": "3.5"}),
+            params(json!({"n": {"type": "integer"}}))
+        ),
+        json!({"n": "3.5"})
+    );
+    assert_eq!(
+        coerce(
+            json!({"x": "inf"}),
+            params(json!({"x": {"type": "number"}}))
+        ),
+        json!({"x": "inf"})
+    );
+    assert_eq!(
+        coerce(
+            json!({"x": "nan"}),
+            params(json!({"x": {"type": "number"}}))
+        ),
+        json!({"x": "nan"})
+    );
     // array "https://a.com" -> ["https://a.com"]
     assert_eq!(
-        coerce(json!({"urls": "https://a.com"}), params(json!({"urls": {"type": "array", "items": {"type": "string"}}}))),
+        coerce(
+            json!({"urls": "https://a.com"}),
+            params(json!({"urls": {"type": "array", "items": {"type": "string"}}}))
+        ),
         json!({"urls": ["https://a.com"]})
     );
     // nullable "null" -> null
     assert_eq!(
-        coerce(json!({"v": "null"}), params(json!({"v": {"type": ["string", "null"]}}))),
+        coerce(
+            json!({"v": "null"}),
+            params(json!({"v": {"type": ["string", "null"]}}))
+        ),
         json!({"v": null})
     );
-    assert_eq!(coerce(json!({"v": " NULL "}), params(json!({"v": {"type": "integer", "nullable": true}}))), json!({"v": null}));
+    assert_eq!(
+        coerce(
+            json!({"v": " NULL "}),
+            params(json!({"v": {"type": "integer", "nullable": true}}))
+        ),
+        json!({"v": null})
+    );
 }
 
 #[test]
@@ -37,18 +72,30 @@ fn scalars() {
         "i": {"type": "integer"}, "f": {"type": "number"}, "b": {"type": "boolean"}, "s": {"type": "string"}
     }));
     assert_eq!(
-        coerce(json!({"i": "42", "f": "2.5", "b": " TRUE ", "s": "7"}), p.clone()),
+        coerce(
+            json!({"i": "42", "f": "2.5", "b": " TRUE ", "s": "7"}),
+            p.clone()
+        ),
         json!({"i": 42, "f": 2.5, "b": true, "s": "7"})
     );
-    assert_eq!(coerce(json!({"i": "1e3", "f": "3", "b": "false"}), p.clone()), json!({"i": 1000, "f": 3, "b": false}));
+    assert_eq!(
+        coerce(json!({"i": "1e3", "f": "3", "b": "false"}), p.clone()),
+        json!({"i": 1000, "f": 3, "b": false})
+    );
     // Not convertible: kept as given, the tool reports it.
-    assert_eq!(coerce(json!({"i": "many", "b": "yes"}), p), json!({"i": "many", "b": "yes"}));
+    assert_eq!(
+        coerce(json!({"i": "many", "b": "yes"}), p),
+        json!({"i": "many", "b": "yes"})
+    );
 }
 
 #[test]
 fn large_integers_stay_exact() {
     let p = params(json!({"i": {"type": "integer"}}));
-    assert_eq!(coerce(json!({"i": "9007199254740993"}), p), json!({"i": 9007199254740993_i64}));
+    assert_eq!(
+        coerce(json!({"i": "9007199254740993"}), p),
+        json!({"i": 9007199254740993_i64})
+    );
 }
 
 #[test]
@@ -66,7 +113,10 @@ fn json_text_becomes_containers() {
         "a": {"type": "array", "items": {"type": "integer"}},
         "o": {"type": "object", "properties": {"k": {"type": "boolean"}}}
     }));
-    assert_eq!(coerce(json!({"a": "[1, \"2\"]", "o": "{\"k\": \"true\"}"}), p), json!({"a": [1, 2], "o": {"k": true}}));
+    assert_eq!(
+        coerce(json!({"a": "[1, \"2\"]", "o": "{\"k\": \"true\"}"}), p),
+        json!({"a": [1, 2], "o": {"k": true}})
+    );
 }
 
 #[test]
@@ -114,7 +164,10 @@ fn native_containers_with_json_string_items() {
         "tasks": {"type": "array", "items": {"type": "object", "properties": {"goal": {"type": "string"}, "n": {"type": "integer"}}}}
     }));
     assert_eq!(
-        coerce(json!({"tasks": ["{\"goal\": \"x\", \"n\": \"4\"}", {"goal": "y", "n": "5"}]}), p),
+        coerce(
+            json!({"tasks": ["{\"goal\": \"x\", \"n\": \"4\"}", {"goal": "y", "n": "5"}]}),
+            p
+        ),
         json!({"tasks": [{"goal": "x", "n": 4}, {"goal": "y", "n": 5}]})
     );
 }
@@ -124,7 +177,10 @@ fn any_of_branches_are_followed() {
     let p = params(json!({
         "v": {"anyOf": [{"type": "array", "items": {"type": "integer"}}, {"type": "null"}]}
     }));
-    assert_eq!(coerce(json!({"v": "[\"1\", 2]"}), p.clone()), json!({"v": [1, 2]}));
+    assert_eq!(
+        coerce(json!({"v": "[\"1\", 2]"}), p.clone()),
+        json!({"v": [1, 2]})
+    );
     assert_eq!(coerce(json!({"v": "null"}), p), json!({"v": null}));
 }
 
@@ -163,7 +219,13 @@ fn null_and_empty_optionals_are_omitted() {
         json!({"command": "ls", "maybe": null})
     );
     // An empty free-text string is a real value (patch's new_string deletes text).
-    assert_eq!(coerce(json!({"command": "ls", "workdir": ""}), parameters.clone()), json!({"command": "ls", "workdir": ""}));
+    assert_eq!(
+        coerce(json!({"command": "ls", "workdir": ""}), parameters.clone()),
+        json!({"command": "ls", "workdir": ""})
+    );
     // Required arguments are never dropped: the tool reports them.
-    assert_eq!(coerce(json!({"command": null}), parameters), json!({"command": null}));
+    assert_eq!(
+        coerce(json!({"command": null}), parameters),
+        json!({"command": null})
+    );
 }

@@ -47,13 +47,18 @@ struct Recorder {
 impl ToolHook for Recorder {
     async fn pre_tool_call(&self, call: &PreToolCall<'_>) -> HookDecision {
         match &self.block {
-            Some(tool) if tool == call.tool => HookDecision::Block { message: format!("{tool} is not allowed here") },
+            Some(tool) if tool == call.tool => HookDecision::Block {
+                message: format!("{tool} is not allowed here"),
+            },
             _ => HookDecision::Continue,
         }
     }
 
     async fn post_tool_call(&self, call: &PostToolCall<'_>) {
-        self.seen.lock().unwrap().push((call.tool.to_owned(), call.status));
+        self.seen
+            .lock()
+            .unwrap()
+            .push((call.tool.to_owned(), call.status));
     }
 }
 
@@ -63,17 +68,53 @@ async fn dispatcher(hook: Option<Arc<Recorder>>) -> Dispatcher {
         "description": "echo",
         "parameters": {"type": "object", "properties": {"n": {"type": "integer"}, "flag": {"type": "boolean"}, "opt": {"type": "integer"}}, "required": ["n"]}
     });
-    reg.register(ToolEntry::new("echo_args", "test", echo_schema, Handler::Local(Arc::new(Echo))), false).unwrap();
-    reg.register(ToolEntry::new("explode", "test", json!({"description": "x"}), Handler::Local(Arc::new(Panics))), false).unwrap();
-    reg.register(ToolEntry::new("big", "test", json!({"description": "x"}), Handler::Local(Arc::new(Big))), false).unwrap();
+    reg.register(
+        ToolEntry::new(
+            "echo_args",
+            "test",
+            echo_schema,
+            Handler::Local(Arc::new(Echo)),
+        ),
+        false,
+    )
+    .unwrap();
+    reg.register(
+        ToolEntry::new(
+            "explode",
+            "test",
+            json!({"description": "x"}),
+            Handler::Local(Arc::new(Panics)),
+        ),
+        false,
+    )
+    .unwrap();
+    reg.register(
+        ToolEntry::new(
+            "big",
+            "test",
+            json!({"description": "x"}),
+            Handler::Local(Arc::new(Big)),
+        ),
+        false,
+    )
+    .unwrap();
     let (registry, _) = RegistryHandle::start(reg).await.unwrap();
     let (scheduler, _) = SchedulerHandle::start(
         registry.clone(),
-        SchedulerConfig { coordinator_id: "c".into(), heartbeat_interval: Duration::from_secs(5), notices: None },
+        SchedulerConfig {
+            coordinator_id: "c".into(),
+            heartbeat_interval: Duration::from_secs(5),
+            notices: None,
+        },
     )
     .await
     .unwrap();
-    let mut d = Dispatcher::new(registry, scheduler, Arc::new(OpenGate), DispatchConfig::default());
+    let mut d = Dispatcher::new(
+        registry,
+        scheduler,
+        Arc::new(OpenGate),
+        DispatchConfig::default(),
+    );
     if let Some(hook) = hook {
         d.add_hook(hook);
     }
@@ -81,7 +122,14 @@ async fn dispatcher(hook: Option<Arc<Recorder>>) -> Dispatcher {
 }
 
 fn request(tool: &str, args: &str) -> CallRequest {
-    CallRequest { tool: tool.into(), arguments: RawArguments::Text(args.into()), ctx: CallContext { task_id: "t".into(), ..CallContext::default() } }
+    CallRequest {
+        tool: tool.into(),
+        arguments: RawArguments::Text(args.into()),
+        ctx: CallContext {
+            task_id: "t".into(),
+            ..CallContext::default()
+        },
+    }
 }
 
 fn parsed(result: &str) -> Value {
@@ -93,7 +141,11 @@ async fn invalid_arguments_run_nothing() {
     let d = dispatcher(None).await;
     for bad in ["{not json", "[1,2]", "\"text\"", "42"] {
         let out = d.call(request("echo_args", bad)).await;
-        assert_eq!(parsed(&out.result), json!({"error": "Invalid tool arguments", "message": "Tool arguments must be a valid JSON object; tool was not executed."}), "{bad}");
+        assert_eq!(
+            parsed(&out.result),
+            json!({"error": "Invalid tool arguments", "message": "Tool arguments must be a valid JSON object; tool was not executed."}),
+            "{bad}"
+        );
         assert_eq!(out.status, CallStatus::Error);
     }
 }
@@ -101,7 +153,12 @@ async fn invalid_arguments_run_nothing() {
 #[tokio::test]
 async fn arguments_are_coerced_before_the_tool_runs() {
     let d = dispatcher(None).await;
-    let out = d.call(request("echo_args", r#"{"n": "7", "flag": "TRUE", "opt": null}"#)).await;
+    let out = d
+        .call(request(
+            "echo_args",
+            r#"{"n": "7", "flag": "TRUE", "opt": null}"#,
+        ))
+        .await;
     assert_eq!(parsed(&out.result), json!({"n": 7, "flag": true}));
     assert_eq!(out.status, CallStatus::Ok);
 }
@@ -119,8 +176,14 @@ async fn unknown_tools_list_the_available_ones() {
     let d = dispatcher(None).await;
     let out = d.call(request("launch_rocket", "{}")).await;
     let error = parsed(&out.result)["error"].as_str().unwrap().to_owned();
-    assert!(error.starts_with("Tool 'launch_rocket' does not exist. Available tools: "), "{error}");
-    assert!(error.contains("echo_args") && error.contains("todo"), "{error}");
+    assert!(
+        error.starts_with("Tool 'launch_rocket' does not exist. Available tools: "),
+        "{error}"
+    );
+    assert!(
+        error.contains("echo_args") && error.contains("todo"),
+        "{error}"
+    );
     // Worker tools are not available without a worker, so they are not offered.
     assert!(!error.contains("terminal"), "{error}");
 }
@@ -128,16 +191,24 @@ async fn unknown_tools_list_the_available_ones() {
 #[tokio::test]
 async fn worker_tools_without_a_worker_say_how_to_fix_it() {
     let d = dispatcher(None).await;
-    let out = d.call(request("terminal", r#"{"command": "echo hi"}"#)).await;
+    let out = d
+        .call(request("terminal", r#"{"command": "echo hi"}"#))
+        .await;
     let error = parsed(&out.result)["error"].as_str().unwrap().to_owned();
-    assert!(error.contains("no attached worker offers the 'local' backend"), "{error}");
+    assert!(
+        error.contains("no attached worker offers the 'local' backend"),
+        "{error}"
+    );
 }
 
 #[tokio::test]
 async fn agent_loop_tools_are_intercepted() {
     let d = dispatcher(None).await;
     let out = d.call(request("todo", "{}")).await;
-    assert_eq!(parsed(&out.result), json!({"error": "todo must be handled by the agent loop"}));
+    assert_eq!(
+        parsed(&out.result),
+        json!({"error": "todo must be handled by the agent loop"})
+    );
 }
 
 #[tokio::test]
@@ -148,34 +219,66 @@ async fn a_panicking_tool_becomes_a_sanitized_error() {
     assert!(error.starts_with("[TOOL_ERROR] "), "{error}");
     assert_eq!(out.status, CallStatus::Error);
     // The pipeline survives.
-    assert_eq!(parsed(&d.call(request("echo_args", r#"{"n": 2}"#)).await.result), json!({"n": 2}));
+    assert_eq!(
+        parsed(&d.call(request("echo_args", r#"{"n": 2}"#)).await.result),
+        json!({"n": 2})
+    );
 }
 
 #[tokio::test]
 async fn hooks_block_and_observe() {
-    let hook = Arc::new(Recorder { block: Some("echo_args".into()), ..Recorder::default() });
+    let hook = Arc::new(Recorder {
+        block: Some("echo_args".into()),
+        ..Recorder::default()
+    });
     let d = dispatcher(Some(hook.clone())).await;
     let out = d.call(request("echo_args", r#"{"n": 1}"#)).await;
-    assert_eq!(parsed(&out.result), json!({"error": "echo_args is not allowed here"}));
+    assert_eq!(
+        parsed(&out.result),
+        json!({"error": "echo_args is not allowed here"})
+    );
     assert_eq!(out.status, CallStatus::Blocked);
     d.call(request("big", "{}")).await;
     let seen = hook.seen.lock().unwrap().clone();
-    assert_eq!(seen, [("echo_args".to_owned(), CallStatus::Blocked), ("big".to_owned(), CallStatus::Ok)]);
+    assert_eq!(
+        seen,
+        [
+            ("echo_args".to_owned(), CallStatus::Blocked),
+            ("big".to_owned(), CallStatus::Ok)
+        ]
+    );
 }
 
 #[tokio::test]
 async fn large_local_results_without_an_environment_are_previewed() {
     let d = dispatcher(None).await;
     let out = d.call(request("big", "{}")).await;
-    assert!(out.result.len() < 5_000, "the model gets a preview, not 150,000 chars");
-    assert!(out.result.contains("Full output could not be saved to sandbox"), "{}", &out.result[..200]);
+    assert!(
+        out.result.len() < 5_000,
+        "the model gets a preview, not 150,000 chars"
+    );
+    assert!(
+        out.result
+            .contains("Full output could not be saved to sandbox"),
+        "{}",
+        &out.result[..200]
+    );
 }
 
 #[test]
 fn status_classification() {
-    assert_eq!(status_of(r#"{"output": "x", "error": null}"#), CallStatus::Ok);
+    assert_eq!(
+        status_of(r#"{"output": "x", "error": null}"#),
+        CallStatus::Ok
+    );
     assert_eq!(status_of(r#"{"error": "boom"}"#), CallStatus::Error);
-    assert_eq!(status_of(r#"{"error": "x", "status": "blocked"}"#), CallStatus::Blocked);
-    assert_eq!(status_of(r#"{"status": "pending_approval", "error": null}"#), CallStatus::PendingApproval);
+    assert_eq!(
+        status_of(r#"{"error": "x", "status": "blocked"}"#),
+        CallStatus::Blocked
+    );
+    assert_eq!(
+        status_of(r#"{"status": "pending_approval", "error": null}"#),
+        CallStatus::PendingApproval
+    );
     assert_eq!(status_of("plain text"), CallStatus::Ok);
 }

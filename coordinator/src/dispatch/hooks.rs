@@ -13,7 +13,9 @@ use super::{CallContext, CallStatus};
 pub enum HookDecision {
     Continue,
     /// The call does not run; the model reads `{"error": message}`.
-    Block { message: String },
+    Block {
+        message: String,
+    },
 }
 
 /// The call as the hook sees it, after parsing, name repair and coercion.

@@ -141,8 +141,19 @@ pub struct Dispatcher {
 }
 
 impl Dispatcher {
-    pub fn new(registry: RegistryHandle, scheduler: SchedulerHandle, gate: Arc<dyn Gate>, config: DispatchConfig) -> Self {
-        Dispatcher { registry, scheduler, gate, hooks: Vec::new(), config }
+    pub fn new(
+        registry: RegistryHandle,
+        scheduler: SchedulerHandle,
+        gate: Arc<dyn Gate>,
+        config: DispatchConfig,
+    ) -> Self {
+        Dispatcher {
+            registry,
+            scheduler,
+            gate,
+            hooks: Vec::new(),
+            config,
+        }
     }
 
     pub fn add_hook(&mut self, hook: Arc<dyn ToolHook>) {
@@ -167,11 +178,23 @@ impl Dispatcher {
     }
 
     /// Like [`call`](Self::call), forwarding live output chunks of worker tools.
-    pub async fn call_streaming(&self, request: CallRequest, output: Option<mpsc::Sender<Bytes>>) -> CallOutcome {
+    pub async fn call_streaming(
+        &self,
+        request: CallRequest,
+        output: Option<mpsc::Sender<Bytes>>,
+    ) -> CallOutcome {
         let started = Instant::now();
         let snapshot = self.registry.snapshot();
-        let CallRequest { tool, arguments, ctx } = request;
-        let finish = |tool: String, result: String, status: CallStatus, worker: Option<String>, args: Option<Map<String, Value>>| CallOutcome {
+        let CallRequest {
+            tool,
+            arguments,
+            ctx,
+        } = request;
+        let finish = |tool: String,
+                      result: String,
+                      status: CallStatus,
+                      worker: Option<String>,
+                      args: Option<Map<String, Value>>| CallOutcome {
             tool,
             result,
             status,
@@ -182,7 +205,13 @@ impl Dispatcher {
 
         // 1. Arguments must be a JSON object; nothing runs otherwise.
         let Some(mut args) = parse_arguments(&arguments) else {
-            return finish(tool, invalid_arguments_result(), CallStatus::Error, None, None);
+            return finish(
+                tool,
+                invalid_arguments_result(),
+                CallStatus::Error,
+                None,
+                None,
+            );
         };
 
         // 2. Resolve (and repair) the name among the tools this caller may use.
@@ -199,23 +228,46 @@ impl Dispatcher {
 
         // 4. Agent-loop tools are the loop's business.
         if matches!(entry.handler, Handler::AgentLoop) && !ctx.from_agent_loop {
-            let result = json!({"error": format!("{name} must be handled by the agent loop")}).to_string();
+            let result =
+                json!({"error": format!("{name} must be handled by the agent loop")}).to_string();
             return finish(name, result, CallStatus::Error, None, Some(args));
         }
 
         // 5. pre_tool_call hooks: the first block wins.
         for hook in &self.hooks {
-            let decision = hook.pre_tool_call(&PreToolCall { tool: &name, args: &args, ctx: &ctx }).await;
+            let decision = hook
+                .pre_tool_call(&PreToolCall {
+                    tool: &name,
+                    args: &args,
+                    ctx: &ctx,
+                })
+                .await;
             if let HookDecision::Block { message } = decision {
                 let result = tool_error(message);
-                self.post_hooks(&name, &args, &ctx, &result, started.elapsed(), CallStatus::Blocked).await;
+                self.post_hooks(
+                    &name,
+                    &args,
+                    &ctx,
+                    &result,
+                    started.elapsed(),
+                    CallStatus::Blocked,
+                )
+                .await;
                 return finish(name, result, CallStatus::Blocked, None, Some(args));
             }
         }
 
         // 6. The gate: command guard and approvals.
         if let Err(refusal) = self.gate.admit(&ctx, &entry, &args).await {
-            self.post_hooks(&name, &args, &ctx, &refusal.result, started.elapsed(), refusal.status).await;
+            self.post_hooks(
+                &name,
+                &args,
+                &ctx,
+                &refusal.result,
+                started.elapsed(),
+                refusal.status,
+            )
+            .await;
             return finish(name, refusal.result, refusal.status, None, Some(args));
         }
 
@@ -226,15 +278,22 @@ impl Dispatcher {
                 let call_ctx = ctx.clone();
                 let call_args = args.clone();
                 // A panicking tool must not take the pipeline with it.
-                let joined = tokio::spawn(async move { tool_impl.call(&call_ctx, call_args).await }).await;
+                let joined =
+                    tokio::spawn(async move { tool_impl.call(&call_ctx, call_args).await }).await;
                 match joined {
                     Ok(result) => {
                         let status = status_of(&result);
                         (result, None, status)
                     }
                     Err(err) => {
-                        let message = if err.is_panic() { "the tool panicked".to_owned() } else { "the tool was cancelled".to_owned() };
-                        let result = tool_error(sanitize_tool_error(&format!("Tool execution failed: {message}")));
+                        let message = if err.is_panic() {
+                            "the tool panicked".to_owned()
+                        } else {
+                            "the tool was cancelled".to_owned()
+                        };
+                        let result = tool_error(sanitize_tool_error(&format!(
+                            "Tool execution failed: {message}"
+                        )));
                         (result, None, CallStatus::Error)
                     }
                 }
@@ -259,7 +318,13 @@ impl Dispatcher {
         if !matches!(entry.handler, Handler::Worker) {
             let cap = self.result_cap(&entry);
             if cap > 0 && result.chars().count() as u64 > cap {
-                result = self.persist_result(&ctx, &ctx.tool_call_id.clone().unwrap_or_else(new_result_id), result).await;
+                result = self
+                    .persist_result(
+                        &ctx,
+                        &ctx.tool_call_id.clone().unwrap_or_else(new_result_id),
+                        result,
+                    )
+                    .await;
             }
         }
         if status == CallStatus::Ok {
@@ -267,19 +332,41 @@ impl Dispatcher {
         }
 
         // 8. post_tool_call hooks observe the final result.
-        self.post_hooks(&name, &args, &ctx, &result, started.elapsed(), status).await;
+        self.post_hooks(&name, &args, &ctx, &result, started.elapsed(), status)
+            .await;
         finish(name, result, status, worker, Some(args))
     }
 
-    async fn post_hooks(&self, tool: &str, args: &Map<String, Value>, ctx: &CallContext, result: &str, duration: Duration, status: CallStatus) {
+    async fn post_hooks(
+        &self,
+        tool: &str,
+        args: &Map<String, Value>,
+        ctx: &CallContext,
+        result: &str,
+        duration: Duration,
+        status: CallStatus,
+    ) {
         for hook in &self.hooks {
-            hook.post_tool_call(&PostToolCall { tool, args, ctx, result, duration, status }).await;
+            hook.post_tool_call(&PostToolCall {
+                tool,
+                args,
+                ctx,
+                result,
+                duration,
+                status,
+            })
+            .await;
         }
     }
 
     /// Finds the entry for `tool`, repairing near-miss names; the error is the
     /// result the model reads.
-    fn resolve(&self, snapshot: &ToolRegistry, tool: &str, filter: &ToolFilter) -> Result<Arc<ToolEntry>, String> {
+    fn resolve(
+        &self,
+        snapshot: &ToolRegistry,
+        tool: &str,
+        filter: &ToolFilter,
+    ) -> Result<Arc<ToolEntry>, String> {
         let available = match snapshot.available_names(filter) {
             Ok(names) => names,
             Err(err) => return Err(tool_error(err.to_string())),
@@ -290,7 +377,9 @@ impl Dispatcher {
             return Ok(entry.clone());
         }
         if let Some(entry) = snapshot.get(tool)
-            && snapshot.selected_names(filter).is_ok_and(|s| s.contains(tool))
+            && snapshot
+                .selected_names(filter)
+                .is_ok_and(|s| s.contains(tool))
         {
             return Err(tool_error(unavailable_reason(snapshot, entry)));
         }
@@ -300,8 +389,14 @@ impl Dispatcher {
             tracing::debug!(given = tool, repaired = %repaired, "repaired tool name");
             return Ok(entry.clone());
         }
-        let list = available.iter().map(String::as_str).collect::<Vec<_>>().join(", ");
-        Err(tool_error(format!("Tool '{tool}' does not exist. Available tools: {list}")))
+        let list = available
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+            .join(", ");
+        Err(tool_error(format!(
+            "Tool '{tool}' does not exist. Available tools: {list}"
+        )))
     }
 
     /// Characters above which a result is persisted; 0 = never (hermes pins
@@ -348,7 +443,11 @@ impl Dispatcher {
                     ScheduleError::Cancelled => CallStatus::Cancelled,
                     _ => CallStatus::Error,
                 };
-                (tool_error(err.to_string()), err.worker().map(str::to_owned), status)
+                (
+                    tool_error(err.to_string()),
+                    err.worker().map(str::to_owned),
+                    status,
+                )
             }
         }
     }
@@ -358,19 +457,36 @@ impl Dispatcher {
     /// handling (which kills the process tree) always answers first.
     fn deadline_for(&self, tool: &str, args: &Map<String, Value>) -> Duration {
         let grace = Duration::from_secs(30);
-        let timeout_arg = args.get("timeout").and_then(Value::as_u64).filter(|t| *t > 0);
+        let timeout_arg = args
+            .get("timeout")
+            .and_then(Value::as_u64)
+            .filter(|t| *t > 0);
         match tool {
             "terminal" if args.get("background").and_then(Value::as_bool) != Some(true) => {
-                Duration::from_secs(timeout_arg.unwrap_or(self.config.terminal_timeout_secs).min(86_400)) + grace
+                Duration::from_secs(
+                    timeout_arg
+                        .unwrap_or(self.config.terminal_timeout_secs)
+                        .min(86_400),
+                ) + grace
             }
-            "process" => Duration::from_secs(timeout_arg.unwrap_or(self.config.terminal_timeout_secs).min(86_400)) + grace,
+            "process" => {
+                Duration::from_secs(
+                    timeout_arg
+                        .unwrap_or(self.config.terminal_timeout_secs)
+                        .min(86_400),
+                ) + grace
+            }
             _ => self.config.default_call_deadline,
         }
     }
 
     /// Saves a too-large result inside the task's sandbox and returns the preview.
     async fn persist_result(&self, ctx: &CallContext, id: &str, result: String) -> String {
-        match self.scheduler.persist_result(&ctx.task_id, id, &result, &self.config.owner).await {
+        match self
+            .scheduler
+            .persist_result(&ctx.task_id, id, &result, &self.config.owner)
+            .await
+        {
             Some(path) => caduceus_common::persist::persisted_preview(&result, &path),
             None => caduceus_common::persist::unsaved_preview(&result),
         }
@@ -410,7 +526,11 @@ fn unavailable_reason(snapshot: &ToolRegistry, entry: &ToolEntry) -> String {
         .map(String::as_str)
         .collect();
     if !missing.is_empty() {
-        return format!("Tool '{}' is not available: set {} to enable it.", entry.name, missing.join(", "));
+        return format!(
+            "Tool '{}' is not available: set {} to enable it.",
+            entry.name,
+            missing.join(", ")
+        );
     }
     match entry.availability {
         crate::registry::Availability::Fleet => format!(
@@ -419,7 +539,10 @@ fn unavailable_reason(snapshot: &ToolRegistry, entry: &ToolEntry) -> String {
             snapshot.terminal_backend(),
             snapshot.terminal_backend()
         ),
-        _ => format!("Tool '{}' is not available right now (its availability check failed).", entry.name),
+        _ => format!(
+            "Tool '{}' is not available right now (its availability check failed).",
+            entry.name
+        ),
     }
 }
 

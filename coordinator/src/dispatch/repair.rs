@@ -33,7 +33,14 @@ pub fn repair_tool_name(name: &str, valid: &BTreeSet<String>) -> Option<String> 
         return Some(normalized);
     }
 
-    let mut candidates: BTreeSet<String> = [name.to_owned(), lowered.clone(), normalized, camel_to_snake(name)].into_iter().collect();
+    let mut candidates: BTreeSet<String> = [
+        name.to_owned(),
+        lowered.clone(),
+        normalized,
+        camel_to_snake(name),
+    ]
+    .into_iter()
+    .collect();
     // Strip a trailing tool suffix up to twice (TodoTool_tool -> TodoTool -> Todo).
     for _ in 0..2 {
         let mut extra = BTreeSet::new();
@@ -46,7 +53,10 @@ pub fn repair_tool_name(name: &str, valid: &BTreeSet<String>) -> Option<String> 
         }
         candidates.extend(extra);
     }
-    if let Some(hit) = candidates.iter().find(|c| !c.is_empty() && valid.contains(*c)) {
+    if let Some(hit) = candidates
+        .iter()
+        .find(|c| !c.is_empty() && valid.contains(*c))
+    {
         return Some(hit.clone());
     }
 
@@ -77,7 +87,9 @@ fn strip_tool_suffix(name: &str) -> Option<String> {
     for suffix in ["_tool", "-tool", "tool"] {
         if lower.ends_with(suffix) && name.len() >= suffix.len() {
             let cut = name.len() - suffix.len();
-            return name.get(..cut).map(|head| head.trim_end_matches(['_', '-']).to_owned());
+            return name
+                .get(..cut)
+                .map(|head| head.trim_end_matches(['_', '-']).to_owned());
         }
     }
     None

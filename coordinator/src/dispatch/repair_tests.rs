@@ -3,10 +3,18 @@ use std::collections::BTreeSet;
 use super::repair_tool_name;
 
 fn valid() -> BTreeSet<String> {
-    ["todo", "patch", "read_file", "write_file", "terminal", "browser_click", "search_files"]
-        .iter()
-        .map(|s| (*s).to_owned())
-        .collect()
+    [
+        "todo",
+        "patch",
+        "read_file",
+        "write_file",
+        "terminal",
+        "browser_click",
+        "search_files",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect()
 }
 
 #[test]
@@ -25,7 +33,11 @@ fn hermes_repairs() {
         ("serch_files", "search_files"),
         ("read_fil", "read_file"),
     ] {
-        assert_eq!(repair_tool_name(given, &v).as_deref(), Some(expected), "{given}");
+        assert_eq!(
+            repair_tool_name(given, &v).as_deref(),
+            Some(expected),
+            "{given}"
+        );
     }
 }
 

@@ -17,7 +17,12 @@ pub struct GateRefusal {
 #[async_trait]
 pub trait Gate: Send + Sync {
     /// Admits the call, or refuses it with the result the model reads.
-    async fn admit(&self, ctx: &CallContext, entry: &ToolEntry, args: &Map<String, Value>) -> Result<(), GateRefusal>;
+    async fn admit(
+        &self,
+        ctx: &CallContext,
+        entry: &ToolEntry,
+        args: &Map<String, Value>,
+    ) -> Result<(), GateRefusal>;
 }
 
 /// Admits everything. For tests of other pipeline stages only.
@@ -25,7 +30,12 @@ pub struct OpenGate;
 
 #[async_trait]
 impl Gate for OpenGate {
-    async fn admit(&self, _ctx: &CallContext, _entry: &ToolEntry, _args: &Map<String, Value>) -> Result<(), GateRefusal> {
+    async fn admit(
+        &self,
+        _ctx: &CallContext,
+        _entry: &ToolEntry,
+        _args: &Map<String, Value>,
+    ) -> Result<(), GateRefusal> {
         Ok(())
     }
 }

@@ -13,12 +13,29 @@ use super::{Caller, RegistryError, ToolEntry, ToolRegistry};
 /// Messages the registry actor accepts. Every write replies once applied, so
 /// a caller that awaits the reply sees its change in the next snapshot.
 pub enum RegistryMsg {
-    Register { entry: Box<ToolEntry>, override_existing: bool, reply: RpcReplyPort<Result<(), RegistryError>> },
-    Deregister { name: String, caller: Caller, reply: RpcReplyPort<Result<bool, RegistryError>> },
-    RegisterAlias { alias: String, toolset: String, reply: RpcReplyPort<()> },
-    SetPluginOverridePolicy { plugin: String, allowed: bool },
+    Register {
+        entry: Box<ToolEntry>,
+        override_existing: bool,
+        reply: RpcReplyPort<Result<(), RegistryError>>,
+    },
+    Deregister {
+        name: String,
+        caller: Caller,
+        reply: RpcReplyPort<Result<bool, RegistryError>>,
+    },
+    RegisterAlias {
+        alias: String,
+        toolset: String,
+        reply: RpcReplyPort<()>,
+    },
+    SetPluginOverridePolicy {
+        plugin: String,
+        allowed: bool,
+    },
     /// The set of backends offered by the attached workers changed.
-    SetFleetBackends { backends: BTreeSet<String> },
+    SetFleetBackends {
+        backends: BTreeSet<String>,
+    },
     InvalidateChecks,
 }
 
@@ -45,15 +62,31 @@ impl Actor for Registry {
     type State = RegistryState;
     type Arguments = RegistryArgs;
 
-    async fn pre_start(&self, _myself: ActorRef<Self::Msg>, args: RegistryArgs) -> Result<RegistryState, ActorProcessingErr> {
-        let state = RegistryState { current: args.initial, published: args.published };
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        args: RegistryArgs,
+    ) -> Result<RegistryState, ActorProcessingErr> {
+        let state = RegistryState {
+            current: args.initial,
+            published: args.published,
+        };
         state.publish();
         Ok(state)
     }
 
-    async fn handle(&self, _myself: ActorRef<Self::Msg>, message: RegistryMsg, state: &mut RegistryState) -> Result<(), ActorProcessingErr> {
+    async fn handle(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        message: RegistryMsg,
+        state: &mut RegistryState,
+    ) -> Result<(), ActorProcessingErr> {
         match message {
-            RegistryMsg::Register { entry, override_existing, reply } => {
+            RegistryMsg::Register {
+                entry,
+                override_existing,
+                reply,
+            } => {
                 let name = entry.name.clone();
                 let outcome = state.current.register(*entry, override_existing);
                 match &outcome {
@@ -62,14 +95,22 @@ impl Actor for Registry {
                 }
                 let _ = reply.send(outcome);
             }
-            RegistryMsg::Deregister { name, caller, reply } => {
+            RegistryMsg::Deregister {
+                name,
+                caller,
+                reply,
+            } => {
                 let outcome = state.current.deregister(&name, &caller);
                 if matches!(outcome, Ok(true)) {
                     state.publish();
                 }
                 let _ = reply.send(outcome);
             }
-            RegistryMsg::RegisterAlias { alias, toolset, reply } => {
+            RegistryMsg::RegisterAlias {
+                alias,
+                toolset,
+                reply,
+            } => {
                 state.current.register_alias(&alias, &toolset);
                 state.publish();
                 let _ = reply.send(());
@@ -100,9 +141,19 @@ pub struct RegistryHandle {
 
 impl RegistryHandle {
     /// Starts the registry actor with `initial` as its first snapshot.
-    pub async fn start(initial: ToolRegistry) -> Result<(Self, tokio::task::JoinHandle<()>), ractor::SpawnErr> {
+    pub async fn start(
+        initial: ToolRegistry,
+    ) -> Result<(Self, tokio::task::JoinHandle<()>), ractor::SpawnErr> {
         let published = Arc::new(ArcSwap::from_pointee(initial.clone()));
-        let (actor, join) = Actor::spawn(None, Registry, RegistryArgs { initial, published: published.clone() }).await?;
+        let (actor, join) = Actor::spawn(
+            None,
+            Registry,
+            RegistryArgs {
+                initial,
+                published: published.clone(),
+            },
+        )
+        .await?;
         Ok((RegistryHandle { actor, published }, join))
     }
 
@@ -111,10 +162,21 @@ impl RegistryHandle {
         self.published.load_full()
     }
 
-    pub async fn register(&self, entry: ToolEntry, override_existing: bool) -> Result<(), RegistryError> {
+    pub async fn register(
+        &self,
+        entry: ToolEntry,
+        override_existing: bool,
+    ) -> Result<(), RegistryError> {
         let outcome = self
             .actor
-            .call(|reply| RegistryMsg::Register { entry: Box::new(entry), override_existing, reply }, None)
+            .call(
+                |reply| RegistryMsg::Register {
+                    entry: Box::new(entry),
+                    override_existing,
+                    reply,
+                },
+                None,
+            )
             .await;
         match outcome {
             Ok(ractor::rpc::CallResult::Success(result)) => result,
@@ -125,7 +187,14 @@ impl RegistryHandle {
     pub async fn deregister(&self, name: &str, caller: Caller) -> Result<bool, RegistryError> {
         let outcome = self
             .actor
-            .call(|reply| RegistryMsg::Deregister { name: name.to_owned(), caller, reply }, None)
+            .call(
+                |reply| RegistryMsg::Deregister {
+                    name: name.to_owned(),
+                    caller,
+                    reply,
+                },
+                None,
+            )
             .await;
         match outcome {
             Ok(ractor::rpc::CallResult::Success(result)) => result,
@@ -136,7 +205,14 @@ impl RegistryHandle {
     pub async fn register_alias(&self, alias: &str, toolset: &str) -> Result<(), RegistryError> {
         let outcome = self
             .actor
-            .call(|reply| RegistryMsg::RegisterAlias { alias: alias.to_owned(), toolset: toolset.to_owned(), reply }, None)
+            .call(
+                |reply| RegistryMsg::RegisterAlias {
+                    alias: alias.to_owned(),
+                    toolset: toolset.to_owned(),
+                    reply,
+                },
+                None,
+            )
             .await;
         match outcome {
             Ok(ractor::rpc::CallResult::Success(())) => Ok(()),
@@ -149,7 +225,10 @@ impl RegistryHandle {
     }
 
     pub fn set_plugin_override_policy(&self, plugin: &str, allowed: bool) {
-        let _ = self.actor.cast(RegistryMsg::SetPluginOverridePolicy { plugin: plugin.to_owned(), allowed });
+        let _ = self.actor.cast(RegistryMsg::SetPluginOverridePolicy {
+            plugin: plugin.to_owned(),
+            allowed,
+        });
     }
 
     pub fn invalidate_checks(&self) {

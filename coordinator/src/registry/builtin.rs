@@ -102,14 +102,28 @@ const BUILTINS: &[Builtin] = &[
 ];
 
 /// Names of the tools that run on workers.
-pub const WORKER_TOOLS: &[&str] = &["terminal", "process", "read_file", "write_file", "patch", "search_files"];
+pub const WORKER_TOOLS: &[&str] = &[
+    "terminal",
+    "process",
+    "read_file",
+    "write_file",
+    "patch",
+    "search_files",
+];
 
 /// Builds the entry of one built-in tool.
 fn entry_of(builtin: &Builtin) -> Result<ToolEntry, RegistryError> {
-    let schema: Value = serde_json::from_str(builtin.schema)
-        .map_err(|err| RegistryError::InvalidSchema { name: builtin.name.to_owned(), reason: err.to_string() })?;
+    let schema: Value =
+        serde_json::from_str(builtin.schema).map_err(|err| RegistryError::InvalidSchema {
+            name: builtin.name.to_owned(),
+            reason: err.to_string(),
+        })?;
     let handler = (builtin.handler)();
-    let availability = if matches!(handler, Handler::Worker) { Availability::Fleet } else { Availability::Always };
+    let availability = if matches!(handler, Handler::Worker) {
+        Availability::Fleet
+    } else {
+        Availability::Always
+    };
     let mut entry = ToolEntry::new(builtin.name, builtin.toolset, schema, handler)
         .with_availability(availability)
         .with_parallel(builtin.parallel)

@@ -152,7 +152,12 @@ impl fmt::Debug for ToolEntry {
 impl ToolEntry {
     /// Starts an entry for `name` in `toolset` with `schema`; the description
     /// defaults to the schema's.
-    pub fn new(name: impl Into<String>, toolset: impl Into<String>, schema: Value, handler: Handler) -> Self {
+    pub fn new(
+        name: impl Into<String>,
+        toolset: impl Into<String>,
+        schema: Value,
+        handler: Handler,
+    ) -> Self {
         let description = schema
             .get("description")
             .and_then(Value::as_str)
@@ -212,7 +217,10 @@ impl ToolEntry {
 
     /// The `parameters.properties` object of the schema, if any.
     pub fn properties(&self) -> Option<&Map<String, Value>> {
-        self.schema.get("parameters")?.get("properties")?.as_object()
+        self.schema
+            .get("parameters")?
+            .get("properties")?
+            .as_object()
     }
 
     /// Names listed in `parameters.required`.
@@ -236,7 +244,8 @@ impl ToolEntry {
             }
         }
         // Run the probe outside the lock; a panicking probe counts as "unavailable".
-        let value = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check())).unwrap_or(false);
+        let value =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check())).unwrap_or(false);
         let mut state = self.check_state.lock().unwrap_or_else(|e| e.into_inner());
         if value {
             state.last_good = Some(now);

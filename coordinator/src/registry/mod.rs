@@ -14,7 +14,9 @@ use std::time::Instant;
 
 use serde_json::{Map, Value};
 
-pub use entry::{Availability, CheckFn, Handler, LocalTool, Owner, ParallelClass, SchemaOverrideFn, ToolEntry};
+pub use entry::{
+    Availability, CheckFn, Handler, LocalTool, Owner, ParallelClass, SchemaOverrideFn, ToolEntry,
+};
 use toolsets::ToolsetResolver;
 
 /// Why a registry write was refused or a lookup failed.
@@ -23,11 +25,23 @@ pub enum RegistryError {
     #[error(
         "tool '{name}' (toolset '{toolset}') would shadow the existing tool from toolset '{existing}'; register with override to replace it"
     )]
-    WouldShadow { name: String, toolset: String, existing: String },
-    #[error("plugin '{plugin}' cannot override tool '{name}' without operator opt-in (plugins.entries.{plugin}.allow_tool_override: true)")]
+    WouldShadow {
+        name: String,
+        toolset: String,
+        existing: String,
+    },
+    #[error(
+        "plugin '{plugin}' cannot override tool '{name}' without operator opt-in (plugins.entries.{plugin}.allow_tool_override: true)"
+    )]
     OverrideNotAllowed { plugin: String, name: String },
-    #[error("plugin '{plugin}' cannot deregister tool '{name}' (toolset '{toolset}') it does not own")]
-    DeregisterNotAllowed { plugin: String, name: String, toolset: String },
+    #[error(
+        "plugin '{plugin}' cannot deregister tool '{name}' (toolset '{toolset}') it does not own"
+    )]
+    DeregisterNotAllowed {
+        plugin: String,
+        name: String,
+        toolset: String,
+    },
     #[error("Unknown toolset: {name}. Known toolsets: {known}")]
     UnknownToolset { name: String, known: String },
     #[error("invalid schema for tool '{name}': {reason}")]
@@ -73,7 +87,10 @@ pub struct ToolRegistry {
 
 impl ToolRegistry {
     pub fn new(terminal_backend: &str) -> Self {
-        ToolRegistry { terminal_backend: Arc::from(terminal_backend), ..ToolRegistry::default() }
+        ToolRegistry {
+            terminal_backend: Arc::from(terminal_backend),
+            ..ToolRegistry::default()
+        }
     }
 
     /// Bumped on every change; callers key caches on it.
@@ -101,11 +118,16 @@ impl ToolRegistry {
     /// different toolset is refused unless both are MCP toolsets (a server
     /// refresh) or `override_existing` is set (plugins also need the operator's
     /// opt-in). A clash within the same toolset replaces the old entry.
-    pub fn register(&mut self, entry: ToolEntry, override_existing: bool) -> Result<(), RegistryError> {
+    pub fn register(
+        &mut self,
+        entry: ToolEntry,
+        override_existing: bool,
+    ) -> Result<(), RegistryError> {
         if let Some(existing) = self.tools.get(&entry.name)
             && existing.toolset != entry.toolset
         {
-            let both_mcp = existing.toolset.starts_with("mcp-") && entry.toolset.starts_with("mcp-");
+            let both_mcp =
+                existing.toolset.starts_with("mcp-") && entry.toolset.starts_with("mcp-");
             if !both_mcp {
                 if !override_existing {
                     return Err(RegistryError::WouldShadow {
@@ -115,9 +137,16 @@ impl ToolRegistry {
                     });
                 }
                 if let Owner::Plugin(plugin) = &entry.owner
-                    && !self.plugin_override_policy.get(plugin).copied().unwrap_or(false)
+                    && !self
+                        .plugin_override_policy
+                        .get(plugin)
+                        .copied()
+                        .unwrap_or(false)
                 {
-                    return Err(RegistryError::OverrideNotAllowed { plugin: plugin.clone(), name: entry.name.clone() });
+                    return Err(RegistryError::OverrideNotAllowed {
+                        plugin: plugin.clone(),
+                        name: entry.name.clone(),
+                    });
                 }
                 tracing::info!(tool = %entry.name, toolset = %entry.toolset, replaced = %existing.toolset, "tool overridden");
             }
@@ -127,7 +156,10 @@ impl ToolRegistry {
         if let Some(old) = Arc::make_mut(&mut self.tools).insert(name.clone(), Arc::new(entry)) {
             self.forget_from_toolset(&old.toolset, &name);
         }
-        Arc::make_mut(&mut self.by_toolset).entry(toolset).or_default().insert(name);
+        Arc::make_mut(&mut self.by_toolset)
+            .entry(toolset)
+            .or_default()
+            .insert(name);
         self.generation += 1;
         Ok(())
     }
@@ -141,7 +173,11 @@ impl ToolRegistry {
         if let Caller::Plugin(plugin) = caller
             && !entry.toolset.starts_with("mcp-")
             && entry.owner != Owner::Plugin(plugin.clone())
-            && !self.plugin_override_policy.get(plugin).copied().unwrap_or(false)
+            && !self
+                .plugin_override_policy
+                .get(plugin)
+                .copied()
+                .unwrap_or(false)
         {
             return Err(RegistryError::DeregisterNotAllowed {
                 plugin: plugin.clone(),
@@ -195,7 +231,10 @@ impl ToolRegistry {
     }
 
     fn resolver(&self) -> ToolsetResolver<'_> {
-        ToolsetResolver { registered: &self.by_toolset, aliases: &self.aliases }
+        ToolsetResolver {
+            registered: &self.by_toolset,
+            aliases: &self.aliases,
+        }
     }
 
     /// Every toolset name the registry knows.
@@ -205,7 +244,11 @@ impl ToolRegistry {
 
     /// Is the tool usable right now (fleet, probe, required env vars)?
     pub fn is_available(&self, entry: &ToolEntry) -> bool {
-        if entry.requires_env.iter().any(|var| std::env::var_os(var).is_none_or(|v| v.is_empty())) {
+        if entry
+            .requires_env
+            .iter()
+            .any(|var| std::env::var_os(var).is_none_or(|v| v.is_empty()))
+        {
             return false;
         }
         match &entry.availability {
@@ -260,7 +303,11 @@ impl ToolRegistry {
     /// sorted by name, with dynamic overrides merged over the static schema.
     pub fn definitions(&self, filter: &ToolFilter) -> Result<Vec<Value>, RegistryError> {
         let names = self.available_names(filter)?;
-        Ok(names.iter().filter_map(|n| self.tools.get(n)).map(|e| definition_of(e)).collect())
+        Ok(names
+            .iter()
+            .filter_map(|n| self.tools.get(n))
+            .map(|e| definition_of(e))
+            .collect())
     }
 }
 
@@ -272,7 +319,9 @@ pub fn definition_of(entry: &ToolEntry) -> Value {
         match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| dynamic())) {
             Ok(Some(overrides)) => function.extend(overrides),
             Ok(None) => {}
-            Err(_) => tracing::warn!(tool = %entry.name, "dynamic schema override panicked; using the static schema"),
+            Err(_) => {
+                tracing::warn!(tool = %entry.name, "dynamic schema override panicked; using the static schema")
+            }
         }
     }
     serde_json::json!({"type": "function", "function": Value::Object(function)})

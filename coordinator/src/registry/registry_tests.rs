@@ -16,7 +16,14 @@ fn local(name: &str, toolset: &str) -> ToolEntry {
 }
 
 fn names(defs: &[Value]) -> Vec<String> {
-    defs.iter().map(|d| d["function"]["name"].as_str().unwrap_or_default().to_owned()).collect()
+    defs.iter()
+        .map(|d| {
+            d["function"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        })
+        .collect()
 }
 
 #[test]
@@ -36,10 +43,16 @@ fn collision_with_other_toolset_keeps_the_old_tool() {
     let mut reg = ToolRegistry::new("local");
     reg.register(local("search", "web"), false).unwrap();
     let generation = reg.generation();
-    let err = reg.register(local("search", "plugin-x"), false).unwrap_err();
+    let err = reg
+        .register(local("search", "plugin-x"), false)
+        .unwrap_err();
     assert!(matches!(err, RegistryError::WouldShadow { .. }), "{err}");
     assert_eq!(reg.get("search").unwrap().toolset, "web");
-    assert_eq!(reg.generation(), generation, "a rejected write does not bump the generation");
+    assert_eq!(
+        reg.generation(),
+        generation,
+        "a rejected write does not bump the generation"
+    );
 }
 
 #[test]
@@ -67,7 +80,10 @@ fn override_needs_opt_in_for_plugins() {
     let mut reg = ToolRegistry::new("local");
     reg.register(local("browser", "browser"), false).unwrap();
     let plugin_tool = || local("browser", "cdp").with_owner(Owner::Plugin("cdp".into()));
-    assert!(matches!(reg.register(plugin_tool(), true), Err(RegistryError::OverrideNotAllowed { .. })));
+    assert!(matches!(
+        reg.register(plugin_tool(), true),
+        Err(RegistryError::OverrideNotAllowed { .. })
+    ));
     reg.set_plugin_override_policy("cdp", true);
     reg.register(plugin_tool(), true).unwrap();
     assert_eq!(reg.get("browser").unwrap().toolset, "cdp");
@@ -79,11 +95,18 @@ fn override_needs_opt_in_for_plugins() {
 #[test]
 fn deregister_rules() {
     let mut reg = ToolRegistry::new("local");
-    reg.register(local("own", "p").with_owner(Owner::Plugin("p".into())), false).unwrap();
+    reg.register(
+        local("own", "p").with_owner(Owner::Plugin("p".into())),
+        false,
+    )
+    .unwrap();
     reg.register(local("core", "core"), false).unwrap();
     reg.register_alias("pp", "p");
     assert!(!reg.deregister("missing", &Caller::Core).unwrap());
-    assert!(matches!(reg.deregister("core", &Caller::Plugin("p".into())), Err(RegistryError::DeregisterNotAllowed { .. })));
+    assert!(matches!(
+        reg.deregister("core", &Caller::Plugin("p".into())),
+        Err(RegistryError::DeregisterNotAllowed { .. })
+    ));
     assert!(reg.deregister("own", &Caller::Plugin("p".into())).unwrap());
     // Emptying a toolset drops its aliases.
     assert!(!reg.toolset_names().contains("pp"));
@@ -99,16 +122,32 @@ fn toolsets_aliases_and_filters() {
         disabled_toolsets: disabled.iter().map(|s| (*s).to_owned()).collect(),
         blocked_tools: Vec::new(),
     };
-    assert_eq!(names(&reg.definitions(&filter(&["terminal"], &[])).unwrap()), ["process", "terminal"]);
     assert_eq!(
-        names(&reg.definitions(&filter(&["coding"], &["terminal"])).unwrap()),
+        names(&reg.definitions(&filter(&["terminal"], &[])).unwrap()),
+        ["process", "terminal"]
+    );
+    assert_eq!(
+        names(
+            &reg.definitions(&filter(&["coding"], &["terminal"]))
+                .unwrap()
+        ),
         ["patch", "read_file", "search_files", "write_file"]
     );
-    assert_eq!(names(&reg.definitions(&filter(&["file_tools"], &[])).unwrap()).len(), 4, "legacy names resolve");
+    assert_eq!(
+        names(&reg.definitions(&filter(&["file_tools"], &[])).unwrap()).len(),
+        4,
+        "legacy names resolve"
+    );
     reg.register_alias("shell", "terminal");
-    assert_eq!(names(&reg.definitions(&filter(&["shell"], &[])).unwrap()), ["process", "terminal"]);
+    assert_eq!(
+        names(&reg.definitions(&filter(&["shell"], &[])).unwrap()),
+        ["process", "terminal"]
+    );
     let err = reg.definitions(&filter(&["nope"], &[])).unwrap_err();
-    assert!(err.to_string().starts_with("Unknown toolset: nope"), "{err}");
+    assert!(
+        err.to_string().starts_with("Unknown toolset: nope"),
+        "{err}"
+    );
     let all = names(&reg.definitions(&filter(&["all"], &[])).unwrap());
     assert!(all.contains(&"delegate_task".to_owned()) && all.contains(&"terminal".to_owned()));
 }
@@ -117,23 +156,41 @@ fn toolsets_aliases_and_filters() {
 fn worker_tools_follow_the_fleet() {
     let mut reg = builtin::builtin_registry("local").unwrap();
     let defs = names(&reg.definitions(&ToolFilter::default()).unwrap());
-    assert!(!defs.contains(&"terminal".to_owned()), "no worker attached: no terminal");
+    assert!(
+        !defs.contains(&"terminal".to_owned()),
+        "no worker attached: no terminal"
+    );
     assert!(defs.contains(&"todo".to_owned()));
     reg.set_fleet_backends(BTreeSet::from(["docker".to_owned()]));
-    assert!(!names(&reg.definitions(&ToolFilter::default()).unwrap()).contains(&"terminal".to_owned()), "wrong backend");
+    assert!(
+        !names(&reg.definitions(&ToolFilter::default()).unwrap()).contains(&"terminal".to_owned()),
+        "wrong backend"
+    );
     let generation = reg.generation();
     assert!(reg.set_fleet_backends(BTreeSet::from(["docker".to_owned(), "local".to_owned()])));
     assert!(reg.generation() > generation);
-    assert!(names(&reg.definitions(&ToolFilter::default()).unwrap()).contains(&"terminal".to_owned()));
-    assert!(!reg.set_fleet_backends(BTreeSet::from(["docker".to_owned(), "local".to_owned()])), "unchanged");
+    assert!(
+        names(&reg.definitions(&ToolFilter::default()).unwrap()).contains(&"terminal".to_owned())
+    );
+    assert!(
+        !reg.set_fleet_backends(BTreeSet::from(["docker".to_owned(), "local".to_owned()])),
+        "unchanged"
+    );
 }
 
 #[test]
 fn required_env_hides_tools() {
     let mut reg = ToolRegistry::new("local");
-    reg.register(local("needs_env", "x").with_requires_env(&["CADUCEUS_TEST_SURELY_UNSET_VAR"]), false).unwrap();
+    reg.register(
+        local("needs_env", "x").with_requires_env(&["CADUCEUS_TEST_SURELY_UNSET_VAR"]),
+        false,
+    )
+    .unwrap();
     reg.register(local("free", "x"), false).unwrap();
-    assert_eq!(names(&reg.definitions(&ToolFilter::default()).unwrap()), ["free"]);
+    assert_eq!(
+        names(&reg.definitions(&ToolFilter::default()).unwrap()),
+        ["free"]
+    );
 }
 
 #[test]
@@ -153,7 +210,11 @@ fn check_results_are_cached_with_ttl() {
     assert_eq!(calls.load(Ordering::SeqCst), 2, "re-probed after the TTL");
     entry.invalidate_check();
     assert!(entry.check_cached(&check, t0 + entry::CHECK_TTL + Duration::from_secs(2)));
-    assert_eq!(calls.load(Ordering::SeqCst), 3, "re-probed after invalidation");
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        3,
+        "re-probed after invalidation"
+    );
 }
 
 #[test]
@@ -173,7 +234,10 @@ fn flap_guard_keeps_recently_good_tools() {
     let t2 = t0 + entry::CHECK_FLAP_GRACE + Duration::from_secs(1);
     assert!(!entry.check_cached(&check, t2));
     up.store(true, Ordering::SeqCst);
-    assert!(!entry.check_cached(&check, t2 + Duration::from_secs(1)), "cached failure within its TTL");
+    assert!(
+        !entry.check_cached(&check, t2 + Duration::from_secs(1)),
+        "cached failure within its TTL"
+    );
 }
 
 #[test]
@@ -191,12 +255,17 @@ fn dynamic_overrides_merge_and_survive_panics() {
         m.insert("description".into(), json!("limit is 3"));
         Some(m)
     });
-    reg.register(local("d", "x").with_dynamic_schema(live), false).unwrap();
+    reg.register(local("d", "x").with_dynamic_schema(live), false)
+        .unwrap();
     let broken: SchemaOverrideFn = Arc::new(|| panic!("boom"));
-    reg.register(local("e", "x").with_dynamic_schema(broken), false).unwrap();
+    reg.register(local("e", "x").with_dynamic_schema(broken), false)
+        .unwrap();
     let defs = reg.definitions(&ToolFilter::default()).unwrap();
     assert_eq!(defs[0]["function"]["description"], "limit is 3");
-    assert_eq!(defs[1]["function"]["description"], "e", "static schema when the override fails");
+    assert_eq!(
+        defs[1]["function"]["description"], "e",
+        "static schema when the override fails"
+    );
 }
 
 #[test]
@@ -225,11 +294,32 @@ fn builtin_schemas_are_hermes_shaped() {
     let terminal = reg.get("terminal").unwrap();
     assert_eq!(terminal.required(), ["command"]);
     let props = terminal.properties().unwrap();
-    for key in ["command", "background", "timeout", "workdir", "pty", "notify_on_complete", "watch_patterns"] {
+    for key in [
+        "command",
+        "background",
+        "timeout",
+        "workdir",
+        "pty",
+        "notify_on_complete",
+        "watch_patterns",
+    ] {
         assert!(props.contains_key(key), "terminal.{key}");
     }
-    assert_eq!(reg.get("read_file").unwrap().parallel, ParallelClass::PathScoped);
+    assert_eq!(
+        reg.get("read_file").unwrap().parallel,
+        ParallelClass::PathScoped
+    );
     assert_eq!(reg.get("clarify").unwrap().parallel, ParallelClass::Never);
-    assert_eq!(reg.get("search_files").unwrap().parallel, ParallelClass::Safe);
-    assert!(reg.get("patch").unwrap().properties().unwrap().get("cross_profile").is_none());
+    assert_eq!(
+        reg.get("search_files").unwrap().parallel,
+        ParallelClass::Safe
+    );
+    assert!(
+        reg.get("patch")
+            .unwrap()
+            .properties()
+            .unwrap()
+            .get("cross_profile")
+            .is_none()
+    );
 }

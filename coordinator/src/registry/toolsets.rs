@@ -65,9 +65,15 @@ pub const LEGACY_TOOLSETS: &[(&str, &[&str])] = &[
     ("terminal_tools", &["terminal"]),
     ("vision_tools", &["vision_analyze"]),
     ("image_tools", &["image_generate"]),
-    ("skills_tools", &["skills_list", "skill_view", "skill_manage"]),
+    (
+        "skills_tools",
+        &["skills_list", "skill_view", "skill_manage"],
+    ),
     ("cronjob_tools", &["cronjob"]),
-    ("file_tools", &["read_file", "write_file", "patch", "search_files"]),
+    (
+        "file_tools",
+        &["read_file", "write_file", "patch", "search_files"],
+    ),
     ("tts_tools", &["text_to_speech"]),
 ];
 
@@ -82,7 +88,8 @@ pub struct ToolsetResolver<'a> {
 impl ToolsetResolver<'_> {
     /// Every toolset name known (static, registered, legacy and aliases).
     pub fn names(&self) -> BTreeSet<String> {
-        let mut names: BTreeSet<String> = STATIC_TOOLSETS.iter().map(|t| t.name.to_owned()).collect();
+        let mut names: BTreeSet<String> =
+            STATIC_TOOLSETS.iter().map(|t| t.name.to_owned()).collect();
         names.extend(self.registered.keys().cloned());
         names.extend(self.aliases.keys().cloned());
         names

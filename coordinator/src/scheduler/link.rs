@@ -5,8 +5,8 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -15,8 +15,8 @@ use tokio::sync::{mpsc, oneshot};
 use tonic::Status;
 
 use caduceus_proto::{
-    CallResult, CancelCall, Drain, EnvironmentInfo, ReleaseEnvironment, RunCall, WorkerCommand, WorkerEvent, worker_command,
-    worker_event,
+    CallResult, CancelCall, Drain, EnvironmentInfo, ReleaseEnvironment, RunCall, WorkerCommand,
+    WorkerEvent, worker_command, worker_event,
 };
 
 /// State of a worker shared with the Scheduler for placement and status,
@@ -46,11 +46,17 @@ impl WorkerShared {
     }
 
     pub fn environments(&self) -> Vec<EnvironmentInfo> {
-        self.environments.lock().map(|e| e.clone()).unwrap_or_default()
+        self.environments
+            .lock()
+            .map(|e| e.clone())
+            .unwrap_or_default()
     }
 
     pub fn heartbeat_age(&self) -> Duration {
-        self.last_heartbeat.lock().map(|t| t.elapsed()).unwrap_or_default()
+        self.last_heartbeat
+            .lock()
+            .map(|t| t.elapsed())
+            .unwrap_or_default()
     }
 }
 
@@ -69,12 +75,23 @@ pub type CallReply = oneshot::Sender<Result<CallResult, LinkFailure>>;
 pub type NoticeSink = mpsc::UnboundedSender<(String, caduceus_proto::EnvironmentNotice)>;
 
 pub enum LinkMsg {
-    Run { call: RunCall, output: Option<mpsc::Sender<Bytes>>, reply: CallReply },
-    Cancel { call_id: String, reason: String },
-    Release { task_id: String },
+    Run {
+        call: RunCall,
+        output: Option<mpsc::Sender<Bytes>>,
+        reply: CallReply,
+    },
+    Cancel {
+        call_id: String,
+        reason: String,
+    },
+    Release {
+        task_id: String,
+    },
     Drain,
     Inbound(WorkerEvent),
-    StreamClosed { reason: String },
+    StreamClosed {
+        reason: String,
+    },
     CheckHeartbeat,
 }
 
@@ -104,7 +121,9 @@ pub struct LinkState {
 impl LinkState {
     fn fail_all(&mut self, reason: &str) {
         for (_, pending) in self.pending.drain() {
-            let _ = pending.reply.send(Err(LinkFailure::Lost(reason.to_owned())));
+            let _ = pending
+                .reply
+                .send(Err(LinkFailure::Lost(reason.to_owned())));
         }
         self.args.shared.running.store(0, Ordering::Relaxed);
     }
@@ -112,7 +131,12 @@ impl LinkState {
     fn send(&self, command: worker_command::Command) -> bool {
         // try_send keeps the actor responsive: a worker that does not read its
         // commands (64 queued) is as good as gone.
-        self.args.commands.try_send(Ok(WorkerCommand { command: Some(command) })).is_ok()
+        self.args
+            .commands
+            .try_send(Ok(WorkerCommand {
+                command: Some(command),
+            }))
+            .is_ok()
     }
 }
 
@@ -121,20 +145,40 @@ impl Actor for WorkerLink {
     type State = LinkState;
     type Arguments = LinkArgs;
 
-    async fn pre_start(&self, myself: ActorRef<LinkMsg>, args: LinkArgs) -> Result<LinkState, ActorProcessingErr> {
+    async fn pre_start(
+        &self,
+        myself: ActorRef<LinkMsg>,
+        args: LinkArgs,
+    ) -> Result<LinkState, ActorProcessingErr> {
         let period = args.heartbeat_interval;
         myself.send_interval(period, || LinkMsg::CheckHeartbeat);
-        Ok(LinkState { args, pending: HashMap::new() })
+        Ok(LinkState {
+            args,
+            pending: HashMap::new(),
+        })
     }
 
-    async fn post_stop(&self, _myself: ActorRef<LinkMsg>, state: &mut LinkState) -> Result<(), ActorProcessingErr> {
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<LinkMsg>,
+        state: &mut LinkState,
+    ) -> Result<(), ActorProcessingErr> {
         state.fail_all("the worker's link was closed");
         Ok(())
     }
 
-    async fn handle(&self, myself: ActorRef<LinkMsg>, message: LinkMsg, state: &mut LinkState) -> Result<(), ActorProcessingErr> {
+    async fn handle(
+        &self,
+        myself: ActorRef<LinkMsg>,
+        message: LinkMsg,
+        state: &mut LinkState,
+    ) -> Result<(), ActorProcessingErr> {
         match message {
-            LinkMsg::Run { call, output, reply } => {
+            LinkMsg::Run {
+                call,
+                output,
+                reply,
+            } => {
                 if state.args.shared.draining.load(Ordering::Relaxed) {
                     let _ = reply.send(Err(LinkFailure::Draining));
                     return Ok(());
@@ -144,16 +188,24 @@ impl Actor for WorkerLink {
                     state.args.shared.running.fetch_add(1, Ordering::Relaxed);
                     state.pending.insert(call_id, Pending { reply, output });
                 } else {
-                    let _ = reply.send(Err(LinkFailure::Lost(format!("worker '{}' is not reading its commands", state.args.name))));
+                    let _ = reply.send(Err(LinkFailure::Lost(format!(
+                        "worker '{}' is not reading its commands",
+                        state.args.name
+                    ))));
                 }
             }
             LinkMsg::Cancel { call_id, reason } => {
                 if state.pending.contains_key(&call_id) {
-                    state.send(worker_command::Command::Cancel(CancelCall { call_id, reason }));
+                    state.send(worker_command::Command::Cancel(CancelCall {
+                        call_id,
+                        reason,
+                    }));
                 }
             }
             LinkMsg::Release { task_id } => {
-                state.send(worker_command::Command::Release(ReleaseEnvironment { task_id }));
+                state.send(worker_command::Command::Release(ReleaseEnvironment {
+                    task_id,
+                }));
             }
             LinkMsg::Drain => {
                 state.args.shared.draining.store(true, Ordering::Relaxed);
@@ -162,7 +214,10 @@ impl Actor for WorkerLink {
             LinkMsg::Inbound(event) => handle_event(state, event),
             LinkMsg::StreamClosed { reason } => {
                 tracing::warn!(worker = %state.args.name, %reason, "worker stream closed");
-                state.fail_all(&format!("worker '{}' disconnected ({reason})", state.args.name));
+                state.fail_all(&format!(
+                    "worker '{}' disconnected ({reason})",
+                    state.args.name
+                ));
                 myself.stop(Some(reason));
             }
             LinkMsg::CheckHeartbeat => {
@@ -170,7 +225,10 @@ impl Actor for WorkerLink {
                 if age > state.args.heartbeat_interval * 3 {
                     let reason = format!("no heartbeat for {:.1}s", age.as_secs_f64());
                     tracing::warn!(worker = %state.args.name, %reason, "worker presumed dead");
-                    state.fail_all(&format!("worker '{}' stopped answering ({reason})", state.args.name));
+                    state.fail_all(&format!(
+                        "worker '{}' stopped answering ({reason})",
+                        state.args.name
+                    ));
                     myself.stop(Some(reason));
                 }
             }
@@ -197,7 +255,11 @@ fn handle_event(state: &mut LinkState, event: WorkerEvent) {
         }
         Some(worker_event::Event::Result(result)) => {
             if let Some(pending) = state.pending.remove(&result.call_id) {
-                let _ = shared.running.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| Some(n.saturating_sub(1)));
+                let _ = shared
+                    .running
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                        Some(n.saturating_sub(1))
+                    });
                 let _ = pending.reply.send(Ok(result));
             } else {
                 tracing::debug!(call_id = %result.call_id, "result for a call nobody waits for (cancelled or timed out)");
@@ -227,11 +289,14 @@ fn handle_event(state: &mut LinkState, event: WorkerEvent) {
             if let Ok(mut envs) = shared.environments.lock() {
                 envs.retain(|e| e.task_id != released.task_id);
             }
-            let _ = state.args.scheduler.cast(super::SchedulerMsg::EnvironmentReleased {
-                worker_id: state.args.worker_id.clone(),
-                task_id: released.task_id,
-                reason: released.reason,
-            });
+            let _ = state
+                .args
+                .scheduler
+                .cast(super::SchedulerMsg::EnvironmentReleased {
+                    worker_id: state.args.worker_id.clone(),
+                    task_id: released.task_id,
+                    reason: released.reason,
+                });
         }
         Some(worker_event::Event::Hello(_)) => {
             tracing::warn!(worker = %state.args.name, "duplicate hello ignored");

@@ -57,11 +57,15 @@ pub enum ScheduleError {
         "No worker can run this call: no attached worker offers the '{backend}' backend. Attach one with `caduceus worker --coordinator URL --backends {backend}`."
     )]
     NoWorker { backend: String },
-    #[error("The worker '{worker}' running this call was lost ({reason}). The task's environment is gone; the next call starts a fresh one.")]
+    #[error(
+        "The worker '{worker}' running this call was lost ({reason}). The task's environment is gone; the next call starts a fresh one."
+    )]
     WorkerLost { worker: String, reason: String },
     #[error("The worker '{worker}' is draining and takes no new calls; retry shortly.")]
     Draining { worker: String },
-    #[error("The call did not finish within {after_secs}s on worker '{worker}'; it was cancelled there.")]
+    #[error(
+        "The call did not finish within {after_secs}s on worker '{worker}'; it was cancelled there."
+    )]
     Timeout { worker: String, after_secs: u64 },
     #[error("The call was cancelled.")]
     Cancelled,
@@ -72,9 +76,9 @@ pub enum ScheduleError {
 impl ScheduleError {
     pub fn worker(&self) -> Option<&str> {
         match self {
-            ScheduleError::WorkerLost { worker, .. } | ScheduleError::Draining { worker } | ScheduleError::Timeout { worker, .. } => {
-                Some(worker)
-            }
+            ScheduleError::WorkerLost { worker, .. }
+            | ScheduleError::Draining { worker }
+            | ScheduleError::Timeout { worker, .. } => Some(worker),
             _ => None,
         }
     }
@@ -83,7 +87,9 @@ impl ScheduleError {
 /// Why a worker may not join.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum AttachError {
-    #[error("a worker named '{0}' is already attached; pick another --name or stop the other worker")]
+    #[error(
+        "a worker named '{0}' is already attached; pick another --name or stop the other worker"
+    )]
     DuplicateName(String),
     #[error("the worker's hello is invalid: {0}")]
     InvalidHello(String),
@@ -112,12 +118,28 @@ pub enum SchedulerMsg {
         commands: mpsc::Sender<Result<WorkerCommand, Status>>,
         reply: RpcReplyPort<Result<AttachedWorker, AttachError>>,
     },
-    Place { task_id: String, backend: String, reply: RpcReplyPort<Result<Placement, ScheduleError>> },
+    Place {
+        task_id: String,
+        backend: String,
+        reply: RpcReplyPort<Result<Placement, ScheduleError>>,
+    },
     /// A placement turned out dead (the link refused the call): forget it.
-    Unplace { task_id: String, worker_id: String },
-    Release { task_id: String, reply: RpcReplyPort<bool> },
-    Status { reply: RpcReplyPort<Vec<WorkerStatus>> },
-    EnvironmentReleased { worker_id: String, task_id: String, reason: String },
+    Unplace {
+        task_id: String,
+        worker_id: String,
+    },
+    Release {
+        task_id: String,
+        reply: RpcReplyPort<bool>,
+    },
+    Status {
+        reply: RpcReplyPort<Vec<WorkerStatus>>,
+    },
+    EnvironmentReleased {
+        worker_id: String,
+        task_id: String,
+        reason: String,
+    },
     FleetChanged,
     DrainAll,
 }
@@ -175,7 +197,12 @@ impl SchedulerState {
             return;
         };
         tracing::info!(worker = %record.name, %reason, "worker left");
-        let lost: Vec<String> = self.placements.iter().filter(|(_, w)| *w == worker_id).map(|(t, _)| t.clone()).collect();
+        let lost: Vec<String> = self
+            .placements
+            .iter()
+            .filter(|(_, w)| *w == worker_id)
+            .map(|(t, _)| t.clone())
+            .collect();
         for task in lost {
             self.placements.remove(&task);
             self.lost.insert(task, record.name.clone());
@@ -188,7 +215,9 @@ impl SchedulerState {
             && let Some(record) = self.workers.get(worker_id)
         {
             if record.shared.draining.load(Ordering::Relaxed) {
-                return Err(ScheduleError::Draining { worker: record.name.clone() });
+                return Err(ScheduleError::Draining {
+                    worker: record.name.clone(),
+                });
             }
             return Ok(Placement {
                 worker_id: record.worker_id.clone(),
@@ -198,7 +227,9 @@ impl SchedulerState {
             });
         }
         if backend.is_empty() {
-            return Err(ScheduleError::NoWorker { backend: "(existing environment)".to_owned() });
+            return Err(ScheduleError::NoWorker {
+                backend: "(existing environment)".to_owned(),
+            });
         }
         // A new task (or one whose worker went away): least-loaded worker that
         // offers the backend.
@@ -212,14 +243,24 @@ impl SchedulerState {
             .filter(|w| !w.shared.draining.load(Ordering::Relaxed))
             .filter(|w| w.shared.backends().iter().any(|b| b == backend))
             .min_by(|a, b| {
-                let load = |w: &WorkerRecord| f64::from(w.shared.running.load(Ordering::Relaxed)) / f64::from(w.capacity.max(1));
+                let load = |w: &WorkerRecord| {
+                    f64::from(w.shared.running.load(Ordering::Relaxed))
+                        / f64::from(w.capacity.max(1))
+                };
                 load(a)
                     .total_cmp(&load(b))
-                    .then_with(|| pinned.get(a.worker_id.as_str()).cmp(&pinned.get(b.worker_id.as_str())))
+                    .then_with(|| {
+                        pinned
+                            .get(a.worker_id.as_str())
+                            .cmp(&pinned.get(b.worker_id.as_str()))
+                    })
                     .then_with(|| a.name.cmp(&b.name))
             })
-            .ok_or_else(|| ScheduleError::NoWorker { backend: backend.to_owned() })?;
-        self.placements.insert(task_id.to_owned(), chosen.worker_id.clone());
+            .ok_or_else(|| ScheduleError::NoWorker {
+                backend: backend.to_owned(),
+            })?;
+        self.placements
+            .insert(task_id.to_owned(), chosen.worker_id.clone());
         Ok(Placement {
             worker_id: chosen.worker_id.clone(),
             worker_name: chosen.name.clone(),
@@ -240,9 +281,15 @@ impl SchedulerState {
                 backends: w.shared.backends(),
                 capacity: w.capacity,
                 running_calls: w.shared.running.load(Ordering::Relaxed),
-                state: if w.shared.draining.load(Ordering::Relaxed) { "draining" } else { "ready" }.to_owned(),
+                state: if w.shared.draining.load(Ordering::Relaxed) {
+                    "draining"
+                } else {
+                    "ready"
+                }
+                .to_owned(),
                 attached_ms: u64::try_from(w.attached_at.elapsed().as_millis()).unwrap_or(u64::MAX),
-                last_heartbeat_ms: u64::try_from(w.shared.heartbeat_age().as_millis()).unwrap_or(u64::MAX),
+                last_heartbeat_ms: u64::try_from(w.shared.heartbeat_age().as_millis())
+                    .unwrap_or(u64::MAX),
                 environments: w.shared.environments(),
                 peer: w.peer.clone(),
             })
@@ -257,7 +304,11 @@ impl Actor for Scheduler {
     type State = SchedulerState;
     type Arguments = SchedulerArgs;
 
-    async fn pre_start(&self, _myself: ActorRef<SchedulerMsg>, args: SchedulerArgs) -> Result<SchedulerState, ActorProcessingErr> {
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<SchedulerMsg>,
+        args: SchedulerArgs,
+    ) -> Result<SchedulerState, ActorProcessingErr> {
         Ok(SchedulerState {
             registry: args.registry,
             config: args.config,
@@ -268,13 +319,27 @@ impl Actor for Scheduler {
         })
     }
 
-    async fn handle(&self, myself: ActorRef<SchedulerMsg>, message: SchedulerMsg, state: &mut SchedulerState) -> Result<(), ActorProcessingErr> {
+    async fn handle(
+        &self,
+        myself: ActorRef<SchedulerMsg>,
+        message: SchedulerMsg,
+        state: &mut SchedulerState,
+    ) -> Result<(), ActorProcessingErr> {
         match message {
-            SchedulerMsg::Attach { hello, peer, commands, reply } => {
+            SchedulerMsg::Attach {
+                hello,
+                peer,
+                commands,
+                reply,
+            } => {
                 let outcome = attach(&myself, state, hello, peer, commands).await;
                 let _ = reply.send(outcome);
             }
-            SchedulerMsg::Place { task_id, backend, reply } => {
+            SchedulerMsg::Place {
+                task_id,
+                backend,
+                reply,
+            } => {
                 let _ = reply.send(state.place(&task_id, &backend));
             }
             SchedulerMsg::Unplace { task_id, worker_id } => {
@@ -286,7 +351,9 @@ impl Actor for Scheduler {
                 let released = match state.placements.remove(&task_id) {
                     Some(worker_id) => {
                         if let Some(record) = state.workers.get(&worker_id) {
-                            let _ = record.link.cast(LinkMsg::Release { task_id: task_id.clone() });
+                            let _ = record.link.cast(LinkMsg::Release {
+                                task_id: task_id.clone(),
+                            });
                         }
                         true
                     }
@@ -298,12 +365,20 @@ impl Actor for Scheduler {
             SchedulerMsg::Status { reply } => {
                 let _ = reply.send(state.status());
             }
-            SchedulerMsg::EnvironmentReleased { worker_id, task_id, reason } => {
+            SchedulerMsg::EnvironmentReleased {
+                worker_id,
+                task_id,
+                reason,
+            } => {
                 if state.placements.get(&task_id) == Some(&worker_id) {
                     tracing::debug!(%task_id, %reason, "environment released by its worker");
                     state.placements.remove(&task_id);
                     if reason == "sandbox_lost" {
-                        let name = state.workers.get(&worker_id).map(|w| w.name.clone()).unwrap_or_default();
+                        let name = state
+                            .workers
+                            .get(&worker_id)
+                            .map(|w| w.name.clone())
+                            .unwrap_or_default();
                         state.lost.insert(task_id, name);
                     }
                 }
@@ -343,7 +418,11 @@ impl Actor for Scheduler {
 }
 
 fn worker_of(state: &SchedulerState, actor: ractor::ActorId) -> Option<String> {
-    state.workers.values().find(|w| w.link.get_id() == actor).map(|w| w.worker_id.clone())
+    state
+        .workers
+        .values()
+        .find(|w| w.link.get_id() == actor)
+        .map(|w| w.worker_id.clone())
 }
 
 async fn attach(
@@ -355,13 +434,17 @@ async fn attach(
 ) -> Result<AttachedWorker, AttachError> {
     let name = hello.name.trim().to_owned();
     if name.is_empty() {
-        return Err(AttachError::InvalidHello("the worker has no name".to_owned()));
+        return Err(AttachError::InvalidHello(
+            "the worker has no name".to_owned(),
+        ));
     }
     if let Some(existing) = state.workers.values().find(|w| w.name == name) {
         if !hello.instance_id.is_empty() && existing.instance_id == hello.instance_id {
             // The same process reconnected before we noticed its old stream die.
             let old = existing.worker_id.clone();
-            existing.link.stop(Some("replaced by a reconnect of the same worker".to_owned()));
+            existing.link.stop(Some(
+                "replaced by a reconnect of the same worker".to_owned(),
+            ));
             state.remove_worker(&old, "reconnected");
         } else {
             return Err(AttachError::DuplicateName(name));
@@ -369,7 +452,10 @@ async fn attach(
     }
     state.next_worker += 1;
     let worker_id = format!("{}-{}", name, state.next_worker);
-    let shared = Arc::new(WorkerShared::new(hello.backends.clone(), hello.environments.clone()));
+    let shared = Arc::new(WorkerShared::new(
+        hello.backends.clone(),
+        hello.environments.clone(),
+    ));
     let args = link::LinkArgs {
         worker_id: worker_id.clone(),
         name: name.clone(),
@@ -385,7 +471,9 @@ async fn attach(
     // Environments that survived a reconnect stay pinned to this worker.
     for env in &hello.environments {
         state.lost.remove(&env.task_id);
-        state.placements.insert(env.task_id.clone(), worker_id.clone());
+        state
+            .placements
+            .insert(env.task_id.clone(), worker_id.clone());
     }
     tracing::info!(worker = %name, %peer, backends = ?hello.backends, capacity = hello.capacity, "worker attached");
     state.workers.insert(
@@ -414,8 +502,12 @@ pub struct SchedulerHandle {
 }
 
 impl SchedulerHandle {
-    pub async fn start(registry: RegistryHandle, config: SchedulerConfig) -> Result<(Self, tokio::task::JoinHandle<()>), ractor::SpawnErr> {
-        let (actor, join) = Actor::spawn(None, Scheduler, SchedulerArgs { registry, config }).await?;
+    pub async fn start(
+        registry: RegistryHandle,
+        config: SchedulerConfig,
+    ) -> Result<(Self, tokio::task::JoinHandle<()>), ractor::SpawnErr> {
+        let (actor, join) =
+            Actor::spawn(None, Scheduler, SchedulerArgs { registry, config }).await?;
         Ok((SchedulerHandle { actor }, join))
     }
 
@@ -425,7 +517,19 @@ impl SchedulerHandle {
         peer: String,
         commands: mpsc::Sender<Result<WorkerCommand, Status>>,
     ) -> Result<AttachedWorker, AttachError> {
-        match self.actor.call(|reply| SchedulerMsg::Attach { hello, peer, commands, reply }, None).await {
+        match self
+            .actor
+            .call(
+                |reply| SchedulerMsg::Attach {
+                    hello,
+                    peer,
+                    commands,
+                    reply,
+                },
+                None,
+            )
+            .await
+        {
             Ok(ractor::rpc::CallResult::Success(outcome)) => outcome,
             _ => Err(AttachError::Unavailable),
         }
@@ -434,7 +538,14 @@ impl SchedulerHandle {
     async fn place(&self, task_id: &str, backend: &str) -> Result<Placement, ScheduleError> {
         match self
             .actor
-            .call(|reply| SchedulerMsg::Place { task_id: task_id.to_owned(), backend: backend.to_owned(), reply }, None)
+            .call(
+                |reply| SchedulerMsg::Place {
+                    task_id: task_id.to_owned(),
+                    backend: backend.to_owned(),
+                    reply,
+                },
+                None,
+            )
             .await
         {
             Ok(ractor::rpc::CallResult::Success(outcome)) => outcome,
@@ -468,14 +579,31 @@ impl SchedulerHandle {
                 session_id: call.session_id.clone(),
             };
             let (reply, result) = oneshot::channel();
-            if placement.link.cast(LinkMsg::Run { call: run, output: call.output.clone(), reply }).is_err() {
-                let _ = self.actor.cast(SchedulerMsg::Unplace { task_id: call.task_id.clone(), worker_id: placement.worker_id.clone() });
+            if placement
+                .link
+                .cast(LinkMsg::Run {
+                    call: run,
+                    output: call.output.clone(),
+                    reply,
+                })
+                .is_err()
+            {
+                let _ = self.actor.cast(SchedulerMsg::Unplace {
+                    task_id: call.task_id.clone(),
+                    worker_id: placement.worker_id.clone(),
+                });
                 if attempt < 2 {
                     continue;
                 }
-                return Err(ScheduleError::WorkerLost { worker: placement.worker_name, reason: "its link is gone".to_owned() });
+                return Err(ScheduleError::WorkerLost {
+                    worker: placement.worker_name,
+                    reason: "its link is gone".to_owned(),
+                });
             }
-            let mut guard = CancelOnDrop { link: Some(placement.link.clone()), call_id };
+            let mut guard = CancelOnDrop {
+                link: Some(placement.link.clone()),
+                call_id,
+            };
             return match tokio::time::timeout(call.deadline, result).await {
                 Ok(Ok(Ok(done))) => {
                     guard.link = None;
@@ -488,24 +616,41 @@ impl SchedulerHandle {
                 }
                 Ok(Ok(Err(LinkFailure::Draining))) => {
                     guard.link = None;
-                    Err(ScheduleError::Draining { worker: placement.worker_name })
+                    Err(ScheduleError::Draining {
+                        worker: placement.worker_name,
+                    })
                 }
                 Ok(Ok(Err(LinkFailure::Lost(reason)))) => {
                     guard.link = None;
-                    Err(ScheduleError::WorkerLost { worker: placement.worker_name, reason })
+                    Err(ScheduleError::WorkerLost {
+                        worker: placement.worker_name,
+                        reason,
+                    })
                 }
                 Ok(Err(_)) => {
                     guard.link = None;
-                    Err(ScheduleError::WorkerLost { worker: placement.worker_name, reason: "its link stopped".to_owned() })
+                    Err(ScheduleError::WorkerLost {
+                        worker: placement.worker_name,
+                        reason: "its link stopped".to_owned(),
+                    })
                 }
-                Err(_) => Err(ScheduleError::Timeout { worker: placement.worker_name, after_secs: call.deadline.as_secs() }),
+                Err(_) => Err(ScheduleError::Timeout {
+                    worker: placement.worker_name,
+                    after_secs: call.deadline.as_secs(),
+                }),
             };
         }
     }
 
     /// Stores `content` inside the task's sandbox (the worker's internal
     /// `__persist_result` tool) and returns its path there.
-    pub async fn persist_result(&self, task_id: &str, id: &str, content: &str, owner: &str) -> Option<String> {
+    pub async fn persist_result(
+        &self,
+        task_id: &str,
+        id: &str,
+        content: &str,
+        owner: &str,
+    ) -> Option<String> {
         let args = serde_json::json!({"id": id, "content": content}).to_string();
         let call = WorkerCall {
             task_id: task_id.to_owned(),
@@ -523,18 +668,33 @@ impl SchedulerHandle {
         // environment": persisting must not create one.
         let done = self.run_call(call).await.ok()?;
         let value: serde_json::Value = serde_json::from_str(&done.result).ok()?;
-        value.get("path").and_then(serde_json::Value::as_str).map(str::to_owned)
+        value
+            .get("path")
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_owned)
     }
 
     pub async fn release(&self, task_id: &str) -> bool {
         matches!(
-            self.actor.call(|reply| SchedulerMsg::Release { task_id: task_id.to_owned(), reply }, None).await,
+            self.actor
+                .call(
+                    |reply| SchedulerMsg::Release {
+                        task_id: task_id.to_owned(),
+                        reply
+                    },
+                    None
+                )
+                .await,
             Ok(ractor::rpc::CallResult::Success(true))
         )
     }
 
     pub async fn status(&self) -> Vec<WorkerStatus> {
-        match self.actor.call(|reply| SchedulerMsg::Status { reply }, None).await {
+        match self
+            .actor
+            .call(|reply| SchedulerMsg::Status { reply }, None)
+            .await
+        {
             Ok(ractor::rpc::CallResult::Success(workers)) => workers,
             _ => Vec::new(),
         }
@@ -558,7 +718,10 @@ struct CancelOnDrop {
 impl Drop for CancelOnDrop {
     fn drop(&mut self) {
         if let Some(link) = self.link.take() {
-            let _ = link.cast(LinkMsg::Cancel { call_id: std::mem::take(&mut self.call_id), reason: "the caller gave up".to_owned() });
+            let _ = link.cast(LinkMsg::Cancel {
+                call_id: std::mem::take(&mut self.call_id),
+                reason: "the caller gave up".to_owned(),
+            });
         }
     }
 }

@@ -34,7 +34,10 @@ pub struct TlsFiles {
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
     #[error("cannot read TLS file {path}: {source}")]
-    TlsFile { path: PathBuf, source: std::io::Error },
+    TlsFile {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("TLS configuration rejected: {0}")]
     Tls(tonic::transport::Error),
     #[error("the gRPC server failed: {0}")]
@@ -49,7 +52,9 @@ pub struct TokenAuth {
 
 impl TokenAuth {
     pub fn new(token: &str) -> Self {
-        TokenAuth { token: Arc::from(token) }
+        TokenAuth {
+            token: Arc::from(token),
+        }
     }
 }
 
@@ -85,14 +90,23 @@ pub async fn serve(
         .http2_keepalive_interval(Some(Duration::from_secs(10)))
         .http2_keepalive_timeout(Some(Duration::from_secs(20)));
     if let Some(tls) = tls {
-        let read = |path: &PathBuf| std::fs::read(path).map_err(|source| ServeError::TlsFile { path: path.clone(), source });
+        let read = |path: &PathBuf| {
+            std::fs::read(path).map_err(|source| ServeError::TlsFile {
+                path: path.clone(),
+                source,
+            })
+        };
         let identity = Identity::from_pem(read(&tls.cert)?, read(&tls.key)?);
-        builder = builder.tls_config(ServerTlsConfig::new().identity(identity)).map_err(ServeError::Tls)?;
+        builder = builder
+            .tls_config(ServerTlsConfig::new().identity(identity))
+            .map_err(ServeError::Tls)?;
     }
     let gateway = tonic::service::interceptor::InterceptedService::new(
-        WorkerGatewayServer::new(GatewayService { coordinator: coordinator.clone() })
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES),
+        WorkerGatewayServer::new(GatewayService {
+            coordinator: coordinator.clone(),
+        })
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES),
         auth.clone(),
     );
     let control = tonic::service::interceptor::InterceptedService::new(
@@ -117,10 +131,18 @@ struct GatewayService {
 impl WorkerGateway for GatewayService {
     type AttachStream = ReceiverStream<Result<WorkerCommand, Status>>;
 
-    async fn attach(&self, request: Request<Streaming<WorkerEvent>>) -> Result<Response<Self::AttachStream>, Status> {
-        let peer = request.remote_addr().map(|a: SocketAddr| a.to_string()).unwrap_or_default();
+    async fn attach(
+        &self,
+        request: Request<Streaming<WorkerEvent>>,
+    ) -> Result<Response<Self::AttachStream>, Status> {
+        let peer = request
+            .remote_addr()
+            .map(|a: SocketAddr| a.to_string())
+            .unwrap_or_default();
         let (commands, rx) = mpsc::channel(64);
-        self.coordinator.attach_worker(Box::pin(request.into_inner()), commands, peer).await?;
+        self.coordinator
+            .attach_worker(Box::pin(request.into_inner()), commands, peer)
+            .await?;
         Ok(Response::new(ReceiverStream::new(rx)))
     }
 }
@@ -131,20 +153,41 @@ struct ControlService {
 
 #[tonic::async_trait]
 impl Control for ControlService {
-    async fn list_tools(&self, request: Request<ListToolsRequest>) -> Result<Response<ListToolsResponse>, Status> {
+    async fn list_tools(
+        &self,
+        request: Request<ListToolsRequest>,
+    ) -> Result<Response<ListToolsResponse>, Status> {
         let req = request.into_inner();
-        let filter = ToolFilter { enabled_toolsets: req.enabled_toolsets, disabled_toolsets: req.disabled_toolsets, blocked_tools: Vec::new() };
-        let (definitions, generation) = self.coordinator.definitions(&filter).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let filter = ToolFilter {
+            enabled_toolsets: req.enabled_toolsets,
+            disabled_toolsets: req.disabled_toolsets,
+            blocked_tools: Vec::new(),
+        };
+        let (definitions, generation) = self
+            .coordinator
+            .definitions(&filter)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
         Ok(Response::new(ListToolsResponse {
             definitions_json: definitions.iter().map(ToString::to_string).collect(),
             generation,
         }))
     }
 
-    async fn call_tool(&self, request: Request<CallToolRequest>) -> Result<Response<CallToolResponse>, Status> {
+    async fn call_tool(
+        &self,
+        request: Request<CallToolRequest>,
+    ) -> Result<Response<CallToolResponse>, Status> {
         let req = request.into_inner();
         let session = (!req.session_id.is_empty()).then_some(req.session_id);
-        let outcome = self.coordinator.call_tool(&req.tool, RawArguments::Text(req.arguments_json), &req.task_id, session).await;
+        let outcome = self
+            .coordinator
+            .call_tool(
+                &req.tool,
+                RawArguments::Text(req.arguments_json),
+                &req.task_id,
+                session,
+            )
+            .await;
         Ok(Response::new(CallToolResponse {
             result: outcome.result,
             worker: outcome.worker.unwrap_or_default(),
@@ -152,34 +195,68 @@ impl Control for ControlService {
         }))
     }
 
-    async fn status(&self, _request: Request<StatusRequest>) -> Result<Response<StatusResponse>, Status> {
+    async fn status(
+        &self,
+        _request: Request<StatusRequest>,
+    ) -> Result<Response<StatusResponse>, Status> {
         Ok(Response::new(self.coordinator.status().await))
     }
 
-    async fn release_environment(&self, request: Request<ReleaseEnvironmentRequest>) -> Result<Response<ReleaseEnvironmentResponse>, Status> {
-        let released = self.coordinator.release_environment(&request.into_inner().task_id).await;
+    async fn release_environment(
+        &self,
+        request: Request<ReleaseEnvironmentRequest>,
+    ) -> Result<Response<ReleaseEnvironmentResponse>, Status> {
+        let released = self
+            .coordinator
+            .release_environment(&request.into_inner().task_id)
+            .await;
         Ok(Response::new(ReleaseEnvironmentResponse { released }))
     }
 
     type StartSessionStream = ReceiverStream<Result<SessionEvent, Status>>;
 
-    async fn start_session(&self, _request: Request<StartSessionRequest>) -> Result<Response<Self::StartSessionStream>, Status> {
-        Err(Status::unimplemented("agent sessions are not available on this coordinator yet"))
+    async fn start_session(
+        &self,
+        _request: Request<StartSessionRequest>,
+    ) -> Result<Response<Self::StartSessionStream>, Status> {
+        Err(Status::unimplemented(
+            "agent sessions are not available on this coordinator yet",
+        ))
     }
 
-    async fn cancel_session(&self, _request: Request<CancelSessionRequest>) -> Result<Response<CancelSessionResponse>, Status> {
-        Err(Status::unimplemented("agent sessions are not available on this coordinator yet"))
+    async fn cancel_session(
+        &self,
+        _request: Request<CancelSessionRequest>,
+    ) -> Result<Response<CancelSessionResponse>, Status> {
+        Err(Status::unimplemented(
+            "agent sessions are not available on this coordinator yet",
+        ))
     }
 
-    async fn answer_clarify(&self, _request: Request<AnswerClarifyRequest>) -> Result<Response<AnswerClarifyResponse>, Status> {
-        Err(Status::unimplemented("agent sessions are not available on this coordinator yet"))
+    async fn answer_clarify(
+        &self,
+        _request: Request<AnswerClarifyRequest>,
+    ) -> Result<Response<AnswerClarifyResponse>, Status> {
+        Err(Status::unimplemented(
+            "agent sessions are not available on this coordinator yet",
+        ))
     }
 
-    async fn list_approvals(&self, _request: Request<ListApprovalsRequest>) -> Result<Response<ListApprovalsResponse>, Status> {
-        Err(Status::unimplemented("approvals are not available on this coordinator yet"))
+    async fn list_approvals(
+        &self,
+        _request: Request<ListApprovalsRequest>,
+    ) -> Result<Response<ListApprovalsResponse>, Status> {
+        Err(Status::unimplemented(
+            "approvals are not available on this coordinator yet",
+        ))
     }
 
-    async fn answer_approval(&self, _request: Request<AnswerApprovalRequest>) -> Result<Response<AnswerApprovalResponse>, Status> {
-        Err(Status::unimplemented("approvals are not available on this coordinator yet"))
+    async fn answer_approval(
+        &self,
+        _request: Request<AnswerApprovalRequest>,
+    ) -> Result<Response<AnswerApprovalResponse>, Status> {
+        Err(Status::unimplemented(
+            "approvals are not available on this coordinator yet",
+        ))
     }
 }

@@ -2,10 +2,12 @@
 //! shell in its own session (no controlling terminal, own process group).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::os::fd::OwnedFd;
 use std::process::Stdio;
 
 use async_trait::async_trait;
+use caduceus_files::{FileSystem, LocalFs};
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 use tokio::net::unix::pipe;
@@ -13,12 +15,18 @@ use tokio::process::{Child, Command};
 
 use crate::sandbox::{ProcessHandle, Sandbox, SandboxError, SpawnSpec, SpawnedProcess, StopSignal};
 
-#[derive(Debug)]
 pub struct LocalSandbox {
     id: String,
     cwd: String,
     home: String,
     temp: String,
+    files: Arc<LocalFs>,
+}
+
+impl std::fmt::Debug for LocalSandbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalSandbox").field("id", &self.id).field("cwd", &self.cwd).finish_non_exhaustive()
+    }
 }
 
 impl LocalSandbox {
@@ -29,7 +37,17 @@ impl LocalSandbox {
             .find_map(|v| std::env::var(v).ok().filter(|s| !s.is_empty()))
             .unwrap_or_else(|| "/tmp".to_owned());
         let temp = temp.trim_end_matches('/').to_owned();
-        LocalSandbox { id, cwd, home, temp: if temp.is_empty() { "/".to_owned() } else { temp } }
+        LocalSandbox {
+            id,
+            cwd,
+            home,
+            temp: if temp.is_empty() {
+                "/".to_owned()
+            } else {
+                temp
+            },
+            files: Arc::new(LocalFs::new()),
+        }
     }
 }
 
@@ -44,7 +62,10 @@ impl Sandbox for LocalSandbox {
     }
 
     async fn spawn(&self, spec: SpawnSpec) -> Result<SpawnedProcess, SandboxError> {
-        let fail = |reason: String| SandboxError::Spawn { program: spec.program.clone(), reason };
+        let fail = |reason: String| SandboxError::Spawn {
+            program: spec.program.clone(),
+            reason,
+        };
         // stdout and stderr share one pipe so their order is kept.
         let (reader, writer) = std::io::pipe().map_err(|e| fail(format!("pipe: {e}")))?;
         let writer_err = writer.try_clone().map_err(|e| fail(format!("pipe: {e}")))?;
@@ -63,15 +84,33 @@ impl Sandbox for LocalSandbox {
         // Our copies of the pipe's write end go with the Command: without this
         // the reader never sees end-of-file.
         drop(command);
-        let stdin = child.stdin.take().ok_or_else(|| fail("no stdin pipe".to_owned()))?;
-        let output = pipe::Receiver::from_owned_fd(OwnedFd::from(reader)).map_err(|e| fail(format!("pipe: {e}")))?;
+        let stdin = child
+            .stdin
+            .take()
+            .ok_or_else(|| fail("no stdin pipe".to_owned()))?;
+        let output = pipe::Receiver::from_owned_fd(OwnedFd::from(reader))
+            .map_err(|e| fail(format!("pipe: {e}")))?;
         let pid = child.id();
-        Ok(SpawnedProcess { stdin: Box::pin(stdin), output: Box::pin(output), pid, handle: Box::new(LocalProcess { child, pid }) })
+        Ok(SpawnedProcess {
+            stdin: Box::pin(stdin),
+            output: Box::pin(output),
+            pid,
+            handle: Box::new(LocalProcess { child, pid }),
+        })
     }
 
-    async fn signal_tree(&self, pid: u32, signal: StopSignal, include_root: bool) -> Result<(), SandboxError> {
+    async fn signal_tree(
+        &self,
+        pid: u32,
+        signal: StopSignal,
+        include_root: bool,
+    ) -> Result<(), SandboxError> {
         signal_local_tree(pid, signal, include_root);
         Ok(())
+    }
+
+    fn files(&self) -> Arc<dyn FileSystem> {
+        self.files.clone()
     }
 
     fn temp_dir(&self) -> String {
@@ -103,7 +142,9 @@ fn detach_from_terminal(command: &mut Command) {
     // parent; it is the documented way to start a child in a new session.
     unsafe {
         command.pre_exec(|| {
-            nix::unistd::setsid().map(|_| ()).map_err(std::io::Error::from)
+            nix::unistd::setsid()
+                .map(|_| ())
+                .map_err(std::io::Error::from)
         });
     }
 }
@@ -167,7 +208,12 @@ pub fn signal_local_tree(root: u32, signal: StopSignal, include_root: bool) {
 /// Descendants of `pid`, parents before their children: a parent shell that
 /// dies first cannot print "Terminated" for its child into the output, and
 /// every child's pid is already known.
-fn collect_descendants(pid: u32, children: &HashMap<u32, Vec<u32>>, out: &mut Vec<u32>, depth: usize) {
+fn collect_descendants(
+    pid: u32,
+    children: &HashMap<u32, Vec<u32>>,
+    out: &mut Vec<u32>,
+    depth: usize,
+) {
     if depth > 512 {
         return;
     }
@@ -194,7 +240,11 @@ pub fn process_table() -> ProcessTable {
         return table;
     };
     for entry in entries.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
             continue;
         };
         let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {

@@ -63,7 +63,10 @@ impl Provider for LocalProvider {
     }
 
     async fn create(&self, request: &CreateRequest) -> Result<Arc<dyn Sandbox>, SandboxError> {
-        Ok(Arc::new(local::LocalSandbox::new(format!("local:{}", request.task_id), self.cwd.clone())))
+        Ok(Arc::new(local::LocalSandbox::new(
+            format!("local:{}", request.task_id),
+            self.cwd.clone(),
+        )))
     }
 }
 
@@ -76,24 +79,34 @@ pub struct Backends {
 
 impl std::fmt::Debug for Backends {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Backends").field("available", &self.available()).finish()
+        f.debug_struct("Backends")
+            .field("available", &self.available())
+            .finish()
     }
 }
 
 impl Backends {
     /// Builds the providers for the requested backend names; names this worker
     /// cannot serve are returned as messages.
-    pub fn new(requested: &[String], local_cwd: String) -> (Self, Vec<String>) {
+    pub fn new(requested: &[String], local_cwd: &str) -> (Self, Vec<String>) {
         let mut providers: Vec<Arc<dyn Provider>> = Vec::new();
         let mut refused = Vec::new();
         for backend in requested {
             match backend.as_str() {
-                "local" => providers.push(Arc::new(LocalProvider { cwd: local_cwd.clone() })),
+                "local" => providers.push(Arc::new(LocalProvider {
+                    cwd: local_cwd.to_owned(),
+                })),
                 other => refused.push(format!("backend '{other}' is not supported by this worker")),
             }
         }
         let available = providers.iter().map(|p| p.name().to_owned()).collect();
-        (Backends { providers, available: std::sync::RwLock::new(available) }, refused)
+        (
+            Backends {
+                providers,
+                available: std::sync::RwLock::new(available),
+            },
+            refused,
+        )
     }
 
     /// Backends available at the last [`refresh`](Self::refresh).
@@ -123,9 +136,15 @@ impl Backends {
     }
 
     /// Creates a sandbox for a task on `backend`.
-    pub async fn create(&self, backend: &str, request: &CreateRequest) -> Result<Arc<dyn Sandbox>, SandboxError> {
+    pub async fn create(
+        &self,
+        backend: &str,
+        request: &CreateRequest,
+    ) -> Result<Arc<dyn Sandbox>, SandboxError> {
         match self.provider(backend) {
-            Some(provider) if self.available().iter().any(|b| b == backend) => provider.create(request).await,
+            Some(provider) if self.available().iter().any(|b| b == backend) => {
+                provider.create(request).await
+            }
             _ => Err(SandboxError::Unavailable(backend.to_owned())),
         }
     }

@@ -34,6 +34,8 @@ pub struct Environment {
     pub processes: ProcessRegistry,
     /// Base environment of background processes (the shell's, sanitized).
     pub base_env: Vec<(String, String)>,
+    /// Read-loop and staleness state of the file tools for this task.
+    pub reads: caduceus_files::ReadTracker,
     created: Instant,
     last_used: std::sync::Mutex<Instant>,
     running: AtomicU32,
@@ -207,6 +209,7 @@ impl EnvManager {
             shell,
             processes,
             base_env: self.settings.shell_env.clone(),
+            reads: caduceus_files::ReadTracker::new(),
             created: Instant::now(),
             last_used: std::sync::Mutex::new(Instant::now()),
             running: AtomicU32::new(0),
@@ -303,7 +306,7 @@ pub(crate) fn test_manager() -> (
     EnvManager,
     tokio::sync::mpsc::Receiver<caduceus_proto::EnvironmentNotice>,
 ) {
-    let (backends, _) = Backends::new(&["local".to_owned()], "/tmp".to_owned());
+    let (backends, _) = Backends::new(&["local".to_owned()], "/tmp");
     let (notices, rx) = NoticeHub::new();
     let shell_env = vec![
         ("PATH".to_owned(), std::env::var("PATH").unwrap_or_default()),

@@ -1,7 +1,7 @@
 //! The tools a worker runs inside a task's environment, and the result cap
 //! that keeps large results in the sandbox instead of the context.
 
-pub mod hints;
+pub mod files;
 pub mod process;
 pub mod terminal;
 
@@ -30,11 +30,18 @@ pub struct ToolSettings {
     pub max_foreground_timeout_secs: u64,
     /// Characters of terminal output the model sees (hermes: 50,000).
     pub max_output_chars: usize,
+    /// Limits and write policy of the file tools.
+    pub files: caduceus_files::FileToolsConfig,
 }
 
 impl Default for ToolSettings {
     fn default() -> Self {
-        ToolSettings { terminal_timeout_secs: 180, max_foreground_timeout_secs: 600, max_output_chars: 50_000 }
+        ToolSettings {
+            terminal_timeout_secs: 180,
+            max_foreground_timeout_secs: 600,
+            max_output_chars: 50_000,
+            files: caduceus_files::FileToolsConfig::default(),
+        }
     }
 }
 
@@ -54,7 +61,14 @@ pub struct ToolCall {
 
 /// Runs the call and returns the result the model reads.
 pub async fn run(settings: &ToolSettings, mut call: ToolCall) -> String {
+    if !files::is_file_tool(&call.tool) && !call.tool.starts_with("__") {
+        // hermes: any other tool resets the consecutive-read loop guard.
+        call.env.reads.note_other_tool();
+    }
     let result = match call.tool.as_str() {
+        tool if files::is_file_tool(tool) => {
+            files::run(&settings.files, &call.env, tool, &call.args).await
+        }
         "terminal" => {
             let terminal_call = terminal::TerminalCall {
                 env: &call.env,
@@ -74,7 +88,12 @@ pub async fn run(settings: &ToolSettings, mut call: ToolCall) -> String {
 /// Persists `result` in the sandbox and returns hermes' preview when it is
 /// longer than `cap` characters (0 = never); without an environment the
 /// preview says it could not be saved.
-pub async fn cap_if_needed(env: Option<&Environment>, id: &str, result: String, cap: u64) -> String {
+pub async fn cap_if_needed(
+    env: Option<&Environment>,
+    id: &str,
+    result: String,
+    cap: u64,
+) -> String {
     if cap == 0 || result.len() as u64 <= cap || result.chars().count() as u64 <= cap {
         return result;
     }
@@ -98,7 +117,10 @@ async fn cap_result(env: &Environment, id: &str, result: String) -> String {
 /// `__persist_result {id, content}` — the coordinator's way to store a result
 /// of a coordinator-side tool in the task's sandbox.
 async fn persist_result_tool(env: &Environment, args: &Map<String, Value>) -> String {
-    let (Some(id), Some(content)) = (args.get("id").and_then(Value::as_str), args.get("content").and_then(Value::as_str)) else {
+    let (Some(id), Some(content)) = (
+        args.get("id").and_then(Value::as_str),
+        args.get("content").and_then(Value::as_str),
+    ) else {
         return tool_error("__persist_result needs string 'id' and 'content'");
     };
     match persist_in_sandbox(env, id, content).await {
@@ -109,15 +131,29 @@ async fn persist_result_tool(env: &Environment, args: &Map<String, Value>) -> St
 
 /// Writes `content` to `<tmp>/caduceus-results/<safe id>.txt` inside the
 /// sandbox, through the sandbox's own process API (works on every backend).
-pub async fn persist_in_sandbox(env: &Environment, id: &str, content: &str) -> Result<String, String> {
+pub async fn persist_in_sandbox(
+    env: &Environment,
+    id: &str,
+    content: &str,
+) -> Result<String, String> {
     let path = persist::results_path(&env.sandbox.temp_dir(), id);
-    let dir = path.rsplit_once('/').map(|(d, _)| d.to_owned()).unwrap_or_else(|| ".".to_owned());
-    let script = format!("umask 077; mkdir -p {} && cat > {}", shell_quote(&dir), shell_quote(&path));
+    let dir = path
+        .rsplit_once('/')
+        .map(|(d, _)| d.to_owned())
+        .unwrap_or_else(|| ".".to_owned());
+    let script = format!(
+        "umask 077; mkdir -p {} && cat > {}",
+        shell_quote(&dir),
+        shell_quote(&path)
+    );
     let spec = SpawnSpec {
         program: "bash".to_owned(),
         args: vec!["-c".to_owned(), script],
         cwd: None,
-        env: vec![("PATH".to_owned(), "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_owned())],
+        env: vec![(
+            "PATH".to_owned(),
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_owned(),
+        )],
     };
     let mut process = env.sandbox.spawn(spec).await.map_err(|e| e.to_string())?;
     let write = async {
@@ -126,7 +162,10 @@ pub async fn persist_in_sandbox(env: &Environment, id: &str, content: &str) -> R
     };
     let written = tokio::time::timeout(std::time::Duration::from_secs(30), write).await;
     drop(process.stdin);
-    let code = tokio::time::timeout(std::time::Duration::from_secs(30), process.handle.wait()).await.ok().flatten();
+    let code = tokio::time::timeout(std::time::Duration::from_secs(30), process.handle.wait())
+        .await
+        .ok()
+        .flatten();
     match (written, code) {
         (Ok(Ok(())), Some(0)) => Ok(path),
         (Ok(Err(err)), _) => Err(format!("writing {path} failed: {err}")),

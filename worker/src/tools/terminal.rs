@@ -9,8 +9,9 @@ use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
 use caduceus_common::result::to_json;
+use caduceus_guard::hints;
 
-use super::{OutputSink, ToolSettings, hints};
+use super::{OutputSink, ToolSettings};
 use crate::env::Environment;
 use crate::process::SpawnRequest;
 use crate::shell::{ExecEnd, ExecRequest};

@@ -1,0 +1,34 @@
+//! A search fixture shared by the local and the shell search tests.
+
+/// A small git checkout with everything rg skips: a `.gitignore`d directory
+/// and extension, hidden directories, a binary file.
+pub(crate) fn fixture() -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir
+        .path()
+        .canonicalize()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    let put = |rel: &str, content: &[u8]| {
+        let path = format!("{root}/{rel}");
+        std::fs::create_dir_all(std::path::Path::new(&path).parent().unwrap()).unwrap();
+        std::fs::write(path, content).unwrap();
+    };
+    put(
+        ".git/HEAD",
+        b"ref: refs/heads/main\nTODO in git internals\n",
+    );
+    put(".gitignore", b"ignored/\n*.log\n");
+    put(
+        "src/a.rs",
+        b"fn a() {}\n// TODO first\nlet x = 1;\n// TODO second\n",
+    );
+    put("src/b.py", b"# TODO python\nprint('hi')\n");
+    put("src/nested/c.rs", b"no match here\nTODO nested\n");
+    put("ignored/x.rs", b"TODO ignored\n");
+    put("app.log", b"TODO logged\n");
+    put(".hidden/h.rs", b"TODO hidden\n");
+    put("data.bin", b"TODO\x00\x01binary\n");
+    (dir, root)
+}

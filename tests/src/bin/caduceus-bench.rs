@@ -1,0 +1,427 @@
+//! caduceus' side of the hermes peer benchmark (`bench/hermes-peer/run_all.sh`).
+//!
+//! `caduceus-bench <mode> <n> [workdir]` prints one JSON object
+//! `{"mode": "...", "samples_ms": [...], ...}` like the peer's `rawbench`, so the
+//! peer harness interleaves it with hermes and the raw limits in one run.
+//!
+//! Modes:
+//! - `embedded_echo`      terminal `echo hi` through an in-process coordinator and worker
+//! - `loopback_echo`      the same through `caduceus serve` + `caduceus worker` processes
+//!   on 127.0.0.1 (gRPC both ways), called with a gRPC client
+//! - `loopback_clients_K` K concurrent clients (distinct tasks) on the loopback fleet;
+//!   samples are per-call latencies, `calls_per_s` the aggregate throughput
+//! - `spawn_bash`, `persistent_bash` the raw limits, measured in this process
+//! - `loopback_read_1000`, `loopback_write_small`, `loopback_patch_small`,
+//!   `loopback_search_500`: the file tools on the peer's fixtures (`<workdir>/data`)
+//! - `embedded_*` variants of the file modes.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::print_stdout,
+    clippy::print_stderr
+)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use caduceus_coordinator::dispatch::RawArguments;
+use caduceus_coordinator::guard::OpenGate;
+use caduceus_proto::control_client::ControlClient;
+use caduceus_proto::{CallToolRequest, bearer};
+use serde_json::{Value, json};
+use tonic::Request;
+use tonic::metadata::MetadataValue;
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let mode = args.get(1).cloned().unwrap_or_default();
+    let n: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(100);
+    let work = PathBuf::from(
+        args.get(3)
+            .cloned()
+            .unwrap_or_else(|| "/tmp/peer/work".to_owned()),
+    );
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let report = runtime.block_on(run(&mode, n, &work));
+    println!("{report}");
+}
+
+async fn run(mode: &str, n: usize, work: &Path) -> Value {
+    match mode {
+        "spawn_bash" => samples(
+            mode,
+            &time_n(n, || {
+                let out = Command::new("bash")
+                    .args(["-c", "echo hi"])
+                    .stdin(Stdio::null())
+                    .output()
+                    .unwrap();
+                assert_eq!(out.stdout, b"hi\n");
+            }),
+        ),
+        "persistent_bash" => samples(mode, &persistent_bash(n)),
+        m if m.starts_with("embedded_") => {
+            let fleet = embedded().await;
+            let op = &m["embedded_".len()..];
+            let xs = measure(op, n, work, |tool, args, task| {
+                let fleet = fleet.clone();
+                async move {
+                    fleet
+                        .call_tool(&tool, RawArguments::Text(args), &task, None)
+                        .await
+                        .result
+                }
+            })
+            .await;
+            samples(mode, &xs)
+        }
+        m if m.starts_with("loopback_clients_") => {
+            let k: usize = m["loopback_clients_".len()..].parse().unwrap();
+            let fleet = Loopback::start(1);
+            let (xs, per_s) = concurrent(&fleet, k, n).await;
+            let mut v = samples(mode, &xs);
+            v["calls_per_s"] = json!(per_s);
+            v
+        }
+        m if m.starts_with("loopback_") => {
+            let fleet = Loopback::start(1);
+            let client = fleet.client().await;
+            let op = &m["loopback_".len()..];
+            let xs = measure(op, n, work, |tool, args, task| {
+                let mut client = client.clone();
+                async move {
+                    client
+                        .call_tool(CallToolRequest {
+                            tool,
+                            arguments_json: args,
+                            task_id: task,
+                            session_id: String::new(),
+                        })
+                        .await
+                        .unwrap()
+                        .into_inner()
+                        .result
+                }
+            })
+            .await;
+            samples(mode, &xs)
+        }
+        other => panic!("unknown mode {other}"),
+    }
+}
+
+fn samples(mode: &str, xs: &[f64]) -> Value {
+    json!({"mode": mode, "samples_ms": xs.iter().map(|x| (x * 10_000.0).round() / 10_000.0).collect::<Vec<_>>()})
+}
+
+fn time_n(n: usize, mut f: impl FnMut()) -> Vec<f64> {
+    (0..n)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed().as_secs_f64() * 1e3
+        })
+        .collect()
+}
+
+fn persistent_bash(n: usize) -> Vec<f64> {
+    let mut child = Command::new("bash")
+        .args(["--noprofile", "--norc"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    let xs = time_n(n, || {
+        stdin.write_all(b"echo hi; echo __END__\n").unwrap();
+        stdin.flush().unwrap();
+        loop {
+            line.clear();
+            out.read_line(&mut line).unwrap();
+            if line == "__END__\n" {
+                break;
+            }
+        }
+    });
+    drop(stdin);
+    let _ = child.wait();
+    xs
+}
+
+/// Runs `n` timed calls of operation `op` through `call(tool, args, task)`,
+/// after one untimed warm-up call (the environment's creation is not measured).
+async fn measure<F, Fut>(op: &str, n: usize, work: &Path, call: F) -> Vec<f64>
+where
+    F: Fn(String, String, String) -> Fut,
+    Fut: std::future::Future<Output = String>,
+{
+    let data = work.join("data");
+    let task = "bench".to_owned();
+    let (tool, make_args): (&str, Box<dyn Fn(usize) -> Value>) = match op {
+        "echo" => ("terminal", Box::new(|_| json!({"command": "echo hi"}))),
+        "big_output" => (
+            "terminal",
+            Box::new(|_| json!({"command": "head -c 10000000 /dev/zero | tr '\\0' a"})),
+        ),
+        "read_1000" => {
+            let path = data.join("file1000.txt").display().to_string();
+            // Vary the offset by one line so the loop guard's dedup never answers.
+            (
+                "read_file",
+                Box::new(move |i| json!({"path": path, "offset": 1 + (i % 2), "limit": 1000})),
+            )
+        }
+        "write_small" => {
+            let path = data.join("cad_out_small.txt").display().to_string();
+            (
+                "write_file",
+                Box::new(
+                    move |i| json!({"path": path, "content": format!("hello world {i}\nsecond line\n")}),
+                ),
+            )
+        }
+        "patch_small" => {
+            let path = data.join("cad_patch_target.txt");
+            std::fs::write(&path, "alpha\nbeta\ngamma\n").unwrap();
+            let path = path.display().to_string();
+            (
+                "patch",
+                Box::new(move |i| {
+                    let (a, b) = if i % 2 == 0 {
+                        ("beta", "BETA")
+                    } else {
+                        ("BETA", "beta")
+                    };
+                    json!({"path": path, "old_string": a, "new_string": b})
+                }),
+            )
+        }
+        "search_500" => {
+            let path = data.join("tree500").display().to_string();
+            // Alternate two equivalent patterns so the repeat guard never answers.
+            (
+                "search_files",
+                Box::new(
+                    move |i| json!({"pattern": if i % 2 == 0 { "TODO_FIXME" } else { "TODO_FIXM[E]" }, "path": path}),
+                ),
+            )
+        }
+        other => panic!("unknown operation {other}"),
+    };
+    let check = |result: &str| {
+        let v: Value = serde_json::from_str(result).unwrap_or(Value::Null);
+        assert!(v.get("error").is_none_or(Value::is_null), "{op}: {result}");
+    };
+    check(
+        &call(
+            tool.to_owned(),
+            make_args(usize::MAX).to_string(),
+            task.clone(),
+        )
+        .await,
+    );
+    let mut xs = Vec::with_capacity(n);
+    for i in 0..n {
+        let args = make_args(i).to_string();
+        let t = Instant::now();
+        let result = call(tool.to_owned(), args, task.clone()).await;
+        xs.push(t.elapsed().as_secs_f64() * 1e3);
+        check(&result);
+    }
+    xs
+}
+
+async fn embedded() -> Arc<caduceus_coordinator::Coordinator> {
+    let config = caduceus::config::Config::default();
+    let fleet = caduceus::target::Embedded::start(&config, Arc::new(OpenGate), 1)
+        .await
+        .unwrap();
+    let coordinator = fleet.coordinator.clone();
+    // Leak the fleet: it lives until the process exits.
+    std::mem::forget(fleet);
+    coordinator
+}
+
+type Client =
+    ControlClient<tonic::service::interceptor::InterceptedService<tonic::transport::Channel, Auth>>;
+
+/// Presents the token.
+#[derive(Clone)]
+struct Auth(MetadataValue<tonic::metadata::Ascii>);
+
+impl tonic::service::Interceptor for Auth {
+    fn call(&mut self, mut req: Request<()>) -> Result<Request<()>, tonic::Status> {
+        req.metadata_mut().insert("authorization", self.0.clone());
+        Ok(req)
+    }
+}
+
+/// `caduceus serve` + workers as processes on loopback.
+struct Loopback {
+    coordinator: Child,
+    workers: Vec<Child>,
+    url: String,
+    token: String,
+    _home: tempfile::TempDir,
+}
+
+impl Loopback {
+    fn start(workers: usize) -> Loopback {
+        let bin = std::env::current_exe().unwrap().with_file_name("caduceus");
+        assert!(
+            bin.exists(),
+            "{} missing: build it (cargo build --release -p caduceus)",
+            bin.display()
+        );
+        let home = tempfile::tempdir().unwrap();
+        let token = "bench-token".to_owned();
+        let mut coordinator = Command::new(&bin)
+            .args(["serve", "--listen", "127.0.0.1:0", "--token", &token])
+            .env("CADUCEUS_HOME", home.path())
+            .env("CADUCEUS_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(coordinator.stderr.take().unwrap()).lines();
+        let address = loop {
+            let line = lines.next().unwrap().unwrap();
+            if let Some(addr) = line.strip_prefix("caduceus coordinator listening on ") {
+                break addr.trim().to_owned();
+            }
+        };
+        std::thread::spawn(move || for _ in lines {});
+        let url = format!("http://{address}");
+        let workers = (0..workers)
+            .map(|i| {
+                Command::new(&bin)
+                    .args([
+                        "worker",
+                        "--coordinator",
+                        &url,
+                        "--token",
+                        &token,
+                        "--name",
+                        &format!("bench-{i}"),
+                    ])
+                    .env("CADUCEUS_HOME", home.path())
+                    .env("CADUCEUS_LOG", "warn")
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        Loopback {
+            coordinator,
+            workers,
+            url,
+            token,
+            _home: home,
+        }
+    }
+
+    async fn client(&self) -> Client {
+        let channel = tonic::transport::Endpoint::from_shared(self.url.clone())
+            .unwrap()
+            .tcp_nodelay(true)
+            .connect()
+            .await
+            .unwrap();
+        let mut client =
+            ControlClient::with_interceptor(channel, Auth(bearer(&self.token).parse().unwrap()));
+        // Wait for a worker to offer the terminal.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let status = client
+                .status(caduceus_proto::StatusRequest {})
+                .await
+                .unwrap()
+                .into_inner();
+            if !status.workers.is_empty() {
+                break;
+            }
+            assert!(Instant::now() < deadline, "no worker attached");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        client
+    }
+}
+
+impl Drop for Loopback {
+    fn drop(&mut self) {
+        for w in &mut self.workers {
+            let _ = Command::new("kill")
+                .args(["-INT", &w.id().to_string()])
+                .status();
+            let _ = w.wait();
+        }
+        let _ = self.coordinator.kill();
+        let _ = self.coordinator.wait();
+    }
+}
+
+/// `k` clients, each on its own connection and task, `n` calls each.
+async fn concurrent(fleet: &Loopback, k: usize, n: usize) -> (Vec<f64>, f64) {
+    let mut clients = Vec::new();
+    for i in 0..k {
+        let mut client = fleet.client().await;
+        let task = format!("client-{i}");
+        // Warm each task's environment.
+        client
+            .call_tool(CallToolRequest {
+                tool: "terminal".into(),
+                arguments_json: json!({"command": "true"}).to_string(),
+                task_id: task.clone(),
+                session_id: String::new(),
+            })
+            .await
+            .unwrap();
+        clients.push((client, task));
+    }
+    let started = Instant::now();
+    let handles: Vec<_> = clients
+        .into_iter()
+        .map(|(mut client, task)| {
+            tokio::spawn(async move {
+                let mut xs = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let t = Instant::now();
+                    let r = client
+                        .call_tool(CallToolRequest {
+                            tool: "terminal".into(),
+                            arguments_json: json!({"command": "echo hi"}).to_string(),
+                            task_id: task.clone(),
+                            session_id: String::new(),
+                        })
+                        .await
+                        .unwrap()
+                        .into_inner();
+                    xs.push(t.elapsed().as_secs_f64() * 1e3);
+                    assert!(r.result.contains("\"hi\""), "{}", r.result);
+                }
+                xs
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for h in handles {
+        all.extend(h.await.unwrap());
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let per_s = (k * n) as f64 / secs;
+    (all, per_s)
+}
