@@ -19,14 +19,21 @@ if [ "$4" = 1 ] && command -v script >/dev/null 2>&1; then __cad_pty=1; fi
 builtin printf '\036CADPID %s %s\036\n' "$$" "$__cad_pty"
 exec 2>&1
 if [ -n "$1" ] && [ -r "$1" ]; then
+  # A snapshot being rewritten lacks its end line: read it again.
+  for __cad_i in 1 2 3 4 5 6 7 8 9 10; do
+    __cad_s=$(< "$1")
+    case "$__cad_s" in *'# caduceus-snapshot-end') break;; esac
+    sleep 0.05
+  done
   builtin unset -v $(builtin compgen -e) 2>/dev/null
-  builtin source "$1" >/dev/null 2>&1 </dev/null
+  builtin eval "$__cad_s" >/dev/null 2>&1 </dev/null
+  builtin unset -v __cad_s __cad_i
 fi
 set +m +e +u
 builtin cd -- "$2" || builtin exit 126
 export PYTHONUNBUFFERED=1
 if [ "$__cad_pty" = 1 ]; then
-  __cad_inner='[ -n "$1" ] && [ -r "$1" ] && builtin source "$1" >/dev/null 2>&1 </dev/null; set +m +e +u; builtin cd -- "$2" 2>/dev/null; stty rows 30 cols 120 2>/dev/null; export PYTHONUNBUFFERED=1; builtin eval "$3"'
+  __cad_inner='[ -n "$1" ] && [ -r "$1" ] && builtin eval "$(< "$1")" >/dev/null 2>&1 </dev/null; set +m +e +u; builtin cd -- "$2" 2>/dev/null; stty rows 30 cols 120 2>/dev/null; export PYTHONUNBUFFERED=1; builtin eval "$3"'
   SHELL=/bin/sh exec script -qfec "bash -c $(builtin printf %q "$__cad_inner") caduceus-bg $(builtin printf %q "$1") $(builtin printf %q "$2") $(builtin printf %q "$3")" /dev/null
 fi
 builtin unset -v __cad_pty

@@ -49,6 +49,12 @@ fn fixture() -> Fixture {
 }
 
 impl Fixture {
+    /// Ends the processes and removes the shell's directory.
+    async fn cleanup(&self) {
+        self.registry.kill_all("test").await;
+        self.shell.close().await;
+    }
+
     async fn sh(&self, command: &str) -> String {
         let request = ExecRequest {
             command,
@@ -137,6 +143,7 @@ async fn a_background_process_starts_from_the_shell_state() {
     assert_eq!(wait(&process, 10).await, WaitEnd::Exited);
     assert_eq!(process.output(), "exp plain fn-x /usr\nfrom-alias\n");
     assert_eq!(process.status().exit_code, Some(0));
+    f.cleanup().await;
 }
 
 #[tokio::test]
@@ -152,6 +159,7 @@ async fn stdin_write_and_close_work_for_plain_processes() {
     assert_eq!(wait(&process, 10).await, WaitEnd::Exited);
     assert_eq!(process.output(), "got:one\ngot:two\neof\n");
     assert!(process.write_stdin("late").await.is_err());
+    f.cleanup().await;
 }
 
 #[tokio::test]
@@ -198,6 +206,7 @@ async fn kill_stops_the_whole_tree_and_sends_no_notice() {
         f.next_notice(Duration::from_millis(500)).await.is_none(),
         "the kill result said it all"
     );
+    f.cleanup().await;
 }
 
 #[tokio::test]
@@ -213,6 +222,7 @@ async fn what_an_exited_command_left_running_is_stopped() {
         "a leftover of an exited process survived"
     );
     assert_eq!(process.output(), "started\n");
+    f.cleanup().await;
 }
 
 #[tokio::test]
@@ -251,6 +261,7 @@ async fn notify_on_complete_sends_one_exit_notice_to_the_starting_session() {
         f.next_notice(Duration::from_millis(300)).await.is_none(),
         "exactly one notice"
     );
+    f.cleanup().await;
 }
 
 #[tokio::test]
@@ -261,6 +272,7 @@ async fn a_wait_that_sees_the_exit_takes_the_place_of_the_notice() {
     let process = f.start(request).await;
     assert_eq!(wait(&process, 10).await, WaitEnd::Exited);
     assert!(f.next_notice(Duration::from_millis(500)).await.is_none());
+    f.cleanup().await;
 }
 
 #[tokio::test]
@@ -286,6 +298,7 @@ async fn watch_patterns_send_a_match_notice() {
     );
     assert_eq!(process.status().watch_hits, 1);
     f.registry.kill_all("test").await;
+    f.cleanup().await;
 }
 
 #[tokio::test]
@@ -303,6 +316,7 @@ async fn pty_mode_gives_the_command_a_terminal() {
     assert!(output.contains("/dev/pts/"), "{output}");
     assert!(output.contains("30 120"), "{output}");
     assert!(output.contains("answer=yes"), "{output}");
+    f.cleanup().await;
 }
 
 #[tokio::test]
@@ -318,6 +332,7 @@ async fn a_bad_workdir_ends_the_process_with_the_reason() {
         "{}",
         process.output()
     );
+    f.cleanup().await;
 }
 
 #[tokio::test]
@@ -339,6 +354,13 @@ async fn sixty_four_running_processes_is_the_limit() {
     assert_eq!(f.registry.running(), 0);
     // Finished ones make room.
     f.start(f.request("true")).await;
+    f.cleanup().await;
+}
+
+#[test]
+fn the_launcher_knows_the_snapshot_end_line() {
+    let spec = launch::spec("true", "/", None, Vec::new(), false);
+    assert!(spec.args[1].contains(crate::shell::SNAPSHOT_END));
 }
 
 #[test]

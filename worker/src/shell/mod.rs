@@ -59,7 +59,7 @@ use crate::sandbox::{
 };
 
 use marker::{MarkerScanner, find};
-pub use script::shell_quote;
+pub use script::{SNAPSHOT_END, shell_quote};
 use script::{Startup, frame_for, may_change_state, startup_script};
 
 /// A secret that must never show up in logs or `Debug` output.

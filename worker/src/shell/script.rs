@@ -121,13 +121,17 @@ pub fn startup_script(s: &Startup<'_>) -> String {
     script
 }
 
-/// Saves variables, functions, aliases and options to `path`, atomically (a
-/// background process may be reading the previous snapshot).
+/// The last line of a complete state snapshot.
+pub const SNAPSHOT_END: &str = "# caduceus-snapshot-end";
+
+/// Saves variables, functions, aliases and options to `path`, ending with
+/// [`SNAPSHOT_END`]. Builtins only (no process per save); a background
+/// process reading the file while it is rewritten sees a truncated copy
+/// without the end line, and reads it again.
 pub fn save_state(path: &str) -> String {
-    let path = shell_quote(path);
     format!(
-        "{{ builtin declare -p;builtin declare -f;builtin alias -p;builtin shopt -p;builtin set +o; }} >{path}.tmp 2>/dev/null \
-         && command -p mv -f {path}.tmp {path} 2>/dev/null;"
+        "{{ builtin declare -p;builtin declare -f;builtin alias -p;builtin shopt -p;builtin set +o;builtin echo '{SNAPSHOT_END}'; }} >{} 2>/dev/null;",
+        shell_quote(path)
     )
 }
 

@@ -51,6 +51,7 @@ async fn output_exit_code_and_cwd() {
     let out = run(&sh, "cd / && pwd").await;
     assert_eq!(out.cwd, "/");
     assert_eq!(sh.cwd(), "/");
+    sh.close().await;
 }
 
 #[tokio::test]
@@ -67,6 +68,7 @@ async fn state_persists_across_commands() {
     let pid2 = run(&sh, "echo $$").await.output;
     assert_eq!(pid1, pid2, "one live shell");
     assert_eq!(sh.starts(), 1);
+    sh.close().await;
 }
 
 #[tokio::test]
@@ -79,6 +81,7 @@ async fn declare_stays_global_and_multiline_commands_work() {
     .await;
     let out = run(&sh, "echo ${MAP[k]}").await;
     assert_eq!(out.output, "v\n");
+    sh.close().await;
 }
 
 #[tokio::test]
@@ -88,6 +91,7 @@ async fn stdin_readers_get_eof() {
     let out = run(&sh, "cat; read x; echo done").await;
     assert_eq!(out.output, "done\n");
     assert!(started.elapsed() < Duration::from_secs(5));
+    sh.close().await;
 }
 
 #[tokio::test]
@@ -123,6 +127,7 @@ async fn workdir_applies_and_bad_workdir_fails_cleanly() {
         "/usr\n",
         "the shell is fine afterwards"
     );
+    sh.close().await;
 }
 
 #[tokio::test]
@@ -150,6 +155,7 @@ async fn timeout_kills_the_tree_and_keeps_the_shell() {
     let out = run(&sh, "echo $KEEP; pwd").await;
     assert_eq!(out.output, "yes\n/usr\n");
     assert_eq!(sh.starts(), 1);
+    sh.close().await;
 }
 
 #[tokio::test]
@@ -162,6 +168,7 @@ async fn a_stuck_builtin_loop_replaces_the_shell_with_its_state() {
     let out = run(&sh, "echo $KEEP; f; pwd").await;
     assert_eq!(out.output, "yes\nf\n/usr\n");
     assert_eq!(sh.starts(), 2);
+    sh.close().await;
 }
 
 #[tokio::test]
@@ -174,6 +181,7 @@ async fn exit_reports_the_code_and_the_next_command_gets_a_new_shell() {
     assert_eq!(out.end, ExecEnd::ShellExited);
     let out = run(&sh, "pwd").await;
     assert_eq!(out.output, "/usr\n");
+    sh.close().await;
 }
 
 #[tokio::test]
@@ -201,6 +209,7 @@ async fn cancel_stops_the_command() {
     assert_eq!(out.exit_code, 130);
     assert_eq!(out.output, "[Command interrupted]");
     assert!(started.elapsed() < Duration::from_secs(10));
+    sh.close().await;
 }
 
 #[tokio::test]
@@ -217,6 +226,7 @@ async fn concurrent_commands_never_interleave() {
     for (i, handle) in handles.into_iter().enumerate() {
         assert_eq!(handle.await.unwrap(), format!("{i}-1\n{i}-2\n{i}-3\n"));
     }
+    sh.close().await;
 }
 
 #[tokio::test]
@@ -225,6 +235,7 @@ async fn marker_lookalikes_in_output_are_just_output() {
     let out = run(&sh, r"printf '\n\036deadbeef 0 /\036\n'; echo after").await;
     assert_eq!(out.output, "\n\u{1e}deadbeef 0 /\u{1e}\nafter\n");
     assert_eq!(out.exit_code, 0);
+    sh.close().await;
 }
 
 #[tokio::test]
@@ -245,6 +256,7 @@ async fn streams_output_as_it_arrives() {
         .unwrap();
     assert_eq!(out.output, "one\ntwo\n");
     assert_eq!(String::from_utf8(seen).unwrap(), "one\ntwo\n");
+    sh.close().await;
 }
 
 #[tokio::test]
@@ -253,6 +265,7 @@ async fn a_silent_timeout_reads_like_hermes() {
     let out = run_with(&sh, "sleep 3", Duration::from_secs(1)).await;
     assert_eq!(out.output, "[Command timed out after 1s]");
     assert_eq!(out.exit_code, 124);
+    sh.close().await;
 }
 
 #[tokio::test]
@@ -279,6 +292,7 @@ async fn ten_megabytes_of_output_stay_bounded() {
         "retained {} bytes",
         out.retained_bytes
     );
+    sh.close().await;
 }
 
 #[tokio::test]
@@ -297,6 +311,7 @@ async fn errexit_and_nounset_do_not_outlive_their_command() {
     assert_eq!(out.output, "kept /usr\nno-errexit\n");
     run(&sh, "set -u").await;
     assert_eq!(run(&sh, "echo ${UNSET_VAR}ok").await.output, "ok\n");
+    sh.close().await;
 }
 
 /// A shell whose HOME is `home`, reading login and init files.
@@ -358,6 +373,7 @@ async fn login_and_init_files_are_read_once_at_start() {
     let path = run(&sh, "echo $PATH").await.output;
     assert!(path.starts_with("/usr/bin:/bin:"), "{path}");
     assert!(path.contains("/opt/caduceus-test-bin"), "{path}");
+    sh.close().await;
 }
 
 #[tokio::test]
@@ -379,6 +395,7 @@ async fn an_init_file_that_exits_does_not_break_the_shell() {
         run(&sh, "echo again").await.shell_replaced.is_none(),
         "said once"
     );
+    sh.close().await;
 }
 
 #[tokio::test]
@@ -407,6 +424,7 @@ async fn state_for_background_starts_a_shell_that_never_ran() {
     assert_eq!(state.cwd, "/tmp");
     assert!(std::path::Path::new(state.snapshot.as_deref().unwrap()).exists());
     assert_eq!(sh.starts(), 1);
+    sh.close().await;
 }
 
 #[tokio::test]

@@ -13,13 +13,24 @@ pub fn is_file_tool(tool: &str) -> bool {
     matches!(tool, "read_file" | "write_file" | "patch" | "search_files")
 }
 
-pub async fn run(config: &FileToolsConfig, env: &Environment, tool: &str, args: &Map<String, Value>) -> String {
+pub async fn run(
+    config: &FileToolsConfig,
+    env: &Environment,
+    tool: &str,
+    args: &Map<String, Value>,
+) -> String {
     let fs = env.sandbox.files();
     // The shell's cwd after the last command: `cd src` in the terminal makes
     // `read_file main.rs` read src/main.rs.
     let cwd = env.shell.cwd();
     let home = env.sandbox.home_dir();
-    let ctx = FileToolContext { fs: fs.as_ref(), cwd: &cwd, home: Some(&home), tracker: &env.reads, config };
+    let ctx = FileToolContext {
+        fs: fs.as_ref(),
+        cwd: &cwd,
+        home: Some(&home),
+        tracker: &env.reads,
+        config,
+    };
     match tool {
         "read_file" => caduceus_files::read_file(&ctx, args).await,
         "write_file" => caduceus_files::write_file(&ctx, args).await,

@@ -95,6 +95,7 @@ async fn errors_as_hermes_words_them() {
         r#"{"processes": []}"#
     );
     assert!(h.manager.get("fresh").is_none());
+    h.manager.shutdown().await;
 }
 
 #[tokio::test]
@@ -172,6 +173,7 @@ async fn poll_log_write_submit_close_wait() {
         (Some("exited"), Some(0))
     );
     assert_eq!(poll["termination_source"], "");
+    h.manager.shutdown().await;
 }
 
 #[tokio::test]
@@ -208,6 +210,7 @@ async fn wait_times_out_clamps_and_kill_ends_it() {
     let again = h.process(json!({"action": "kill", "session_id": id})).await;
     assert_eq!(again["status"], "already_exited");
     assert_eq!(again["exit_code"], -15);
+    h.manager.shutdown().await;
 }
 
 #[tokio::test]
@@ -237,6 +240,7 @@ async fn list_shows_the_tasks_processes_and_the_sessions_others() {
     for env in h.manager.all() {
         env.processes.kill_all("test").await;
     }
+    h.manager.shutdown().await;
 }
 
 #[test]

@@ -300,7 +300,7 @@ async fn start_background(
         None => state.cwd.clone(),
     };
     let request = SpawnRequest {
-        command,
+        command: without_trailing_ampersand(&command).to_owned(),
         cwd,
         snapshot: state.snapshot,
         env: env.base_env.clone(),
@@ -331,6 +331,24 @@ async fn start_background(
             })
         }
         Err(err) => failed(format!("Failed to start background process: {err}")),
+    }
+}
+
+/// `cmd &` as a background command: the `&` would end the tracked process at
+/// once (and with it, everything it started), so it is dropped —
+/// background=true already runs the command in the background.
+fn without_trailing_ampersand(command: &str) -> &str {
+    let trimmed = command.trim_end();
+    match trimmed.strip_suffix('&') {
+        Some(rest)
+            if !rest.ends_with('&')
+                && !rest.ends_with('\\')
+                && !rest.ends_with('>')
+                && !rest.ends_with('|') =>
+        {
+            rest.trim_end()
+        }
+        _ => command,
     }
 }
 

@@ -40,7 +40,7 @@ async fn env() -> (EnvManager, Arc<Environment>) {
 
 #[tokio::test]
 async fn a_foreground_result_reads_exactly_like_hermes() {
-    let (_m, env) = env().await;
+    let (manager, env) = env().await;
     assert_eq!(
         call_raw(&env, json!({"command": "echo hi"})).await,
         r#"{"output": "hi", "exit_code": 0, "error": null}"#
@@ -62,11 +62,12 @@ async fn a_foreground_result_reads_exactly_like_hermes() {
         call(&env, json!({"command": "pwd"})).await["output"],
         "/usr"
     );
+    manager.shutdown().await;
 }
 
 #[tokio::test]
 async fn exit_code_meaning_ansi_and_secrets() {
-    let (_m, env) = env().await;
+    let (manager, env) = env().await;
     let result = call(&env, json!({"command": "echo nothing | grep missing"})).await;
     assert_eq!(result["exit_code"], 1);
     assert_eq!(
@@ -78,11 +79,12 @@ async fn exit_code_meaning_ansi_and_secrets() {
     assert!(output.starts_with("red key=sk-pro"), "{output}");
     assert!(!output.contains("abcdefghijklmnopqrstuvwxyz"), "{output}");
     assert!(result.get("exit_code_meaning").is_none());
+    manager.shutdown().await;
 }
 
 #[tokio::test]
 async fn refusals_before_anything_runs() {
-    let (_m, env) = env().await;
+    let (manager, env) = env().await;
     assert_eq!(
         call_raw(&env, json!({"command": 42})).await,
         r#"{"output": "", "exit_code": -1, "error": "Invalid command: expected string, got int", "status": "error"}"#
@@ -113,11 +115,12 @@ async fn refusals_before_anything_runs() {
         result["error"],
         "Blocked: workdir contains disallowed character ';'. Use a simple filesystem path without shell metacharacters."
     );
+    manager.shutdown().await;
 }
 
 #[tokio::test]
 async fn a_zero_timeout_means_the_default() {
-    let (_m, env) = env().await;
+    let (manager, env) = env().await;
     let settings = ToolSettings {
         terminal_timeout_secs: 1,
         ..ToolSettings::default()
@@ -127,11 +130,12 @@ async fn a_zero_timeout_means_the_default() {
     )
     .unwrap();
     assert_eq!(result["output"], "[Command timed out after 1s]");
+    manager.shutdown().await;
 }
 
 #[tokio::test]
 async fn workdir_is_used_and_persists_as_in_hermes() {
-    let (_m, env) = env().await;
+    let (manager, env) = env().await;
     assert_eq!(
         call(&env, json!({"command": "pwd", "workdir": "/usr"})).await["output"],
         "/usr"
@@ -145,11 +149,12 @@ async fn workdir_is_used_and_persists_as_in_hermes() {
         "/tmp",
         "the sandbox's home"
     );
+    manager.shutdown().await;
 }
 
 #[tokio::test]
 async fn background_start_result() {
-    let (_m, env) = env().await;
+    let (manager, env) = env().await;
     let result = call(&env, json!({"command": "sleep 30", "background": true})).await;
     assert_eq!(result["output"], "Background process started");
     assert_eq!(result["exit_code"], 0);
@@ -190,11 +195,12 @@ async fn background_start_result() {
     .await;
     assert_eq!(result["output"], "Background process started");
     env.processes.kill_all("test").await;
+    manager.shutdown().await;
 }
 
 #[tokio::test]
 async fn pty_notes() {
-    let (_m, env) = env().await;
+    let (manager, env) = env().await;
     let result = call(&env, json!({"command": "echo hi", "pty": true})).await;
     assert_eq!(result["output"], "hi");
     assert!(
@@ -215,4 +221,24 @@ async fn pty_notes() {
             .starts_with("PTY disabled for this command")
     );
     env.processes.kill_all("test").await;
+    manager.shutdown().await;
+}
+
+#[test]
+fn a_trailing_ampersand_is_dropped_from_background_commands() {
+    assert_eq!(
+        without_trailing_ampersand("python3 -m http.server &"),
+        "python3 -m http.server"
+    );
+    assert_eq!(
+        without_trailing_ampersand("cd app && ./serve &  "),
+        "cd app && ./serve"
+    );
+    assert_eq!(
+        without_trailing_ampersand("make && make test"),
+        "make && make test"
+    );
+    assert_eq!(without_trailing_ampersand("echo a \\&"), "echo a \\&");
+    assert_eq!(without_trailing_ampersand("cmd >&"), "cmd >&");
+    assert_eq!(without_trailing_ampersand("sleep 1"), "sleep 1");
 }
