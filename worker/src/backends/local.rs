@@ -2,9 +2,9 @@
 //! shell in its own session (no controlling terminal, own process group).
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::os::fd::OwnedFd;
 use std::process::Stdio;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use caduceus_files::{FileSystem, LocalFs};
@@ -25,7 +25,10 @@ pub struct LocalSandbox {
 
 impl std::fmt::Debug for LocalSandbox {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LocalSandbox").field("id", &self.id).field("cwd", &self.cwd).finish_non_exhaustive()
+        f.debug_struct("LocalSandbox")
+            .field("id", &self.id)
+            .field("cwd", &self.cwd)
+            .finish_non_exhaustive()
     }
 }
 

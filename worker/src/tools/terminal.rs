@@ -83,6 +83,11 @@ struct Started<'a> {
     pty_note: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     hint: Option<&'a str>,
+    /// `false` when notifications were asked for but cannot be delivered.
+    #[serde(rename = "notify_on_complete", skip_serializing_if = "Option::is_none")]
+    notify_off: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    notify_unsupported: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     watch_patterns_ignored: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -92,6 +97,7 @@ struct Started<'a> {
 }
 
 const SILENT_BACKGROUND_HINT: &str = "background=true without notify_on_complete=true means this process runs SILENTLY — you will not be told when it exits. If this is a bounded task (test suite, build, CI poller, deploy, anything with a defined end), you almost certainly wanted notify_on_complete=true so the system pings you on exit. Re-launch with notify_on_complete=true, or call process(action='poll') / process(action='wait') yourself to learn the outcome. Only ignore this hint for genuine long-lived processes that never exit (servers, watchers, daemons).";
+const NOTIFY_UNSUPPORTED: &str = "notify_on_complete / watch_patterns are not available in this session — it cannot receive an async completion after the turn ends (a one-shot `caduceus call`, or any caller without a session). The process is running in the background; retrieve its result with process(action='poll') or process(action='wait').";
 const WATCH_IGNORED: &str = "watch_patterns ignored because notify_on_complete=True; these two flags produce duplicate notifications when combined";
 const PIPE_STDIN_PTY_NOTE: &str = "PTY disabled for this command because it expects piped stdin/EOF (for example gh auth login --with-token). For local background processes, call process(action='close') after writing so it receives EOF.";
 const NO_PTY_NOTE: &str = "PTY requested but script(1) is not available in this sandbox; the process runs with plain pipes (write/submit/close still work).";
@@ -278,7 +284,7 @@ async fn start_background(
     pty: bool,
     pty_note: Option<&str>,
 ) -> String {
-    let notify_on_complete = flag(args, "notify_on_complete");
+    let mut notify_on_complete = flag(args, "notify_on_complete");
     let mut watch_patterns: Vec<String> = match args.get("watch_patterns") {
         Some(Value::Array(items)) => items
             .iter()
@@ -289,6 +295,16 @@ async fn start_background(
         Some(Value::String(one)) if !one.is_empty() => vec![one.clone()],
         _ => Vec::new(),
     };
+    // hermes: decided on the flags as asked.
+    let hint = (!notify_on_complete && watch_patterns.is_empty()).then_some(SILENT_BACKGROUND_HINT);
+    // Notices go to the session that started the process; without one nobody
+    // would get them (hermes refuses the promise for stateless sessions too).
+    let mut notify_unsupported = None;
+    if session_id.is_empty() && (notify_on_complete || !watch_patterns.is_empty()) {
+        notify_on_complete = false;
+        watch_patterns.clear();
+        notify_unsupported = Some(NOTIFY_UNSUPPORTED);
+    }
     let mut watch_ignored = None;
     if notify_on_complete && !watch_patterns.is_empty() {
         watch_patterns.clear();
@@ -323,8 +339,9 @@ async fn start_background(
                 exit_code: 0,
                 error: None,
                 pty_note,
-                hint: (!notify_on_complete && watch_patterns.is_empty())
-                    .then_some(SILENT_BACKGROUND_HINT),
+                hint,
+                notify_off: notify_unsupported.map(|_| false),
+                notify_unsupported,
                 watch_patterns_ignored: watch_ignored,
                 notify_on_complete: notify_on_complete.then_some(true),
                 watch_patterns: (!watch_patterns.is_empty()).then_some(watch_patterns.as_slice()),

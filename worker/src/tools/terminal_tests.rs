@@ -199,6 +199,34 @@ async fn background_start_result() {
 }
 
 #[tokio::test]
+async fn notifications_need_a_session_to_go_to() {
+    let (manager, env) = env().await;
+    let Value::Object(args) =
+        json!({"command": "true", "background": true, "notify_on_complete": true})
+    else {
+        unreachable!()
+    };
+    let cancel = CancellationToken::new();
+    let call = TerminalCall {
+        env: &env,
+        args: &args,
+        cancel: &cancel,
+        output: None,
+        session_id: "",
+    };
+    let result: Value = serde_json::from_str(&run(&ToolSettings::default(), call).await).unwrap();
+    assert_eq!(result["notify_on_complete"], false);
+    assert!(
+        result["notify_unsupported"]
+            .as_str()
+            .unwrap()
+            .starts_with("notify_on_complete / watch_patterns are not available")
+    );
+    assert!(result.get("hint").is_none());
+    manager.shutdown().await;
+}
+
+#[tokio::test]
 async fn pty_notes() {
     let (manager, env) = env().await;
     let result = call(&env, json!({"command": "echo hi", "pty": true})).await;
