@@ -28,12 +28,12 @@ fn fleet_with_env(config: &str, env: &[(&str, &str)]) -> (Fleet, Proc, Proc) {
     (fleet, coordinator, worker)
 }
 
-fn terminal(fleet: &Fleet, coordinator: &Proc, task: &str, args: Value) -> Value {
-    fleet.call(coordinator, "terminal", &args, task)
+fn terminal(fleet: &Fleet, coordinator: &Proc, task: &str, args: &Value) -> Value {
+    fleet.call(coordinator, "terminal", args, task)
 }
 
-fn process(fleet: &Fleet, coordinator: &Proc, task: &str, args: Value) -> Value {
-    fleet.call(coordinator, "process", &args, task)
+fn process(fleet: &Fleet, coordinator: &Proc, task: &str, args: &Value) -> Value {
+    fleet.call(coordinator, "process", args, task)
 }
 
 /// A string to recognise a test's processes by in /proc.
@@ -53,19 +53,19 @@ fn shell_state_persists_across_calls() {
         &fleet,
         &c,
         t,
-        json!({"command": "cd /usr && PLAIN=plain && export EXPORTED=exported && greet() { echo \"hello $1\"; } && alias ll='echo aliased'"}),
+        &json!({"command": "cd /usr && PLAIN=plain && export EXPORTED=exported && greet() { echo \"hello $1\"; } && alias ll='echo aliased'"}),
     );
     assert_eq!(first["exit_code"], 0, "{first}");
-    let pid = terminal(&fleet, &c, t, json!({"command": "echo $$"}))["output"].clone();
+    let pid = terminal(&fleet, &c, t, &json!({"command": "echo $$"}))["output"].clone();
     let result = terminal(
         &fleet,
         &c,
         t,
-        json!({"command": "pwd; echo $PLAIN $EXPORTED; greet you; ll"}),
+        &json!({"command": "pwd; echo $PLAIN $EXPORTED; greet you; ll"}),
     );
     assert_eq!(result["output"], "/usr\nplain exported\nhello you\naliased");
     assert_eq!(
-        terminal(&fleet, &c, t, json!({"command": "echo $$"}))["output"],
+        terminal(&fleet, &c, t, &json!({"command": "echo $$"}))["output"],
         pid,
         "one live shell"
     );
@@ -75,7 +75,7 @@ fn shell_state_persists_across_calls() {
             &fleet,
             &c,
             "other",
-            json!({"command": "echo ${PLAIN:-unset}"})
+            &json!({"command": "echo ${PLAIN:-unset}"})
         )["output"],
         "unset"
     );
@@ -85,7 +85,7 @@ fn shell_state_persists_across_calls() {
 fn a_timeout_kills_the_process_tree_and_the_next_call_works_in_the_same_cwd() {
     let (fleet, c, _w) = fleet("");
     let t = "timeout";
-    terminal(&fleet, &c, t, json!({"command": "cd /usr"}));
+    terminal(&fleet, &c, t, &json!({"command": "cd /usr"}));
     let mark = unique("tree");
     let started = Instant::now();
     // shell → bash (carrying the mark) → sleep: a grandchild of the shell.
@@ -93,7 +93,7 @@ fn a_timeout_kills_the_process_tree_and_the_next_call_works_in_the_same_cwd() {
         &fleet,
         &c,
         t,
-        json!({"command": format!("bash -c 'sleep 3001 & wait; : {mark}'"), "timeout": 2}),
+        &json!({"command": format!("bash -c 'sleep 3001 & wait; : {mark}'"), "timeout": 2}),
     );
     assert_eq!(
         result,
@@ -104,7 +104,7 @@ fn a_timeout_kills_the_process_tree_and_the_next_call_works_in_the_same_cwd() {
         wait_gone(&mark, Duration::from_secs(3)),
         "the command's process survived its timeout"
     );
-    let after = terminal(&fleet, &c, t, json!({"command": "pwd"}));
+    let after = terminal(&fleet, &c, t, &json!({"command": "pwd"}));
     assert_eq!(after["output"], "/usr");
     assert_eq!(after["exit_code"], 0);
 }
@@ -113,13 +113,13 @@ fn a_timeout_kills_the_process_tree_and_the_next_call_works_in_the_same_cwd() {
 fn ten_megabytes_of_output_come_back_cut_in_bounded_memory() {
     let (fleet, c, worker) = fleet("");
     let t = "big";
-    terminal(&fleet, &c, t, json!({"command": "echo warm"}));
+    terminal(&fleet, &c, t, &json!({"command": "echo warm"}));
     let before = peak_rss_kib(worker.pid());
     let result = terminal(
         &fleet,
         &c,
         t,
-        json!({"command": "head -c 10000000 /dev/zero | tr '\\0' x; echo; echo END"}),
+        &json!({"command": "head -c 10000000 /dev/zero | tr '\\0' x; echo; echo END"}),
     );
     let after = peak_rss_kib(worker.pid());
     let output = result["output"].as_str().unwrap();
@@ -149,7 +149,7 @@ fn stdin_readers_return_and_concurrent_calls_do_not_interleave() {
     let (fleet, c, _w) = fleet("");
     let t = "queue";
     let started = Instant::now();
-    let result = terminal(&fleet, &c, t, json!({"command": "cat; read x; echo done"}));
+    let result = terminal(&fleet, &c, t, &json!({"command": "cat; read x; echo done"}));
     assert_eq!(result["output"], "done");
     assert!(started.elapsed() < Duration::from_secs(10));
 
@@ -182,14 +182,14 @@ fn exit_code_meaning_and_the_foreground_guard() {
         &fleet,
         &c,
         "hints",
-        json!({"command": "echo abc | grep -q xyz"}),
+        &json!({"command": "echo abc | grep -q xyz"}),
     );
     assert_eq!(result["exit_code"], 1);
     assert_eq!(
         result["exit_code_meaning"],
         "No matches found (not an error)"
     );
-    let result = terminal(&fleet, &c, "hints", json!({"command": "npm run dev"}));
+    let result = terminal(&fleet, &c, "hints", &json!({"command": "npm run dev"}));
     assert_eq!(result["exit_code"], -1);
     assert_eq!(result["status"], "error");
     assert!(
@@ -203,7 +203,7 @@ fn exit_code_meaning_and_the_foreground_guard() {
         &fleet,
         &c,
         "hints",
-        json!({"command": "sleep 1", "timeout": 900}),
+        &json!({"command": "sleep 1", "timeout": 900}),
     );
     assert_eq!(
         result["error"],
@@ -219,19 +219,19 @@ async fn background_processes_through_the_process_tool() {
         &fleet,
         &c,
         t,
-        json!({"command": "cd /usr && export GREETING=hi"}),
+        &json!({"command": "cd /usr && export GREETING=hi"}),
     );
     let started = terminal(
         &fleet,
         &c,
         t,
-        json!({"command": "echo \"start $GREETING $PWD\"; while IFS= read -r line; do echo \"got $line\"; done; echo closed", "background": true}),
+        &json!({"command": "echo \"start $GREETING $PWD\"; while IFS= read -r line; do echo \"got $line\"; done; echo closed", "background": true}),
     );
     assert_eq!(started["output"], "Background process started");
     let id = started["session_id"].as_str().unwrap().to_owned();
     std::thread::sleep(Duration::from_millis(500));
 
-    let poll = process(&fleet, &c, t, json!({"action": "poll", "session_id": id}));
+    let poll = process(&fleet, &c, t, &json!({"action": "poll", "session_id": id}));
     assert_eq!(poll["status"], "running");
     assert_eq!(poll["output_preview"], "start hi /usr\n");
     assert_eq!(
@@ -239,7 +239,7 @@ async fn background_processes_through_the_process_tool() {
             &fleet,
             &c,
             t,
-            json!({"action": "write", "session_id": id, "data": "one\n"})
+            &json!({"action": "write", "session_id": id, "data": "one\n"})
         )["bytes_written"],
         4
     );
@@ -248,22 +248,22 @@ async fn background_processes_through_the_process_tool() {
             &fleet,
             &c,
             t,
-            json!({"action": "submit", "session_id": id, "data": "two"})
+            &json!({"action": "submit", "session_id": id, "data": "two"})
         )["status"],
         "ok"
     );
     std::thread::sleep(Duration::from_millis(300));
-    let log = process(&fleet, &c, t, json!({"action": "log", "session_id": id}));
+    let log = process(&fleet, &c, t, &json!({"action": "log", "session_id": id}));
     assert_eq!(log["output"], "start hi /usr\ngot one\ngot two");
     assert_eq!(
-        process(&fleet, &c, t, json!({"action": "close", "session_id": id}))["status"],
+        process(&fleet, &c, t, &json!({"action": "close", "session_id": id}))["status"],
         "ok"
     );
     let wait = process(
         &fleet,
         &c,
         t,
-        json!({"action": "wait", "session_id": id, "timeout": 20}),
+        &json!({"action": "wait", "session_id": id, "timeout": 20}),
     );
     assert_eq!(wait["status"], "exited");
     assert_eq!(wait["exit_code"], 0);
@@ -281,12 +281,12 @@ async fn background_processes_through_the_process_tool() {
         &fleet,
         &c,
         t,
-        json!({"command": format!("bash -c 'while :; do echo tick; sleep 0.2; done; : {mark}'"), "background": true, "notify_on_complete": true}),
+        &json!({"command": format!("bash -c 'while :; do echo tick; sleep 0.2; done; : {mark}'"), "background": true, "notify_on_complete": true}),
     );
     let loop_id = looping["session_id"].as_str().unwrap().to_owned();
     std::thread::sleep(Duration::from_millis(700));
     assert!(process_alive_with(&mark));
-    let list = process(&fleet, &c, t, json!({"action": "list"}));
+    let list = process(&fleet, &c, t, &json!({"action": "list"}));
     let ids: Vec<&str> = list["processes"]
         .as_array()
         .unwrap()
@@ -298,7 +298,7 @@ async fn background_processes_through_the_process_tool() {
         &fleet,
         &c,
         t,
-        json!({"action": "kill", "session_id": loop_id}),
+        &json!({"action": "kill", "session_id": loop_id}),
     );
     assert_eq!(kill["status"], "killed");
     assert!(kill["output"].as_str().unwrap().starts_with("tick\n"));
@@ -310,7 +310,7 @@ async fn background_processes_through_the_process_tool() {
         &fleet,
         &c,
         t,
-        json!({"action": "poll", "session_id": loop_id}),
+        &json!({"action": "poll", "session_id": loop_id}),
     );
     assert_eq!(
         (poll["status"].as_str(), poll["exit_code"].as_i64()),
@@ -323,7 +323,7 @@ async fn background_processes_through_the_process_tool() {
         &fleet,
         &c,
         t,
-        json!({"command": format!("bash -c 'sleep 3003 & wait; : {mark}'"), "background": true}),
+        &json!({"command": format!("bash -c 'sleep 3003 & wait; : {mark}'"), "background": true}),
     );
     std::thread::sleep(Duration::from_millis(500));
     assert!(process_alive_with(&mark));
@@ -347,19 +347,19 @@ async fn background_processes_through_the_process_tool() {
         wait_gone(&mark, Duration::from_secs(5)),
         "a background process outlived its environment"
     );
-    let gone = process(&fleet, &c, t, json!({"action": "poll", "session_id": id}));
+    let gone = process(&fleet, &c, t, &json!({"action": "poll", "session_id": id}));
     assert_eq!(gone["status"], "not_found");
 }
 
 #[test]
 fn the_reaper_ends_idle_environments_but_not_ones_with_live_background_processes() {
     let (fleet, c, _w) = fleet("terminal:\n  lifetime_seconds: 2\n  reap_interval_seconds: 1\n");
-    terminal(&fleet, &c, "idle", json!({"command": "echo hi"}));
+    terminal(&fleet, &c, "idle", &json!({"command": "echo hi"}));
     let started = terminal(
         &fleet,
         &c,
         "busy",
-        json!({"command": "sleep 60", "background": true}),
+        &json!({"command": "sleep 60", "background": true}),
     );
     let id = started["session_id"].as_str().unwrap().to_owned();
     let tasks = |fleet: &Fleet| -> Vec<(String, u64)> {
@@ -402,7 +402,7 @@ fn the_reaper_ends_idle_environments_but_not_ones_with_live_background_processes
             &fleet,
             &c,
             "busy",
-            json!({"action": "poll", "session_id": id})
+            &json!({"action": "poll", "session_id": id})
         )["status"],
         "running"
     );
@@ -411,7 +411,7 @@ fn the_reaper_ends_idle_environments_but_not_ones_with_live_background_processes
         &fleet,
         &c,
         "busy",
-        json!({"action": "kill", "session_id": id}),
+        &json!({"action": "kill", "session_id": id}),
     );
     let deadline = Instant::now() + Duration::from_secs(15);
     while !tasks(&fleet).is_empty() {
@@ -443,7 +443,7 @@ fn secrets_of_the_worker_never_reach_the_sandbox() {
             .filter_map(|l| l.split_once('=').map(|(k, _)| k.to_owned()))
             .collect()
     };
-    let result = terminal(&fleet, &c, "hygiene", json!({"command": "env"}));
+    let result = terminal(&fleet, &c, "hygiene", &json!({"command": "env"}));
     let seen = names(result["output"].as_str().unwrap());
     for secret in [
         "CADUCEUS_TOKEN",
@@ -467,7 +467,7 @@ fn secrets_of_the_worker_never_reach_the_sandbox() {
         &fleet,
         &c,
         "hygiene",
-        json!({"command": "cat /proc/$$/environ | tr '\\0' '\\n'; set"}),
+        &json!({"command": "cat /proc/$$/environ | tr '\\0' '\\n'; set"}),
     );
     let dump = dump["output"].as_str().unwrap();
     assert!(
@@ -479,13 +479,13 @@ fn secrets_of_the_worker_never_reach_the_sandbox() {
         &fleet,
         &c,
         "hygiene",
-        json!({"command": "env | grep -E '^(MY_PASSTHROUGH_TOKEN|GH_TOKEN|OPENAI_API_KEY|MY_SECRET)='; true", "background": true}),
+        &json!({"command": "env | grep -E '^(MY_PASSTHROUGH_TOKEN|GH_TOKEN|OPENAI_API_KEY|MY_SECRET)='; true", "background": true}),
     );
     let wait = process(
         &fleet,
         &c,
         "hygiene",
-        json!({"action": "wait", "session_id": started["session_id"], "timeout": 20}),
+        &json!({"action": "wait", "session_id": started["session_id"], "timeout": 20}),
     );
     let seen = names(wait["output"].as_str().unwrap());
     assert!(
