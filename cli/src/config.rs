@@ -3,9 +3,12 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use serde::Deserialize;
+
+use caduceus_coordinator::guard::{ApprovalMode, ApprovalSettings, ContainerApprovals};
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default)]
@@ -20,15 +23,95 @@ pub struct Config {
     pub terminal: TerminalSection,
     pub worker: WorkerSection,
     pub tool_output: ToolOutputSection,
+    /// The command guard's approvals (`mode`, `timeout`, `deny`, `containers`).
+    pub approvals: ApprovalsSection,
+    /// Commands, globs and approval keys that run without approval; "always"
+    /// approvals are appended here (hermes `command_allowlist`).
+    #[serde(deserialize_with = "string_list")]
+    pub command_allowlist: Vec<String>,
+    /// The file this configuration was read from (or would be, when missing).
+    #[serde(skip)]
+    pub path: Option<PathBuf>,
     /// Sections read by later parts of caduceus; kept so a config written for
     /// them loads today.
-    pub approvals: Option<serde_yaml::Value>,
-    pub command_allowlist: Option<serde_yaml::Value>,
     pub delegation: Option<serde_yaml::Value>,
     pub mcp_servers: Option<serde_yaml::Value>,
     pub plugins: Option<serde_yaml::Value>,
     pub hooks: Option<serde_yaml::Value>,
     pub llm: Option<serde_yaml::Value>,
+    /// `max_turns` (session budget), `clarify_timeout_seconds`.
+    pub agent: Option<serde_yaml::Value>,
+}
+
+/// `approvals:`. hermes' spellings load: `mode: manual|smart` mean ask (there
+/// is no auxiliary-model approval here), YAML `mode: off`/`false` mean off;
+/// hermes' `cron_mode` is ignored.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(try_from = "RawApprovals")]
+pub struct ApprovalsSection {
+    pub mode: ApprovalMode,
+    /// How long a request waits for its answer (60 s); pending approvals
+    /// expire after it.
+    pub timeout: Duration,
+    /// fnmatch globs refused in every mode.
+    pub deny: Vec<String>,
+    /// Dangerous-command approvals on container backends: off (relaxed, as
+    /// hermes) or ask (like the host).
+    pub containers: ContainerApprovals,
+}
+
+impl Default for ApprovalsSection {
+    fn default() -> Self {
+        ApprovalsSection {
+            mode: ApprovalMode::Ask,
+            timeout: Duration::from_secs(60),
+            deny: Vec::new(),
+            containers: ContainerApprovals::Off,
+        }
+    }
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct RawApprovals {
+    mode: Option<serde_yaml::Value>,
+    timeout: Option<f64>,
+    #[serde(deserialize_with = "string_list")]
+    deny: Vec<String>,
+    containers: Option<serde_yaml::Value>,
+}
+
+impl TryFrom<RawApprovals> for ApprovalsSection {
+    type Error = String;
+
+    fn try_from(raw: RawApprovals) -> Result<Self, String> {
+        let word = |value: Option<serde_yaml::Value>, name: &str| match value {
+            None | Some(serde_yaml::Value::Null) => Ok(String::new()),
+            Some(serde_yaml::Value::Bool(b)) => Ok(if b { "on" } else { "off" }.to_owned()),
+            Some(serde_yaml::Value::String(s)) => Ok(s),
+            Some(_) => Err(format!("approvals.{name} must be a word")),
+        };
+        let timeout = match raw.timeout {
+            None => Duration::from_secs(60),
+            Some(t) if t.is_finite() && t > 0.0 && t <= 86_400.0 => Duration::from_secs_f64(t),
+            Some(t) => {
+                return Err(format!(
+                    "approvals.timeout must be a number of seconds between 0 and 86400, not {t}"
+                ));
+            }
+        };
+        Ok(ApprovalsSection {
+            mode: ApprovalMode::parse(&word(raw.mode, "mode")?)?,
+            timeout,
+            deny: raw.deny,
+            containers: ContainerApprovals::parse(&word(raw.containers, "containers")?)?,
+        })
+    }
+}
+
+/// A list of strings; `null` is empty.
+fn string_list<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Vec<String>, D::Error> {
+    Ok(Option::<Vec<String>>::deserialize(deserializer)?.unwrap_or_default())
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -64,6 +147,39 @@ pub struct TerminalSection {
     /// Without `shell_init_files`: source `~/.profile`, `~/.bash_profile`
     /// and `~/.bashrc` (hermes' default).
     pub auto_source_bashrc: bool,
+    /// SSH backend host (`TERMINAL_SSH_HOST`); the backend needs one.
+    pub ssh_host: Option<String>,
+    /// SSH account (`TERMINAL_SSH_USER`); the ssh client's default when unset.
+    pub ssh_user: Option<String>,
+    /// SSH port (`TERMINAL_SSH_PORT`).
+    pub ssh_port: u16,
+    /// Private key file (`TERMINAL_SSH_KEY`); only this key is offered.
+    pub ssh_key: Option<String>,
+    /// known_hosts file (`TERMINAL_SSH_KNOWN_HOSTS`); new hosts are added,
+    /// changed keys refused.
+    pub ssh_known_hosts: Option<String>,
+    /// Seconds to wait for the TCP connection (`TERMINAL_SSH_CONNECT_TIMEOUT`).
+    pub ssh_connect_timeout: u64,
+    /// Directory of the master's control socket (keep it short).
+    pub ssh_control_dir: Option<String>,
+    /// Image of Singularity/Apptainer environments (`TERMINAL_SINGULARITY_IMAGE`).
+    pub singularity_image: Option<String>,
+    /// The apptainer/singularity executable (`TERMINAL_SINGULARITY_EXECUTABLE`);
+    /// `apptainer`, else `singularity`, from PATH when unset.
+    pub singularity_executable: Option<String>,
+    /// Extra `--bind` specs for Singularity instances.
+    pub singularity_binds: Vec<String>,
+    /// Overlays, leases and the SIF cache (`TERMINAL_SCRATCH_DIR`).
+    pub scratch_dir: Option<String>,
+    /// CPUs of a container environment, 0 = no limit (`TERMINAL_CONTAINER_CPU`).
+    pub container_cpu: f64,
+    /// Memory of a container environment in MB, 0 = no limit (`TERMINAL_CONTAINER_MEMORY`).
+    pub container_memory: u64,
+    /// Keep a task's container files across releases (`TERMINAL_CONTAINER_PERSISTENT`).
+    pub container_persistent: bool,
+    /// Seconds a remote or container environment outlives its worker's last
+    /// lease renewal before sweeps remove it (`TERMINAL_SANDBOX_LEASE_SECONDS`).
+    pub sandbox_lease_seconds: u64,
 }
 
 impl Default for TerminalSection {
@@ -79,6 +195,21 @@ impl Default for TerminalSection {
             login_shell: true,
             shell_init_files: Vec::new(),
             auto_source_bashrc: true,
+            ssh_host: None,
+            ssh_user: None,
+            ssh_port: 22,
+            ssh_key: None,
+            ssh_known_hosts: None,
+            ssh_connect_timeout: 10,
+            ssh_control_dir: None,
+            singularity_image: None,
+            singularity_executable: None,
+            singularity_binds: Vec::new(),
+            scratch_dir: None,
+            container_cpu: 1.0,
+            container_memory: 5120,
+            container_persistent: true,
+            sandbox_lease_seconds: 600,
         }
     }
 }
@@ -133,8 +264,25 @@ impl Config {
             }
             Err(err) => return Err(err).with_context(|| format!("cannot read {}", path.display())),
         };
+        config.path = Some(path);
         config.apply_env();
         Ok(config)
+    }
+
+    /// The command guard's settings: `approvals`, `command_allowlist`, the
+    /// file "always" approvals are written to, and whether a sudo password
+    /// is configured (`SUDO_PASSWORD`).
+    pub fn approval_settings(&self) -> ApprovalSettings {
+        ApprovalSettings {
+            mode: self.approvals.mode,
+            timeout: self.approvals.timeout,
+            deny: self.approvals.deny.clone(),
+            allowlist: self.command_allowlist.clone(),
+            containers: self.approvals.containers,
+            sudo_password_configured: std::env::var_os("SUDO_PASSWORD")
+                .is_some_and(|v| !v.is_empty()),
+            allowlist_file: self.path.clone(),
+        }
     }
 
     fn apply_env(&mut self) {
@@ -160,5 +308,51 @@ impl Config {
         if let Some(v) = var("TERMINAL_LIFETIME_SECONDS").and_then(|v| v.parse().ok()) {
             self.terminal.lifetime_seconds = v;
         }
+        self.apply_remote_backend_env(&var);
+    }
+
+    /// `TERMINAL_SSH_*`, `TERMINAL_SINGULARITY_*`, `TERMINAL_CONTAINER_*`.
+    fn apply_remote_backend_env(&mut self, var: &dyn Fn(&str) -> Option<String>) {
+        let t = &mut self.terminal;
+        for (name, slot) in [
+            ("TERMINAL_SSH_HOST", &mut t.ssh_host),
+            ("TERMINAL_SSH_USER", &mut t.ssh_user),
+            ("TERMINAL_SSH_KEY", &mut t.ssh_key),
+            ("TERMINAL_SSH_KNOWN_HOSTS", &mut t.ssh_known_hosts),
+            ("TERMINAL_SSH_CONTROL_DIR", &mut t.ssh_control_dir),
+            ("TERMINAL_SINGULARITY_IMAGE", &mut t.singularity_image),
+            (
+                "TERMINAL_SINGULARITY_EXECUTABLE",
+                &mut t.singularity_executable,
+            ),
+            ("TERMINAL_SCRATCH_DIR", &mut t.scratch_dir),
+        ] {
+            if let Some(v) = var(name) {
+                *slot = Some(v);
+            }
+        }
+        if let Some(v) = var("TERMINAL_SSH_PORT").and_then(|v| v.parse().ok()) {
+            t.ssh_port = v;
+        }
+        if let Some(v) = var("TERMINAL_SSH_CONNECT_TIMEOUT").and_then(|v| v.parse().ok()) {
+            t.ssh_connect_timeout = v;
+        }
+        if let Some(v) = var("TERMINAL_CONTAINER_CPU").and_then(|v| v.parse().ok()) {
+            t.container_cpu = v;
+        }
+        if let Some(v) = var("TERMINAL_CONTAINER_MEMORY").and_then(|v| v.parse().ok()) {
+            t.container_memory = v;
+        }
+        if let Some(v) = var("TERMINAL_CONTAINER_PERSISTENT") {
+            t.container_persistent =
+                matches!(v.to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on");
+        }
+        if let Some(v) = var("TERMINAL_SANDBOX_LEASE_SECONDS").and_then(|v| v.parse().ok()) {
+            t.sandbox_lease_seconds = v;
+        }
     }
 }
+
+#[cfg(test)]
+#[path = "config_tests.rs"]
+mod tests;

@@ -1,10 +1,15 @@
 //! `caduceus` — one binary: `serve`, `worker`, `call`, `tools`, `status`,
-//! `guard check`. Results go to stdout; logs go to stderr. The command logic
+//! `approvals`, `guard check`. Results go to stdout; logs go to stderr. The command logic
 //! lives in this library so that the integration tests can build the same
 //! program under another name (see `tests/README.md`).
 
+mod agent_settings;
 pub mod config;
+mod progress;
+mod run;
 pub mod target;
+
+mod approvals;
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -17,7 +22,7 @@ use clap::{Args, Parser, Subcommand};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use caduceus_coordinator::guard::{Gate, OpenGate};
+use caduceus_coordinator::guard::{CommandGate, Gate};
 use caduceus_coordinator::registry::ToolFilter;
 use caduceus_coordinator::server::TlsFiles;
 use caduceus_coordinator::{Coordinator, CoordinatorConfig};
@@ -54,10 +59,17 @@ enum Command {
     Tools(ToolsArgs),
     /// Show the coordinator's workers and environments.
     Status(StatusArgs),
+    /// Run one agent task: live progress on stderr, the final answer on stdout.
+    Run(run::RunArgs),
     /// The command guard.
     Guard {
         #[command(subcommand)]
         command: GuardCommand,
+    },
+    /// Pending approvals of dangerous commands: list, approve, deny.
+    Approvals {
+        #[command(subcommand)]
+        command: approvals::ApprovalsCommand,
     },
 }
 
@@ -206,12 +218,14 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Call(args) => call(args, &config).await,
         Command::Tools(args) => tools(args, &config).await,
         Command::Status(args) => status(args, &config).await,
+        Command::Run(args) => run::run(args, &config).await,
         Command::Guard {
             command: GuardCommand::Check { command },
         } => {
             let verdict = caduceus_guard::check_command(&command);
             out(&verdict.to_json().to_string())
         }
+        Command::Approvals { command } => approvals::run(command, &config).await,
     }
 }
 
@@ -223,8 +237,9 @@ fn out(text: &str) -> Result<()> {
     Ok(())
 }
 
-fn gate(_config: &Config) -> Arc<dyn Gate> {
-    Arc::new(OpenGate)
+/// The command guard with the configured approvals.
+fn gate(config: &Config) -> Arc<dyn Gate> {
+    Arc::new(CommandGate::new(config.approval_settings()))
 }
 
 fn remote(args: &ClientArgs, config: &Config) -> Remote {
@@ -263,6 +278,7 @@ async fn serve(args: ServeArgs, config: &Config) -> Result<()> {
             terminal_backend: config.terminal.backend.clone(),
             terminal_timeout_secs: config.terminal.timeout,
             heartbeat_interval: Duration::from_millis(args.heartbeat_ms.max(100)),
+            agent: agent_settings::agent_settings(config)?,
             ..CoordinatorConfig::default()
         },
         gate(config),
@@ -315,6 +331,7 @@ pub(crate) fn worker_config(
                 .unwrap_or(16)
         }),
         local_cwd,
+        backend_options: backend_options(config),
         tools: ToolSettings {
             terminal_timeout_secs: config.terminal.timeout,
             max_foreground_timeout_secs: config.terminal.max_foreground_timeout,
@@ -353,6 +370,56 @@ fn shell_init_files(terminal: &config::TerminalSection) -> Vec<String> {
     } else {
         Vec::new()
     }
+}
+
+/// Settings of the SSH and Singularity backends from `terminal.*`.
+fn backend_options(config: &Config) -> caduceus_worker::backends::BackendOptions {
+    use caduceus_worker::backends::{singularity::SingularitySettings, ssh::SshSettings};
+    let t = &config.terminal;
+    let lease = Duration::from_secs(t.sandbox_lease_seconds.max(1));
+    let ssh = t.ssh_host.as_ref().filter(|h| !h.is_empty()).map(|host| {
+        let mut ssh = SshSettings::new(host.clone());
+        ssh.user = t.ssh_user.clone().filter(|u| !u.is_empty());
+        ssh.port = t.ssh_port;
+        ssh.key = t
+            .ssh_key
+            .as_ref()
+            .filter(|k| !k.is_empty())
+            .map(PathBuf::from);
+        ssh.known_hosts = t
+            .ssh_known_hosts
+            .as_ref()
+            .filter(|k| !k.is_empty())
+            .map(PathBuf::from);
+        ssh.connect_timeout = Duration::from_secs(t.ssh_connect_timeout.max(1));
+        if let Some(dir) = t.ssh_control_dir.as_ref().filter(|d| !d.is_empty()) {
+            ssh.control_dir = PathBuf::from(dir);
+        }
+        ssh.cwd = t.cwd.clone();
+        ssh.lease = lease;
+        ssh
+    });
+    let mut singularity = SingularitySettings {
+        executable: t
+            .singularity_executable
+            .as_ref()
+            .filter(|e| !e.is_empty())
+            .map(PathBuf::from),
+        cpus: t.container_cpu,
+        memory_mb: t.container_memory,
+        persistent: t.container_persistent,
+        binds: t.singularity_binds.clone(),
+        lease,
+        scratch_dir: match t.scratch_dir.as_ref().filter(|d| !d.is_empty()) {
+            Some(dir) => PathBuf::from(dir),
+            None => config::home_dir().join("sandboxes/singularity"),
+        },
+        ..SingularitySettings::default()
+    };
+    if let Some(image) = t.singularity_image.as_ref().filter(|i| !i.is_empty()) {
+        singularity.image = image.clone();
+    }
+    caduceus_worker::backends::BackendOptions { ssh, singularity }
 }
 
 async fn worker(args: WorkerArgs, config: &Config) -> Result<()> {
@@ -482,6 +549,12 @@ async fn status(args: StatusArgs, config: &Config) -> Result<()> {
             "coordinator": status.coordinator_id,
             "version": status.version,
             "registry_generation": status.registry_generation,
+            "sessions": status.sessions.iter().map(|s| json!({
+                "session_id": s.session_id,
+                "parent_id": s.parent_id,
+                "state": s.state,
+                "api_calls": s.api_calls,
+            })).collect::<Vec<_>>(),
             "workers": workers,
         }))?);
     }

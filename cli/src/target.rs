@@ -165,6 +165,7 @@ impl Embedded {
                 token: uuid::Uuid::new_v4().simple().to_string(),
                 terminal_backend: "local".to_owned(),
                 terminal_timeout_secs: config.terminal.timeout,
+                agent: crate::agent_settings::agent_settings(config)?,
                 ..CoordinatorConfig::default()
             },
             gate,

@@ -2,6 +2,7 @@
 //! scheduler that places calls on workers, and the gRPC services. See
 //! `README.md` for the contract.
 
+pub mod agent;
 pub mod dispatch;
 pub mod guard;
 pub mod registry;
@@ -21,6 +22,7 @@ use caduceus_proto::{
     StatusResponse, Welcome, WorkerCommand, WorkerEvent, worker_command, worker_event,
 };
 
+use agent::{AgentSettings, SessionHub};
 use dispatch::{CallContext, CallOutcome, CallRequest, DispatchConfig, Dispatcher, RawArguments};
 use guard::Gate;
 use registry::actor::RegistryHandle;
@@ -44,6 +46,8 @@ pub struct CoordinatorConfig {
     pub environment_settings: Value,
     /// Results above this many characters are persisted (hermes: 100,000).
     pub result_cap: u64,
+    /// Agent sessions: model, budgets, delegation, session storage.
+    pub agent: AgentSettings,
 }
 
 impl Default for CoordinatorConfig {
@@ -56,6 +60,7 @@ impl Default for CoordinatorConfig {
             heartbeat_interval: Duration::from_secs(5),
             environment_settings: Value::Object(serde_json::Map::new()),
             result_cap: 100_000,
+            agent: AgentSettings::default(),
         }
     }
 }
@@ -77,6 +82,7 @@ pub struct Coordinator {
     registry: RegistryHandle,
     scheduler: SchedulerHandle,
     dispatcher: Arc<Dispatcher>,
+    sessions: SessionHub,
     started: Instant,
 }
 
@@ -95,14 +101,22 @@ impl Coordinator {
         if config.id.is_empty() {
             config.id = format!("coord-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
         }
-        let initial = registry::builtin::builtin_registry(&config.terminal_backend)?;
+        let mut initial = registry::builtin::builtin_registry(&config.terminal_backend)?;
+        // delegate_task describes the live delegation limits.
+        if let Some(schema) = initial.get("delegate_task").map(|e| e.schema.clone()) {
+            initial.register(
+                agent::delegate::registry_entry(schema, config.agent.delegation.clone()),
+                false,
+            )?;
+        }
         let (registry, _) = RegistryHandle::start(initial).await?;
+        let (notices, notices_rx) = mpsc::unbounded_channel();
         let (scheduler, _) = SchedulerHandle::start(
             registry.clone(),
             SchedulerConfig {
                 coordinator_id: config.id.clone(),
                 heartbeat_interval: config.heartbeat_interval,
-                notices: None,
+                notices: Some(notices),
             },
         )
         .await?;
@@ -119,12 +133,16 @@ impl Coordinator {
             gate,
             dispatch_config,
         ));
+        let sessions = SessionHub::new(dispatcher.clone(), config.agent.clone());
+        // Background-process notices go to the session that started the process.
+        sessions.spawn_notice_router(notices_rx);
         Ok(Arc::new(Coordinator {
             id: config.id.clone(),
             config,
             registry,
             scheduler,
             dispatcher,
+            sessions,
             started: Instant::now(),
         }))
     }
@@ -137,6 +155,12 @@ impl Coordinator {
         &self.config.token
     }
 
+    /// Approval state of the command guard; `None` when the coordinator runs
+    /// without one (an open gate).
+    pub fn approvals(&self) -> Option<Arc<guard::Approvals>> {
+        self.dispatcher.gate().approvals()
+    }
+
     pub fn registry(&self) -> &RegistryHandle {
         &self.registry
     }
@@ -147,6 +171,11 @@ impl Coordinator {
 
     pub fn dispatcher(&self) -> &Arc<Dispatcher> {
         &self.dispatcher
+    }
+
+    /// Agent sessions: start, cancel, answer clarify questions.
+    pub fn sessions(&self) -> &SessionHub {
+        &self.sessions
     }
 
     /// One tool call through the whole pipeline, as a client makes it.
@@ -186,7 +215,7 @@ impl Coordinator {
             coordinator_id: self.id.clone(),
             version: env!("CARGO_PKG_VERSION").to_owned(),
             workers: self.scheduler.status().await,
-            sessions: Vec::new(),
+            sessions: self.sessions.statuses(),
             registry_generation: self.registry.snapshot().generation(),
         }
     }
@@ -271,6 +300,7 @@ impl Coordinator {
 
     /// Stops accepting calls and stops the actors.
     pub fn shutdown(&self) {
+        self.sessions.cancel_all();
         self.scheduler.stop();
         self.registry.stop();
     }

@@ -9,6 +9,8 @@
     clippy::print_stderr
 )]
 
+pub mod standins;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -61,6 +63,10 @@ impl Fleet {
             .env_remove("CADUCEUS_COORDINATOR")
             .env_remove("CADUCEUS_TOKEN")
             .env_remove("CADUCEUS_CONFIG")
+            // The model comes from the fleet's config.yaml, never from the host.
+            .env_remove("OPENAI_BASE_URL")
+            .env_remove("OPENAI_API_KEY")
+            .env_remove("CADUCEUS_MODEL")
             .env("CADUCEUS_LOG", "info");
         cmd
     }

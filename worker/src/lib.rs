@@ -38,6 +38,8 @@ pub struct WorkerConfig {
     pub capacity: u32,
     /// Directory local environments start in.
     pub local_cwd: String,
+    /// Settings of the SSH and Singularity backends.
+    pub backend_options: backends::BackendOptions,
     pub tools: ToolSettings,
     /// Environment of every sandbox shell (already sanitized).
     pub shell_env: Vec<(String, String)>,
@@ -67,6 +69,7 @@ impl Default for WorkerConfig {
             local_cwd: std::env::current_dir()
                 .map(|p| p.display().to_string())
                 .unwrap_or_else(|_| "/".to_owned()),
+            backend_options: backends::BackendOptions::default(),
             tools: ToolSettings::default(),
             shell_env: Vec::new(),
             shell_init: Vec::new(),
@@ -92,7 +95,8 @@ pub struct Worker {
 
 impl Worker {
     pub fn new(config: WorkerConfig) -> Arc<Self> {
-        let (backends, refused) = Backends::new(&config.backends, &config.local_cwd);
+        let (backends, refused) =
+            Backends::with_options(&config.backends, &config.local_cwd, &config.backend_options);
         for reason in refused {
             tracing::warn!("{reason}");
         }

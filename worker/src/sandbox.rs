@@ -27,7 +27,8 @@ pub struct SpawnSpec {
 
 /// A process started inside a sandbox.
 pub struct SpawnedProcess {
-    /// Its stdin (a pipe).
+    /// Its stdin (a pipe). Dropping it closes the pipe: the process reads end
+    /// of file (`shutdown` alone may only flush).
     pub stdin: BoxedWriter,
     /// Its stdout; stderr is merged into it where the backend can merge at the
     /// descriptor level (local). Shells we start merge with `exec 2>&1` anyway.

@@ -23,7 +23,7 @@ use tokio::sync::mpsc;
 use caduceus_common::result::tool_error;
 use caduceus_common::text::sanitize_tool_error;
 
-use crate::guard::Gate;
+use crate::guard::{Gate, GateCall};
 use crate::registry::actor::RegistryHandle;
 use crate::registry::{Handler, ToolEntry, ToolFilter, ToolRegistry};
 use crate::scheduler::{ScheduleError, SchedulerHandle, WorkerCall};
@@ -172,6 +172,11 @@ impl Dispatcher {
         &self.scheduler
     }
 
+    /// The gate in front of every call (its approvals, for sessions).
+    pub fn gate(&self) -> &Arc<dyn Gate> {
+        &self.gate
+    }
+
     /// Runs one call through the whole pipeline.
     pub async fn call(&self, request: CallRequest) -> CallOutcome {
         self.call_streaming(request, None).await
@@ -258,18 +263,27 @@ impl Dispatcher {
         }
 
         // 6. The gate: command guard and approvals.
-        if let Err(refusal) = self.gate.admit(&ctx, &entry, &args).await {
-            self.post_hooks(
-                &name,
-                &args,
-                &ctx,
-                &refusal.result,
-                started.elapsed(),
-                refusal.status,
-            )
-            .await;
-            return finish(name, refusal.result, refusal.status, None, Some(args));
-        }
+        let gate_call = GateCall {
+            ctx: &ctx,
+            entry: &entry,
+            args: &args,
+            backend: snapshot.terminal_backend(),
+        };
+        let admission = match self.gate.admit(&gate_call).await {
+            Ok(admission) => admission,
+            Err(refusal) => {
+                self.post_hooks(
+                    &name,
+                    &args,
+                    &ctx,
+                    &refusal.result,
+                    started.elapsed(),
+                    refusal.status,
+                )
+                .await;
+                return finish(name, refusal.result, refusal.status, None, Some(args));
+            }
+        };
 
         // 7. Route.
         let (mut result, worker, mut status) = match &entry.handler {
@@ -329,6 +343,9 @@ impl Dispatcher {
         }
         if status == CallStatus::Ok {
             status = status_of(&result);
+        }
+        if let Some(note) = &admission.approval_note {
+            result = crate::guard::texts::with_approval_note(&result, note);
         }
 
         // 8. post_tool_call hooks observe the final result.

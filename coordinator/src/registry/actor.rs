@@ -32,9 +32,11 @@ pub enum RegistryMsg {
         plugin: String,
         allowed: bool,
     },
-    /// The set of backends offered by the attached workers changed.
+    /// The set of backends offered by the attached workers changed. Replies
+    /// once the new snapshot is published.
     SetFleetBackends {
         backends: BTreeSet<String>,
+        reply: Option<RpcReplyPort<()>>,
     },
     InvalidateChecks,
 }
@@ -119,10 +121,13 @@ impl Actor for Registry {
                 state.current.set_plugin_override_policy(&plugin, allowed);
                 state.publish();
             }
-            RegistryMsg::SetFleetBackends { backends } => {
+            RegistryMsg::SetFleetBackends { backends, reply } => {
                 if state.current.set_fleet_backends(backends) {
                     tracing::debug!(backends = ?state.current.fleet_backends(), "fleet backends changed");
                     state.publish();
+                }
+                if let Some(reply) = reply {
+                    let _ = reply.send(());
                 }
             }
             RegistryMsg::InvalidateChecks => state.current.invalidate_checks(),
@@ -220,8 +225,19 @@ impl RegistryHandle {
         }
     }
 
-    pub fn set_fleet_backends(&self, backends: BTreeSet<String>) {
-        let _ = self.actor.cast(RegistryMsg::SetFleetBackends { backends });
+    /// Publishes the fleet's backends and waits until the snapshot shows them,
+    /// so that a worker that has joined is usable by the very next call.
+    pub async fn set_fleet_backends(&self, backends: BTreeSet<String>) {
+        let _ = self
+            .actor
+            .call(
+                |reply| RegistryMsg::SetFleetBackends {
+                    backends,
+                    reply: Some(reply),
+                },
+                None,
+            )
+            .await;
     }
 
     pub fn set_plugin_override_policy(&self, plugin: &str, allowed: bool) {

@@ -182,17 +182,17 @@ pub struct SchedulerState {
 }
 
 impl SchedulerState {
-    fn publish_fleet(&self) {
+    async fn publish_fleet(&self) {
         let backends: BTreeSet<String> = self
             .workers
             .values()
             .filter(|w| !w.shared.draining.load(Ordering::Relaxed))
             .flat_map(|w| w.shared.backends())
             .collect();
-        self.registry.set_fleet_backends(backends);
+        self.registry.set_fleet_backends(backends).await;
     }
 
-    fn remove_worker(&mut self, worker_id: &str, reason: &str) {
+    async fn remove_worker(&mut self, worker_id: &str, reason: &str) {
         let Some(record) = self.workers.remove(worker_id) else {
             return;
         };
@@ -207,7 +207,7 @@ impl SchedulerState {
             self.placements.remove(&task);
             self.lost.insert(task, record.name.clone());
         }
-        self.publish_fleet();
+        self.publish_fleet().await;
     }
 
     fn place(&mut self, task_id: &str, backend: &str) -> Result<Placement, ScheduleError> {
@@ -383,12 +383,12 @@ impl Actor for Scheduler {
                     }
                 }
             }
-            SchedulerMsg::FleetChanged => state.publish_fleet(),
+            SchedulerMsg::FleetChanged => state.publish_fleet().await,
             SchedulerMsg::DrainAll => {
                 for record in state.workers.values() {
                     let _ = record.link.cast(LinkMsg::Drain);
                 }
-                state.publish_fleet();
+                state.publish_fleet().await;
             }
         }
         Ok(())
@@ -403,12 +403,16 @@ impl Actor for Scheduler {
         match event {
             SupervisionEvent::ActorTerminated(cell, _, reason) => {
                 if let Some(worker_id) = worker_of(state, cell.get_id()) {
-                    state.remove_worker(&worker_id, reason.as_deref().unwrap_or("link stopped"));
+                    state
+                        .remove_worker(&worker_id, reason.as_deref().unwrap_or("link stopped"))
+                        .await;
                 }
             }
             SupervisionEvent::ActorFailed(cell, err) => {
                 if let Some(worker_id) = worker_of(state, cell.get_id()) {
-                    state.remove_worker(&worker_id, &format!("link failed: {err}"));
+                    state
+                        .remove_worker(&worker_id, &format!("link failed: {err}"))
+                        .await;
                 }
             }
             _ => {}
@@ -445,7 +449,7 @@ async fn attach(
             existing.link.stop(Some(
                 "replaced by a reconnect of the same worker".to_owned(),
             ));
-            state.remove_worker(&old, "reconnected");
+            state.remove_worker(&old, "reconnected").await;
         } else {
             return Err(AttachError::DuplicateName(name));
         }
@@ -491,7 +495,7 @@ async fn attach(
             shared,
         },
     );
-    state.publish_fleet();
+    state.publish_fleet().await;
     Ok(AttachedWorker { worker_id, link })
 }
 

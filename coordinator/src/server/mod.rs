@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
-use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
+use tokio_stream::wrappers::ReceiverStream;
 use tonic::service::Interceptor;
+use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Identity, Server, ServerTlsConfig};
 use tonic::{Request, Response, Status, Streaming};
 
@@ -18,7 +19,9 @@ use caduceus_proto::worker_gateway_server::{WorkerGateway, WorkerGatewayServer};
 use caduceus_proto::*;
 
 use crate::Coordinator;
+use crate::agent::{SessionError, StartRequest};
 use crate::dispatch::RawArguments;
+use crate::guard::{Approvals, Decision, PendingApproval, Scope};
 use crate::registry::ToolFilter;
 
 /// Largest message either side accepts (a write_file of a big file, a large result).
@@ -85,6 +88,11 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> Result<(), ServeError> {
     let auth = TokenAuth::new(coordinator.token());
+    // The builder's tcp_nodelay applies only to listeners tonic binds itself;
+    // accepted sockets need it too, or small replies wait ~40 ms for Nagle.
+    let incoming = TcpIncoming::from(listener)
+        .with_nodelay(Some(true))
+        .with_keepalive(Some(Duration::from_secs(30)));
     let mut builder = Server::builder()
         .tcp_nodelay(true)
         .http2_keepalive_interval(Some(Duration::from_secs(10)))
@@ -118,7 +126,7 @@ pub async fn serve(
     builder
         .add_service(gateway)
         .add_service(control)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+        .serve_with_incoming_shutdown(incoming, shutdown)
         .await
         .map_err(ServeError::Transport)
 }
@@ -217,46 +225,152 @@ impl Control for ControlService {
 
     async fn start_session(
         &self,
-        _request: Request<StartSessionRequest>,
+        request: Request<StartSessionRequest>,
     ) -> Result<Response<Self::StartSessionStream>, Status> {
-        Err(Status::unimplemented(
-            "agent sessions are not available on this coordinator yet",
-        ))
+        let req = request.into_inner();
+        let hub = self.coordinator.sessions().clone();
+        let started = hub
+            .start(StartRequest {
+                prompt: req.prompt,
+                model: req.model,
+                enabled_toolsets: req.enabled_toolsets,
+                disabled_toolsets: req.disabled_toolsets,
+                max_iterations: req.max_iterations,
+                task_id: req.task_id,
+                interactive: req.interactive,
+            })
+            .await
+            .map_err(|e| session_status(&e))?;
+        let (tx, rx) = mpsc::channel(256);
+        let session_id = started.session_id;
+        let mut events = started.events;
+        tokio::spawn(async move {
+            loop {
+                let event = tokio::select! {
+                    event = events.recv() => event,
+                    // The client went away (even while the session is quiet):
+                    // nobody will read the answer.
+                    _ = tx.closed() => {
+                        hub.cancel(&session_id);
+                        break;
+                    }
+                };
+                let Some(event) = event else { break };
+                if tx.send(Ok(event)).await.is_err() {
+                    hub.cancel(&session_id);
+                    break;
+                }
+            }
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
     }
 
     async fn cancel_session(
         &self,
-        _request: Request<CancelSessionRequest>,
+        request: Request<CancelSessionRequest>,
     ) -> Result<Response<CancelSessionResponse>, Status> {
-        Err(Status::unimplemented(
-            "agent sessions are not available on this coordinator yet",
-        ))
+        let cancelled = self
+            .coordinator
+            .sessions()
+            .cancel(&request.into_inner().session_id);
+        Ok(Response::new(CancelSessionResponse { cancelled }))
     }
 
     async fn answer_clarify(
         &self,
-        _request: Request<AnswerClarifyRequest>,
+        request: Request<AnswerClarifyRequest>,
     ) -> Result<Response<AnswerClarifyResponse>, Status> {
-        Err(Status::unimplemented(
-            "agent sessions are not available on this coordinator yet",
-        ))
+        let req = request.into_inner();
+        let accepted = self
+            .coordinator
+            .sessions()
+            .answer_clarify(&req.session_id, &req.question_id, &req.answer)
+            .await;
+        Ok(Response::new(AnswerClarifyResponse { accepted }))
     }
 
     async fn list_approvals(
         &self,
         _request: Request<ListApprovalsRequest>,
     ) -> Result<Response<ListApprovalsResponse>, Status> {
-        Err(Status::unimplemented(
-            "approvals are not available on this coordinator yet",
-        ))
+        let approvals = self.approvals()?;
+        Ok(Response::new(ListApprovalsResponse {
+            approvals: approvals.list().into_iter().map(approval_message).collect(),
+        }))
     }
 
     async fn answer_approval(
         &self,
-        _request: Request<AnswerApprovalRequest>,
+        request: Request<AnswerApprovalRequest>,
     ) -> Result<Response<AnswerApprovalResponse>, Status> {
-        Err(Status::unimplemented(
-            "approvals are not available on this coordinator yet",
-        ))
+        let approvals = self.approvals()?;
+        let req = request.into_inner();
+        let decision = if req.approve {
+            Decision::Approve(Scope::parse(&req.scope).map_err(Status::invalid_argument)?)
+        } else {
+            let reason = req.reason.trim();
+            Decision::Deny {
+                reason: (!reason.is_empty()).then(|| reason.to_owned()),
+            }
+        };
+        // "always" may write the configuration file.
+        let answered = tokio::task::spawn_blocking(move || approvals.answer(&req.id, decision))
+            .await
+            .map_err(|err| Status::internal(format!("the answer was lost: {err}")))?;
+        Ok(Response::new(match answered {
+            Ok(answered) => AnswerApprovalResponse {
+                accepted: true,
+                message: answered.message,
+                scope: match answered.decision {
+                    Decision::Approve(scope) => scope.as_str().to_owned(),
+                    Decision::Deny { .. } => String::new(),
+                },
+            },
+            Err(err) => AnswerApprovalResponse {
+                accepted: false,
+                message: err.to_string(),
+                scope: String::new(),
+            },
+        }))
+    }
+}
+
+impl ControlService {
+    fn approvals(&self) -> Result<Arc<Approvals>, Status> {
+        self.coordinator.approvals().ok_or_else(|| {
+            Status::unimplemented(
+                "this coordinator runs without the command guard, so there are no approvals",
+            )
+        })
+    }
+}
+
+fn approval_message(pending: PendingApproval) -> Approval {
+    let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    Approval {
+        id: pending.id,
+        command: pending.command,
+        description: pending.description,
+        pattern_key: pending.pattern_key,
+        task_id: pending.task_id,
+        session_id: pending.session_id.unwrap_or_default(),
+        age_ms: millis(pending.age),
+        expires_in_ms: millis(pending.expires_in),
+        tool: pending.tool,
+        waiting: pending.waiting,
+        allow_permanent: pending.allow_permanent,
+    }
+}
+
+/// The gRPC status for a session that could not start.
+fn session_status(err: &SessionError) -> Status {
+    match err {
+        SessionError::Spawn(_) => Status::internal(err.to_string()),
+        SessionError::NoModel | SessionError::Model { .. } => {
+            Status::failed_precondition(err.to_string())
+        }
+        SessionError::EmptyPrompt | SessionError::Toolsets(_) => {
+            Status::invalid_argument(err.to_string())
+        }
     }
 }

@@ -3,6 +3,9 @@
 //! behind by dead owners or with expired leases.
 
 pub mod local;
+pub mod shell_fs;
+pub mod singularity;
+pub mod ssh;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -70,6 +73,14 @@ impl Provider for LocalProvider {
     }
 }
 
+/// Settings of the backends that need more than a name.
+#[derive(Debug, Clone, Default)]
+pub struct BackendOptions {
+    /// The SSH host (`terminal.ssh_*`); the `ssh` backend needs one.
+    pub ssh: Option<ssh::SshSettings>,
+    pub singularity: singularity::SingularitySettings,
+}
+
 /// The providers of this worker and which of them are available.
 pub struct Backends {
     providers: Vec<Arc<dyn Provider>>,
@@ -89,6 +100,15 @@ impl Backends {
     /// Builds the providers for the requested backend names; names this worker
     /// cannot serve are returned as messages.
     pub fn new(requested: &[String], local_cwd: &str) -> (Self, Vec<String>) {
+        Self::with_options(requested, local_cwd, &BackendOptions::default())
+    }
+
+    /// [`new`](Self::new) with the settings of the SSH and Singularity backends.
+    pub fn with_options(
+        requested: &[String],
+        local_cwd: &str,
+        options: &BackendOptions,
+    ) -> (Self, Vec<String>) {
         let mut providers: Vec<Arc<dyn Provider>> = Vec::new();
         let mut refused = Vec::new();
         for backend in requested {
@@ -96,6 +116,18 @@ impl Backends {
                 "local" => providers.push(Arc::new(LocalProvider {
                     cwd: local_cwd.to_owned(),
                 })),
+                "ssh" => match &options.ssh {
+                    Some(settings) if !settings.host.is_empty() => {
+                        providers.push(Arc::new(ssh::SshProvider::new(settings.clone())))
+                    }
+                    _ => refused.push(
+                        "backend 'ssh' needs a host: set terminal.ssh_host (TERMINAL_SSH_HOST)"
+                            .to_owned(),
+                    ),
+                },
+                "singularity" | "apptainer" => providers.push(Arc::new(
+                    singularity::SingularityProvider::new(options.singularity.clone()),
+                )),
                 other => refused.push(format!("backend '{other}' is not supported by this worker")),
             }
         }

@@ -1,0 +1,58 @@
+//! The agent settings of a coordinator from the configuration: the `llm:`
+//! section (into `caduceus_llm::LlmConfig`, then `OPENAI_BASE_URL`,
+//! `OPENAI_API_KEY`, `CADUCEUS_MODEL`), `delegation:`, `agent.max_turns`
+//! (`CADUCEUS_MAX_ITERATIONS`), and the session database
+//! `$CADUCEUS_HOME/state.db`.
+
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+
+use caduceus_coordinator::agent::{AgentSettings, DelegationConfig};
+use caduceus_llm::LlmConfig;
+
+use crate::config::{Config, home_dir};
+
+/// The `agent:` section.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(default)]
+struct AgentSection {
+    /// hermes' name for the budget of a top-level session (default 90).
+    max_turns: Option<u32>,
+    /// Seconds a clarify question waits for its answer (default 600).
+    clarify_timeout_seconds: Option<u64>,
+}
+
+pub fn agent_settings(config: &Config) -> Result<AgentSettings> {
+    let llm: LlmConfig = match &config.llm {
+        Some(section) => serde_yaml::from_value(section.clone())
+            .context("invalid llm section in the configuration")?,
+        None => LlmConfig::default(),
+    };
+    let delegation: DelegationConfig = match &config.delegation {
+        Some(section) => serde_yaml::from_value(section.clone())
+            .context("invalid delegation section in the configuration")?,
+        None => DelegationConfig::default(),
+    };
+    let agent: AgentSection = match &config.agent {
+        Some(section) => serde_yaml::from_value(section.clone())
+            .context("invalid agent section in the configuration")?,
+        None => AgentSection::default(),
+    };
+    let mut settings = AgentSettings {
+        llm: llm.with_env_overrides(),
+        delegation: Arc::new(delegation),
+        state_db: Some(home_dir().join("state.db")),
+        ..AgentSettings::default()
+    };
+    let from_env = std::env::var("CADUCEUS_MAX_ITERATIONS")
+        .ok()
+        .and_then(|v| v.trim().parse::<u32>().ok());
+    if let Some(turns) = from_env.or(agent.max_turns).filter(|n| *n > 0) {
+        settings.max_iterations = turns;
+    }
+    if let Some(seconds) = agent.clarify_timeout_seconds.filter(|s| *s > 0) {
+        settings.clarify_timeout = std::time::Duration::from_secs(seconds);
+    }
+    Ok(settings)
+}

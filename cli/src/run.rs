@@ -1,0 +1,378 @@
+//! `caduceus run "PROMPT"`: one agent session, with live progress and the
+//! final answer (see `progress.rs` for what is shown).
+//!
+//! Without `--coordinator` it starts an embedded coordinator with two local
+//! workers in this process (`--workers N` for another count), so delegated
+//! subtasks run in parallel on different workers even on one machine. With
+//! `--coordinator URL` the session runs on that coordinator and its workers;
+//! `replay:FILE` then names a file on the coordinator's host.
+//!
+//! Ctrl-C cancels the session (its children and their running calls) and
+//! waits for its final event; a second Ctrl-C exits at once. The exit status
+//! is 0 when the session completed (or ended with a summary after its budget
+//! ran out), 1 otherwise.
+
+use std::io::{BufRead, IsTerminal};
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow, bail};
+use clap::Args;
+use tokio::sync::mpsc;
+use tokio_stream::StreamExt;
+
+use caduceus_coordinator::agent::StartRequest;
+use caduceus_proto::{
+    AnswerApprovalRequest, AnswerClarifyRequest, CancelSessionRequest, SessionEvent,
+    StartSessionRequest,
+};
+
+use crate::ClientArgs;
+use crate::config::Config;
+use crate::progress::Renderer;
+use crate::target::{Client, Embedded, connect};
+
+#[derive(Args)]
+pub(crate) struct RunArgs {
+    /// What the agent should do.
+    prompt: String,
+    /// Model: a name served by the configured OpenAI-compatible endpoint, or
+    /// `replay:FILE` to replay a recorded session (default: llm.model / CADUCEUS_MODEL).
+    #[arg(long)]
+    model: Option<String>,
+    /// Only these toolsets (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    toolsets: Vec<String>,
+    /// Without these toolsets (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    disable: Vec<String>,
+    /// Print the session's events as JSON lines on stdout instead of progress.
+    #[arg(long)]
+    json: bool,
+    /// Budget of model requests (default: agent.max_turns, 90).
+    #[arg(long)]
+    max_iterations: Option<u32>,
+    /// Run in this task's environment (kept afterwards); default: a fresh one.
+    #[arg(long)]
+    task: Option<String>,
+    /// Embedded local workers (without --coordinator).
+    #[arg(long, default_value_t = 2)]
+    workers: usize,
+    #[command(flatten)]
+    client: ClientArgs,
+}
+
+/// Where the session runs.
+enum Source {
+    Remote(Client),
+    Embedded(Embedded),
+}
+
+enum Events {
+    Remote(Box<tonic::Streaming<SessionEvent>>),
+    Local(mpsc::UnboundedReceiver<SessionEvent>),
+}
+
+impl Events {
+    async fn next(&mut self) -> Option<Result<SessionEvent>> {
+        match self {
+            Events::Remote(stream) => stream
+                .next()
+                .await
+                .map(|r| r.map_err(|s| anyhow!("{}", s.message()))),
+            Events::Local(rx) => rx.recv().await.map(Ok),
+        }
+    }
+}
+
+impl Source {
+    async fn start(&mut self, request: StartSessionRequest) -> Result<Events> {
+        match self {
+            Source::Remote(client) => {
+                let stream = client
+                    .start_session(request)
+                    .await
+                    .map_err(|s| anyhow!("{}", s.message()))?
+                    .into_inner();
+                Ok(Events::Remote(Box::new(stream)))
+            }
+            Source::Embedded(embedded) => {
+                let started = embedded
+                    .coordinator
+                    .sessions()
+                    .start(StartRequest {
+                        prompt: request.prompt,
+                        model: request.model,
+                        enabled_toolsets: request.enabled_toolsets,
+                        disabled_toolsets: request.disabled_toolsets,
+                        max_iterations: request.max_iterations,
+                        task_id: request.task_id,
+                        interactive: request.interactive,
+                    })
+                    .await?;
+                Ok(Events::Local(started.events))
+            }
+        }
+    }
+
+    async fn cancel(&mut self, session_id: &str) {
+        match self {
+            Source::Remote(client) => {
+                let _ = client
+                    .cancel_session(CancelSessionRequest {
+                        session_id: session_id.to_owned(),
+                    })
+                    .await;
+            }
+            Source::Embedded(embedded) => {
+                embedded.coordinator.sessions().cancel(session_id);
+            }
+        }
+    }
+
+    async fn answer(&mut self, session_id: &str, question_id: &str, answer: &str) -> bool {
+        match self {
+            Source::Remote(client) => client
+                .answer_clarify(AnswerClarifyRequest {
+                    session_id: session_id.to_owned(),
+                    question_id: question_id.to_owned(),
+                    answer: answer.to_owned(),
+                })
+                .await
+                .map(|r| r.into_inner().accepted)
+                .unwrap_or(false),
+            Source::Embedded(embedded) => {
+                embedded
+                    .coordinator
+                    .sessions()
+                    .answer_clarify(session_id, question_id, answer)
+                    .await
+            }
+        }
+    }
+
+    /// Answers an approval request the gate is waiting on.
+    async fn answer_approval(&mut self, id: &str, approve: bool, scope: &str) -> bool {
+        match self {
+            Source::Remote(client) => client
+                .answer_approval(AnswerApprovalRequest {
+                    id: id.to_owned(),
+                    approve,
+                    scope: scope.to_owned(),
+                    reason: String::new(),
+                })
+                .await
+                .map(|r| r.into_inner().accepted)
+                .unwrap_or(false),
+            Source::Embedded(embedded) => {
+                use caduceus_coordinator::guard::{Decision, Scope};
+                let Some(approvals) = embedded.coordinator.approvals() else {
+                    return false;
+                };
+                let decision = match (approve, scope) {
+                    (false, _) => Decision::Deny { reason: None },
+                    (true, "session") => Decision::Approve(Scope::Session),
+                    (true, "always") => Decision::Approve(Scope::Always),
+                    (true, _) => Decision::Approve(Scope::Once),
+                };
+                approvals.answer(id, decision).is_ok()
+            }
+        }
+    }
+
+    async fn close(self) {
+        if let Source::Embedded(embedded) = self {
+            embedded.stop().await;
+        }
+    }
+}
+
+pub(crate) async fn run(args: RunArgs, config: &Config) -> Result<()> {
+    let remote = crate::remote(&args.client, config);
+    let interactive =
+        !args.json && std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
+    let mut source = match &remote.url {
+        Some(url) => {
+            let token = remote.token.clone().ok_or_else(|| {
+                anyhow!("--coordinator needs a token: pass --token or set CADUCEUS_TOKEN")
+            })?;
+            Source::Remote(connect(url, &token, remote.ca.as_deref()).await?)
+        }
+        None => {
+            let embedded =
+                Embedded::start(config, crate::gate(config), args.workers.max(1)).await?;
+            wait_for_local_backend(&embedded).await?;
+            Source::Embedded(embedded)
+        }
+    };
+    let request = StartSessionRequest {
+        prompt: args.prompt,
+        model: args.model.unwrap_or_default(),
+        enabled_toolsets: args.toolsets,
+        disabled_toolsets: args.disable,
+        max_iterations: args.max_iterations.unwrap_or(0),
+        task_id: args.task.unwrap_or_default(),
+        interactive,
+    };
+    let outcome = match source.start(request).await {
+        Ok(events) => follow(&mut source, events, args.json, interactive).await,
+        Err(err) => Err(err),
+    };
+    source.close().await;
+    let ending = outcome?;
+    match ending.status.as_str() {
+        "completed" | "max_iterations" => Ok(()),
+        "interrupted" => bail!("the session was interrupted"),
+        status => bail!(
+            "the session ended {status}: {}",
+            ending
+                .error
+                .or(ending.text)
+                .unwrap_or_else(|| "no answer".to_owned())
+        ),
+    }
+}
+
+/// Shows the events until the root's final one.
+async fn follow(
+    source: &mut Source,
+    mut events: Events,
+    json: bool,
+    interactive: bool,
+) -> Result<crate::progress::RootFinal> {
+    let mut renderer = Renderer::new(
+        json,
+        std::io::stderr().is_terminal(),
+        Box::new(std::io::stdout()),
+        Box::new(std::io::stderr()),
+    );
+    let mut ticker = tokio::time::interval(Duration::from_millis(100));
+    let mut interrupts = 0;
+    loop {
+        tokio::select! {
+            event = events.next() => match event {
+                Some(Ok(event)) => {
+                    let clarify = (event.kind == "clarify" && interactive).then(|| event.clone());
+                    // Requests the gate waits on carry `scopes`; the others
+                    // only report a pending approval.
+                    let approval = (event.kind == "approval_needed" && interactive && event.json.contains("\"scopes\""))
+                        .then(|| event.clone());
+                    if let Some(ending) = renderer.event(&event) {
+                        return Ok(ending);
+                    }
+                    if let Some(request) = approval {
+                        let asked: serde_json::Value = serde_json::from_str(&request.json).unwrap_or_default();
+                        let (approve, scope) = ask_approval(&asked).await?;
+                        let id = asked["approval_id"].as_str().unwrap_or_default();
+                        if !source.answer_approval(id, approve, &scope).await {
+                            tracing::warn!("the approval was no longer pending");
+                        }
+                    }
+                    if let Some(question) = clarify {
+                        let answer = ask(&question).await?;
+                        let asked: serde_json::Value = serde_json::from_str(&question.json).unwrap_or_default();
+                        let question_id = asked["question_id"].as_str().unwrap_or_default();
+                        if !source.answer(&question.session_id, question_id, &answer).await {
+                            tracing::warn!("the session no longer waits for this answer");
+                        }
+                    }
+                }
+                Some(Err(err)) => return Err(err.context("the session's event stream failed")),
+                None => bail!("the session's event stream ended before its final event"),
+            },
+            _ = ticker.tick() => renderer.tick(),
+            _ = tokio::signal::ctrl_c() => {
+                interrupts += 1;
+                if interrupts > 1 {
+                    bail!("interrupted");
+                }
+                if let Some(root) = renderer.root().map(str::to_owned) {
+                    source.cancel(&root).await;
+                }
+            }
+        }
+    }
+}
+
+/// Asks the person at the terminal to approve a flagged command. Anything but
+/// an explicit yes is a deny (hermes' Enter-means-once is a known complaint).
+async fn ask_approval(asked: &serde_json::Value) -> Result<(bool, String)> {
+    let permanent = asked["allow_permanent"].as_bool().unwrap_or(false);
+    let prompt = format!(
+        "  approve {}? [o]nce, [s]ession{}, [d]eny (default deny): ",
+        asked["command"].as_str().unwrap_or_default(),
+        if permanent { ", [a]lways" } else { "" }
+    );
+    let line = tokio::task::spawn_blocking(move || -> std::io::Result<String> {
+        let mut stderr = std::io::stderr();
+        std::io::Write::write_all(&mut stderr, prompt.as_bytes())?;
+        std::io::Write::flush(&mut stderr)?;
+        let mut line = String::new();
+        std::io::stdin().lock().read_line(&mut line)?;
+        Ok(line)
+    })
+    .await
+    .context("reading the answer failed")??;
+    Ok(match line.trim().to_lowercase().as_str() {
+        "o" | "once" => (true, "once".to_owned()),
+        "s" | "session" => (true, "session".to_owned()),
+        "a" | "always" if permanent => (true, "always".to_owned()),
+        _ => (false, String::new()),
+    })
+}
+
+/// Puts a clarify question to the person at the terminal.
+async fn ask(event: &SessionEvent) -> Result<String> {
+    let asked: serde_json::Value = serde_json::from_str(&event.json).unwrap_or_default();
+    let choices: Vec<String> = asked["choices"]
+        .as_array()
+        .map(|c| {
+            c.iter()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut prompt = String::new();
+    for (index, choice) in choices.iter().enumerate() {
+        prompt.push_str(&format!("  {}. {choice}\n", index + 1));
+    }
+    if !choices.is_empty() {
+        prompt.push_str(&format!(
+            "  {}. Other (type your answer)\n",
+            choices.len() + 1
+        ));
+    }
+    prompt.push_str("> ");
+    let line = tokio::task::spawn_blocking(move || -> std::io::Result<String> {
+        let mut stderr = std::io::stderr();
+        std::io::Write::write_all(&mut stderr, prompt.as_bytes())?;
+        std::io::Write::flush(&mut stderr)?;
+        let mut line = String::new();
+        std::io::stdin().lock().read_line(&mut line)?;
+        Ok(line)
+    })
+    .await
+    .context("reading the answer failed")??;
+    let line = line.trim().to_owned();
+    Ok(match line.parse::<usize>() {
+        Ok(n) if n >= 1 && n <= choices.len() => choices[n - 1].clone(),
+        _ => line,
+    })
+}
+
+/// Embedded workers have joined; wait until the registry offers their tools.
+async fn wait_for_local_backend(embedded: &Embedded) -> Result<()> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !embedded
+        .coordinator
+        .registry()
+        .snapshot()
+        .fleet_backends()
+        .contains("local")
+    {
+        if tokio::time::Instant::now() >= deadline {
+            bail!("the embedded workers did not come up within 10s");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Ok(())
+}

@@ -1,0 +1,627 @@
+//! `delegate_task`: the rules of delegation (hermes `tools/delegate_tool.py`)
+//! — the `delegation:` configuration, argument checks and their error texts,
+//! the child's role, tool filter and system prompt, the result entries, the
+//! summary budget and the tool's live schema. Running the children is the
+//! session's business (`session::children`).
+//!
+//! Unlike hermes, whose top-level delegations run in the background and come
+//! back as a later message (a source of "dispatched but never ran" reports,
+//! hermes #60342), a `delegate_task` call here returns when every child has
+//! finished: the parent's turn waits, the children run in parallel (each a
+//! child Session actor with its own environment, possibly on another worker).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+
+use caduceus_common::result::tool_error;
+
+use crate::registry::{Handler, ParallelClass, ToolEntry, ToolFilter};
+
+/// Tools a child never gets (hermes `DELEGATE_BLOCKED_TOOLS`). An
+/// orchestrator child keeps `delegate_task`.
+pub const BLOCKED_TOOLS: &[&str] = &[
+    "delegate_task",
+    "clarify",
+    "memory",
+    "send_message",
+    "execute_code",
+    "cronjob",
+];
+
+pub const DEFAULT_MAX_ITERATIONS: u32 = 50;
+pub const DEFAULT_MAX_CONCURRENT_CHILDREN: usize = 3;
+pub const DEFAULT_MAX_SPAWN_DEPTH: u32 = 1;
+pub const DEFAULT_MAX_SUMMARY_CHARS: usize = 24_000;
+/// A configured child timeout is never shorter than this.
+pub const MIN_CHILD_TIMEOUT_SECS: f64 = 30.0;
+
+/// The `delegation:` section. Every field is optional; unknown fields
+/// (hermes' `provider`, `api_mode`, …) are accepted and ignored. Read through
+/// the accessors, which apply the environment and hermes' defaults and floors
+/// at call time.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct DelegationConfig {
+    /// Budget of each child (default 50).
+    pub max_iterations: Option<u32>,
+    /// Tasks per call, all run at once (default 3, floor 1; env
+    /// `DELEGATION_MAX_CONCURRENT_CHILDREN` when unset here).
+    pub max_concurrent_children: Option<i64>,
+    /// Depth at which delegation is refused (default 1: parent → child only).
+    pub max_spawn_depth: Option<i64>,
+    /// Wall-clock limit per child; 0 or unset = none; floor 30 s (env
+    /// `DELEGATION_CHILD_TIMEOUT_SECONDS` when unset here).
+    pub child_timeout_seconds: Option<f64>,
+    /// `false` forces every child to be a leaf.
+    pub orchestrator_enabled: Option<bool>,
+    /// Ceiling of one child's summary in the parent's context (default 24,000; 0 = none).
+    pub max_summary_chars: Option<usize>,
+    /// Model of the children (default: the parent's model).
+    pub model: Option<String>,
+    /// Endpoint and key for `model` (default: the parent's).
+    pub base_url: Option<String>,
+    pub api_key: Option<String>,
+    /// Read by the approval gate: children's dangerous commands are approved
+    /// once instead of denied.
+    pub subagent_auto_approve: Option<bool>,
+}
+
+impl DelegationConfig {
+    pub fn max_iterations(&self) -> u32 {
+        self.max_iterations
+            .filter(|n| *n > 0)
+            .unwrap_or(DEFAULT_MAX_ITERATIONS)
+    }
+
+    pub fn max_concurrent_children(&self) -> usize {
+        let from_env = || {
+            std::env::var("DELEGATION_MAX_CONCURRENT_CHILDREN")
+                .ok()
+                .and_then(|v| v.trim().parse::<i64>().ok())
+        };
+        match self.max_concurrent_children.or_else(from_env) {
+            Some(n) => usize::try_from(n.max(1)).unwrap_or(DEFAULT_MAX_CONCURRENT_CHILDREN),
+            None => DEFAULT_MAX_CONCURRENT_CHILDREN,
+        }
+    }
+
+    pub fn max_spawn_depth(&self) -> u32 {
+        self.max_spawn_depth
+            .map(|d| u32::try_from(d.max(1)).unwrap_or(u32::MAX))
+            .unwrap_or(DEFAULT_MAX_SPAWN_DEPTH)
+    }
+
+    /// `None`: no wall-clock limit.
+    pub fn child_timeout(&self) -> Option<Duration> {
+        let from_env = || {
+            std::env::var("DELEGATION_CHILD_TIMEOUT_SECONDS")
+                .ok()
+                .and_then(|v| v.trim().parse::<f64>().ok())
+        };
+        let seconds = self.child_timeout_seconds.or_else(from_env)?;
+        if !seconds.is_finite() || seconds <= 0.0 {
+            return None;
+        }
+        Duration::try_from_secs_f64(seconds.max(MIN_CHILD_TIMEOUT_SECS)).ok()
+    }
+
+    pub fn orchestrator_enabled(&self) -> bool {
+        self.orchestrator_enabled.unwrap_or(true)
+    }
+
+    /// `None`: summaries are never trimmed.
+    pub fn max_summary_chars(&self) -> Option<usize> {
+        Some(self.max_summary_chars.unwrap_or(DEFAULT_MAX_SUMMARY_CHARS)).filter(|n| *n > 0)
+    }
+}
+
+/// Whether a child may delegate further.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    Leaf,
+    Orchestrator,
+}
+
+impl Role {
+    /// hermes `_normalize_role`: anything but "orchestrator" is a leaf.
+    pub fn parse(value: Option<&Value>) -> Role {
+        match value
+            .and_then(Value::as_str)
+            .map(|s| s.trim().to_lowercase())
+        {
+            Some(role) if role == "orchestrator" => Role::Orchestrator,
+            _ => Role::Leaf,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Leaf => "leaf",
+            Role::Orchestrator => "orchestrator",
+        }
+    }
+}
+
+/// One subtask of a call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChildTask {
+    pub index: usize,
+    pub goal: String,
+    pub context: Option<String>,
+    /// As requested; [`effective_role`] applies the depth and kill switch.
+    pub role: Role,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct DelegateRequest {
+    pub tasks: Vec<ChildTask>,
+    /// Run the children in the parent's environment (same task id).
+    pub share_environment: bool,
+}
+
+/// hermes' refusal for a session at or past the depth limit.
+pub fn depth_limit_error(depth: u32, max_spawn_depth: u32) -> String {
+    json!({
+        "error": format!(
+            "Delegation depth limit reached (depth={depth}, max_spawn_depth={max_spawn_depth}). Raise delegation.max_spawn_depth in config.yaml if deeper nesting is required (no hard ceiling, but each level multiplies API cost)."
+        )
+    })
+    .to_string()
+}
+
+/// Checks the arguments; the error is the result the model reads.
+pub fn parse_request(
+    args: &Map<String, Value>,
+    max_children: usize,
+) -> Result<DelegateRequest, String> {
+    let top_role = Role::parse(args.get("role"));
+    let share_environment = args
+        .get("share_environment")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let tasks = match args.get("tasks") {
+        Some(Value::String(text)) => {
+            let raw = text.trim();
+            if raw.is_empty() {
+                return Err(tool_error(
+                    "Provide either 'goal' (single task) or 'tasks' (batch).",
+                ));
+            }
+            match serde_json::from_str::<Value>(raw) {
+                Ok(Value::Array(list)) => Some(list),
+                Ok(other) => {
+                    return Err(tool_error(format!(
+                        "tasks must be a JSON array of task objects; parsed {} instead.",
+                        python_type(&other)
+                    )));
+                }
+                Err(err) => {
+                    return Err(tool_error(format!(
+                        "tasks must be a JSON array of task objects; received a string that could not be parsed as JSON ({err})."
+                    )));
+                }
+            }
+        }
+        Some(Value::Array(list)) => Some(list.clone()),
+        _ => None,
+    };
+    let raw_tasks: Vec<Value> = match tasks {
+        Some(list) if !list.is_empty() => {
+            if list.len() > max_children {
+                return Err(tool_error(format!(
+                    "Too many tasks: {} provided, but max_concurrent_children is {max_children}. Either reduce the task count, split into multiple delegate_task calls, or increase delegation.max_concurrent_children in config.yaml.",
+                    list.len()
+                )));
+            }
+            list
+        }
+        _ => match args
+            .get("goal")
+            .and_then(Value::as_str)
+            .filter(|g| !g.trim().is_empty())
+        {
+            Some(goal) => {
+                let mut task = Map::new();
+                task.insert("goal".to_owned(), Value::String(goal.to_owned()));
+                if let Some(context) = args.get("context") {
+                    task.insert("context".to_owned(), context.clone());
+                }
+                task.insert(
+                    "role".to_owned(),
+                    Value::String(top_role.as_str().to_owned()),
+                );
+                vec![Value::Object(task)]
+            }
+            None => {
+                return Err(tool_error(
+                    "Provide either 'goal' (single task) or 'tasks' (batch).",
+                ));
+            }
+        },
+    };
+    let mut tasks = Vec::with_capacity(raw_tasks.len());
+    for (index, task) in raw_tasks.iter().enumerate() {
+        let Some(object) = task.as_object() else {
+            return Err(tool_error(format!(
+                "Task {index} must be an object, got {}.",
+                python_type(task)
+            )));
+        };
+        let goal = object
+            .get("goal")
+            .and_then(Value::as_str)
+            .map(str::trim)
+            .unwrap_or_default();
+        if goal.is_empty() {
+            return Err(tool_error(format!("Task {index} is missing a 'goal'.")));
+        }
+        let context = object
+            .get("context")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .filter(|c| !c.trim().is_empty());
+        let role = match object.get("role") {
+            Some(Value::String(r)) if !r.is_empty() => Role::parse(Some(&Value::String(r.clone()))),
+            _ => top_role,
+        };
+        tasks.push(ChildTask {
+            index,
+            goal: goal.to_owned(),
+            context,
+            role,
+        });
+    }
+    Ok(DelegateRequest {
+        tasks,
+        share_environment,
+    })
+}
+
+/// The role a child really gets: orchestrator only while the kill switch and
+/// the depth allow it.
+pub fn effective_role(requested: Role, child_depth: u32, config: &DelegationConfig) -> Role {
+    if requested == Role::Orchestrator
+        && config.orchestrator_enabled()
+        && child_depth < config.max_spawn_depth()
+    {
+        Role::Orchestrator
+    } else {
+        Role::Leaf
+    }
+}
+
+/// The child's tools: the parent's toolsets minus [`BLOCKED_TOOLS`]; an
+/// orchestrator keeps delegation.
+pub fn child_filter(parent: &ToolFilter, role: Role) -> ToolFilter {
+    let mut filter = parent.clone();
+    for tool in BLOCKED_TOOLS {
+        if role == Role::Orchestrator && *tool == "delegate_task" {
+            continue;
+        }
+        if !filter.blocked_tools.iter().any(|t| t == tool) {
+            filter.blocked_tools.push((*tool).to_owned());
+        }
+    }
+    if role == Role::Orchestrator {
+        filter.blocked_tools.retain(|t| t != "delegate_task");
+        filter.disabled_toolsets.retain(|t| t != "delegation");
+        if !filter.enabled_toolsets.is_empty()
+            && !filter.enabled_toolsets.iter().any(|t| t == "delegation")
+        {
+            filter.enabled_toolsets.push("delegation".to_owned());
+        }
+    }
+    filter
+}
+
+/// hermes' child system prompt.
+pub fn child_system_prompt(
+    task: &ChildTask,
+    role: Role,
+    workspace: Option<&str>,
+    max_spawn_depth: u32,
+    child_depth: u32,
+) -> String {
+    let mut parts = vec![
+        "You are a focused subagent working on a specific delegated task.".to_owned(),
+        String::new(),
+        format!("YOUR TASK:\n{}", task.goal),
+    ];
+    if let Some(context) = &task.context {
+        parts.push(format!("\nCONTEXT:\n{context}"));
+    }
+    if let Some(workspace) = workspace.filter(|w| !w.trim().is_empty()) {
+        parts.push(format!(
+            "\nWORKSPACE PATH:\n{workspace}\nUse this exact path for local repository/workdir operations unless the task explicitly says otherwise."
+        ));
+    }
+    parts.push(
+        "\nComplete this task using the tools available to you. When finished, provide a clear, concise summary of:\n- What you did\n- What you found or accomplished\n- Any files you created or modified\n- Any issues encountered\n\nImportant workspace rule: Never assume a repository lives at /workspace/... or any other container-style path unless the task/context explicitly gives that path. If no exact local path is provided, discover it first before issuing git/workdir-specific commands.\n\nKeep your final summary tight: lead with outcomes, prefer bullet points over paragraphs, and don't replay your whole process. Your response is returned to the parent agent as a summary, and overlong summaries crowd out the parent's context window."
+            .to_owned(),
+    );
+    if role == Role::Orchestrator {
+        let child_note = if child_depth + 1 >= max_spawn_depth {
+            "Your own children MUST be leaves (cannot delegate further) because they would be at the depth floor — you cannot pass role='orchestrator' to your own delegate_task calls."
+        } else {
+            "Your own children can themselves be orchestrators or leaves, depending on the `role` you pass to delegate_task. Default is 'leaf'; pass role='orchestrator' explicitly when a child needs to further decompose its work."
+        };
+        parts.push(format!(
+            "\n## Subagent Spawning (Orchestrator Role)\nYou have access to the `delegate_task` tool and CAN spawn your own subagents to parallelize independent work.\n\nWHEN to delegate:\n- The goal decomposes into 2+ independent subtasks that can run in parallel (e.g. research A and B simultaneously).\n- A subtask is reasoning-heavy and would flood your context with intermediate data.\n\nWHEN NOT to delegate:\n- Single-step mechanical work — do it directly.\n- Trivial tasks you can execute in one or two tool calls.\n- Re-delegating your entire assigned goal to one worker (that's just pass-through with no value added).\n\nCoordinate your workers' results and synthesize them before reporting back to your parent. You are responsible for the final summary, not your workers.\n\nNOTE: You are at depth {child_depth}. The delegation tree is capped at max_spawn_depth={max_spawn_depth}. {child_note}"
+        ));
+    }
+    parts.join("\n")
+}
+
+/// How a child ended, as its result entry reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChildStatus {
+    Completed,
+    Failed,
+    Interrupted,
+    Error,
+    Timeout,
+}
+
+/// One tool call of a child, for the parent's overview.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TraceEntry {
+    pub tool: String,
+    pub args_bytes: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result_bytes: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<&'static str>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Tokens {
+    pub input: u64,
+    pub output: u64,
+}
+
+/// One entry of `results`, hermes' fields first, then caduceus' own
+/// (`session_id`, `task_id`, `workers`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ChildEntry {
+    pub task_index: usize,
+    pub status: ChildStatus,
+    pub summary: Option<String>,
+    pub api_calls: u32,
+    pub duration_seconds: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    pub exit_reason: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<Tokens>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tool_trace: Vec<TraceEntry>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub summary_truncated: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub summary_full_path: Option<String>,
+    pub session_id: String,
+    pub task_id: String,
+    /// Workers that ran the child's tool calls.
+    pub workers: Vec<String>,
+}
+
+/// The whole result of a `delegate_task` call.
+pub fn results_json(entries: &[ChildEntry], total_duration: Duration) -> String {
+    #[derive(Serialize)]
+    struct Results<'a> {
+        results: &'a [ChildEntry],
+        total_duration_seconds: f64,
+    }
+    serde_json::to_string(&Results {
+        results: entries,
+        total_duration_seconds: round2(total_duration.as_secs_f64()),
+    })
+    .unwrap_or_else(|err| tool_error(err.to_string()))
+}
+
+/// Seconds rounded to hundredths, as hermes reports durations.
+pub fn round2(seconds: f64) -> f64 {
+    (seconds * 100.0).round() / 100.0
+}
+
+/// hermes' text for a child that hit its wall-clock limit.
+pub fn timeout_error(timeout: Duration, api_calls: u32) -> String {
+    let seconds = python_float(timeout.as_secs_f64());
+    if api_calls == 0 {
+        format!(
+            "Subagent timed out after {seconds}s without making any API call — the child never reached its first LLM request (prompt construction, credential resolution, or transport may be stuck)."
+        )
+    } else {
+        format!(
+            "Subagent timed out after {seconds}s with {api_calls} API call(s) completed — likely stuck on a slow API call or unresponsive network request."
+        )
+    }
+}
+
+/// Trims a summary longer than `cap` to a head (~75 %) and tail (~25 %)
+/// snapped to line boundaries, with hermes' footer pointing at the full text
+/// (`spill_path`, saved in the parent's sandbox).
+pub fn trim_summary(summary: &str, cap: usize, spill_path: Option<&str>) -> String {
+    let chars: Vec<char> = summary.chars().collect();
+    let original_len = chars.len();
+    let head_budget = cap * 3 / 4;
+    let tail_budget = cap - head_budget;
+    let mut head: String = chars[..head_budget.min(original_len)].iter().collect();
+    let mut tail: String = chars[original_len.saturating_sub(tail_budget)..]
+        .iter()
+        .collect();
+    if let Some(nl) = head.rfind('\n')
+        && head[..nl].chars().count() as f64 > head_budget as f64 * 0.5
+    {
+        head.truncate(nl);
+    }
+    if let Some(nl) = tail.find('\n')
+        && (tail[..nl].chars().count() as f64) < tail_budget as f64 * 0.5
+    {
+        tail = tail[nl + 1..].to_owned();
+    }
+    let rule = "─".repeat(8);
+    let mut footer = vec![
+        String::new(),
+        format!("{rule} [SUMMARY TRUNCATED] {rule}"),
+        format!(
+            "Showing {} chars (head) + {} chars (tail) of {} total — trimmed to protect the parent's context window.",
+            group(head.chars().count()),
+            group(tail.chars().count()),
+            group(original_len)
+        ),
+    ];
+    match spill_path {
+        Some(path) => {
+            let middle_start_line = head.matches('\n').count() + 2;
+            footer.push(format!("Full subagent output saved to: {path}"));
+            footer.push(format!(
+                "To read the omitted middle: read_file path=\"{path}\" offset={middle_start_line} limit=200  (the file is the complete summary; raise/lower offset to page through it)."
+            ));
+        }
+        None => footer.push("Full output could not be stored to disk; the head+tail above is all that was preserved.".to_owned()),
+    }
+    footer.push("─".repeat(37));
+    format!(
+        "{head}\n\n[... middle omitted — see footer ...]\n\n{tail}{}",
+        footer.join("\n")
+    )
+}
+
+fn group(n: usize) -> String {
+    caduceus_common::text::group_thousands(n as u64)
+}
+
+fn python_float(value: f64) -> String {
+    if value.fract() == 0.0 {
+        format!("{value:.1}")
+    } else {
+        format!("{value}")
+    }
+}
+
+fn python_type(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "NoneType",
+        Value::Bool(_) => "bool",
+        Value::Number(n) if n.is_f64() => "float",
+        Value::Number(_) => "int",
+        Value::String(_) => "str",
+        Value::Array(_) => "list",
+        Value::Object(_) => "dict",
+    }
+}
+
+/// The description fields of `delegate_task`, regenerated whenever the tool
+/// list is built, so the model sees the limits in force.
+pub fn schema_overrides(
+    config: &DelegationConfig,
+    static_parameters: &Value,
+) -> Map<String, Value> {
+    let max_children = config.max_concurrent_children();
+    let max_depth = config.max_spawn_depth();
+    let orchestrator_on = config.orchestrator_enabled();
+    let nesting = if max_depth >= 2 && orchestrator_on {
+        format!(
+            "Nested delegation IS enabled (max_spawn_depth={max_depth}): pass role='orchestrator' on a child to let it spawn its own workers, up to {} additional level(s) deep.",
+            max_depth - 1
+        )
+    } else if max_depth >= 2 {
+        format!(
+            "Nested delegation is DISABLED (delegation.orchestrator_enabled=false), even though max_spawn_depth={max_depth}. role='orchestrator' is silently forced to 'leaf'."
+        )
+    } else {
+        format!(
+            "Nested delegation is OFF (max_spawn_depth={max_depth}): every child is a leaf and cannot delegate further. Raise delegation.max_spawn_depth in config.yaml to enable nesting."
+        )
+    };
+    let timeout = match config.child_timeout() {
+        Some(limit) => format!(
+            "Each subagent is stopped after {}s of wall-clock time.",
+            limit.as_secs()
+        ),
+        None => "Subagents have no wall-clock limit; each has its own iteration budget.".to_owned(),
+    };
+    let description = format!(
+        "Spawn one or more subagents to work on tasks in isolated contexts. Each subagent gets its own conversation, its own environment (terminal session, working directory and files; possibly on another worker host) and a toolset. Only the final summary is returned -- intermediate tool results never enter your context window.\n\n\
+TWO MODES (one of 'goal' or 'tasks' is required):\n\
+1. Single task: provide 'goal' (+ optional context and role).\n\
+2. Batch (parallel): provide 'tasks' array with up to {max_children} items; they run concurrently (delegation.max_concurrent_children in config.yaml). {nesting}\n\n\
+The call BLOCKS until every subagent has finished and returns all results at once: {{\"results\": [one entry per task, in task order], \"total_duration_seconds\"}}. Each entry has status (completed|failed|interrupted|error|timeout), summary, api_calls, duration_seconds, exit_reason, tool_trace and the workers that ran it. {timeout}\n\n\
+WHEN TO USE delegate_task:\n\
+- Parallel independent workstreams (build/test/lint on different hosts, research A and B simultaneously)\n\
+- Reasoning-heavy subtasks (debugging, code review, research synthesis)\n\
+- Tasks that would flood your context with intermediate data\n\n\
+WHEN NOT TO USE:\n\
+- Single tool call -> just call the tool directly\n\
+- Tasks needing user interaction -> subagents cannot use clarify\n\n\
+IMPORTANT:\n\
+- Subagents have NO memory of your conversation. Pass all relevant info (file paths, error messages, constraints) via the 'context' field.\n\
+- Subagents do not share your files unless share_environment=true: by default each starts in a fresh environment, possibly on another host. Pass file contents in 'context' or have them write results where you can read them.\n\
+- Subagent summaries are SELF-REPORTS, not verified facts. Verify side effects (files written, URLs, IDs) yourself before telling the user an operation succeeded.\n\
+- Leaf subagents (role='leaf', the default) CANNOT call: delegate_task, clarify, memory, send_message, execute_code, cronjob.\n\
+- Orchestrator subagents (role='orchestrator') keep delegate_task, bounded by max_spawn_depth={max_depth}.\n\
+- Results are always returned as an array, one entry per task."
+    );
+    let mut parameters = static_parameters.clone();
+    if let Some(properties) = parameters
+        .get_mut("properties")
+        .and_then(Value::as_object_mut)
+    {
+        if let Some(tasks) = properties.get_mut("tasks").and_then(Value::as_object_mut) {
+            tasks.insert(
+                "description".to_owned(),
+                Value::String(format!(
+                    "Batch mode: tasks to run in parallel (up to {max_children}, set via delegation.max_concurrent_children). Each gets its own subagent with isolated context and environment. When provided, top-level goal/context/role are ignored."
+                )),
+            );
+        }
+        if let Some(role) = properties.get_mut("role").and_then(Value::as_object_mut) {
+            let note = if max_depth >= 2 && orchestrator_on {
+                format!(
+                    "Nesting IS enabled (max_spawn_depth={max_depth}): orchestrator children can themselves delegate up to {} more level(s) deep.",
+                    max_depth - 1
+                )
+            } else {
+                format!(
+                    "Nesting is OFF (max_spawn_depth={max_depth}, orchestrator_enabled={orchestrator_on}); 'orchestrator' is silently forced to 'leaf'."
+                )
+            };
+            role.insert(
+                "description".to_owned(),
+                Value::String(format!(
+                    "Role of the child agent. 'leaf' (default) = focused worker, cannot delegate further. 'orchestrator' = can use delegate_task to spawn its own workers. {note}"
+                )),
+            );
+        }
+    }
+    let mut overrides = Map::new();
+    overrides.insert("description".to_owned(), Value::String(description));
+    overrides.insert("parameters".to_owned(), parameters);
+    overrides
+}
+
+/// The `delegate_task` registry entry with its live schema.
+pub fn registry_entry(schema: Value, config: Arc<DelegationConfig>) -> ToolEntry {
+    let parameters = schema
+        .get("parameters")
+        .cloned()
+        .unwrap_or_else(|| json!({"type": "object", "properties": {}}));
+    ToolEntry::new("delegate_task", "delegation", schema, Handler::AgentLoop)
+        .with_parallel(ParallelClass::Sequential)
+        .with_emoji("🔀")
+        .with_dynamic_schema(Arc::new(move || {
+            Some(schema_overrides(&config, &parameters))
+        }))
+}
+
+#[cfg(test)]
+#[path = "delegate_tests.rs"]
+mod tests;

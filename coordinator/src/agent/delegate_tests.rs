@@ -1,0 +1,296 @@
+// Test helpers take `json!` literals by value.
+#![allow(clippy::needless_pass_by_value)]
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::*;
+
+fn args(value: Value) -> Map<String, Value> {
+    value.as_object().cloned().unwrap()
+}
+
+fn error_of(result: &str) -> String {
+    serde_json::from_str::<Value>(result).unwrap()["error"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+#[test]
+fn a_single_goal_becomes_one_task_with_the_top_level_role() {
+    let request = parse_request(
+        &args(json!({"goal": "fix it", "context": "repo at /r", "role": "Orchestrator"})),
+        3,
+    )
+    .unwrap();
+    assert_eq!(
+        request.tasks,
+        vec![ChildTask {
+            index: 0,
+            goal: "fix it".to_owned(),
+            context: Some("repo at /r".to_owned()),
+            role: Role::Orchestrator
+        }]
+    );
+    assert!(!request.share_environment);
+}
+
+#[test]
+fn a_batch_keeps_order_and_per_task_roles() {
+    let request = parse_request(
+        &args(json!({"role": "orchestrator", "share_environment": true, "tasks": [{"goal": "a"}, {"goal": "b", "role": "leaf", "context": " "}]})),
+        3,
+    )
+    .unwrap();
+    assert_eq!(request.tasks.len(), 2);
+    assert_eq!(
+        (request.tasks[0].role, request.tasks[1].role),
+        (Role::Orchestrator, Role::Leaf)
+    );
+    assert_eq!(request.tasks[1].context, None);
+    assert!(request.share_environment);
+}
+
+#[test]
+fn hermes_error_texts() {
+    assert_eq!(
+        error_of(
+            &parse_request(
+                &args(
+                    json!({"tasks": [{"goal": "a"}, {"goal": "b"}, {"goal": "c"}, {"goal": "d"}]})
+                ),
+                3
+            )
+            .unwrap_err()
+        ),
+        "Too many tasks: 4 provided, but max_concurrent_children is 3. Either reduce the task count, split into multiple delegate_task calls, or increase delegation.max_concurrent_children in config.yaml."
+    );
+    assert_eq!(
+        error_of(&parse_request(&args(json!({})), 3).unwrap_err()),
+        "Provide either 'goal' (single task) or 'tasks' (batch)."
+    );
+    assert_eq!(
+        error_of(&parse_request(&args(json!({"tasks": [{"goal": " "}]})), 3).unwrap_err()),
+        "Task 0 is missing a 'goal'."
+    );
+    assert_eq!(
+        error_of(&parse_request(&args(json!({"tasks": [{"goal": "a"}, "b"]})), 3).unwrap_err()),
+        "Task 1 must be an object, got str."
+    );
+    assert!(
+        error_of(&parse_request(&args(json!({"tasks": "{\"goal\":1}"})), 3).unwrap_err())
+            .contains("parsed dict instead")
+    );
+    assert_eq!(
+        depth_limit_error(1, 1),
+        r#"{"error":"Delegation depth limit reached (depth=1, max_spawn_depth=1). Raise delegation.max_spawn_depth in config.yaml if deeper nesting is required (no hard ceiling, but each level multiplies API cost)."}"#
+    );
+}
+
+#[test]
+fn tasks_sent_as_a_json_string_are_recovered() {
+    let request = parse_request(
+        &args(json!({"tasks": "[{\"goal\":\"a\"},{\"goal\":\"b\"}]"})),
+        3,
+    )
+    .unwrap();
+    assert_eq!(
+        request
+            .tasks
+            .iter()
+            .map(|t| t.goal.as_str())
+            .collect::<Vec<_>>(),
+        ["a", "b"]
+    );
+}
+
+#[test]
+fn orchestrators_need_depth_and_the_kill_switch() {
+    let flat = DelegationConfig::default();
+    assert_eq!(effective_role(Role::Orchestrator, 1, &flat), Role::Leaf);
+    let nested = DelegationConfig {
+        max_spawn_depth: Some(2),
+        ..DelegationConfig::default()
+    };
+    assert_eq!(
+        effective_role(Role::Orchestrator, 1, &nested),
+        Role::Orchestrator
+    );
+    assert_eq!(effective_role(Role::Orchestrator, 2, &nested), Role::Leaf);
+    let off = DelegationConfig {
+        max_spawn_depth: Some(3),
+        orchestrator_enabled: Some(false),
+        ..DelegationConfig::default()
+    };
+    assert_eq!(effective_role(Role::Orchestrator, 1, &off), Role::Leaf);
+}
+
+#[test]
+fn children_lose_the_blocked_tools() {
+    let parent = ToolFilter {
+        enabled_toolsets: vec!["terminal".into(), "delegation".into()],
+        ..ToolFilter::default()
+    };
+    let leaf = child_filter(&parent, Role::Leaf);
+    for tool in BLOCKED_TOOLS {
+        assert!(leaf.blocked_tools.iter().any(|t| t == tool), "{tool}");
+    }
+    let orchestrator = child_filter(
+        &ToolFilter {
+            enabled_toolsets: vec!["terminal".into()],
+            ..ToolFilter::default()
+        },
+        Role::Orchestrator,
+    );
+    assert!(
+        !orchestrator
+            .blocked_tools
+            .iter()
+            .any(|t| t == "delegate_task")
+    );
+    assert!(orchestrator.blocked_tools.iter().any(|t| t == "clarify"));
+    assert!(
+        orchestrator
+            .enabled_toolsets
+            .iter()
+            .any(|t| t == "delegation")
+    );
+}
+
+#[test]
+fn limits_have_hermes_defaults_and_floors() {
+    let config = DelegationConfig::default();
+    assert_eq!(
+        (
+            config.max_iterations(),
+            config.max_spawn_depth(),
+            config.max_summary_chars()
+        ),
+        (50, 1, Some(24_000))
+    );
+    assert!(config.orchestrator_enabled());
+    let custom = DelegationConfig {
+        max_concurrent_children: Some(0),
+        max_spawn_depth: Some(0),
+        child_timeout_seconds: Some(5.0),
+        max_summary_chars: Some(0),
+        ..DelegationConfig::default()
+    };
+    assert_eq!(custom.max_concurrent_children(), 1);
+    assert_eq!(custom.max_spawn_depth(), 1);
+    assert_eq!(custom.child_timeout(), Some(Duration::from_secs(30)));
+    assert_eq!(custom.max_summary_chars(), None);
+    assert_eq!(
+        DelegationConfig {
+            child_timeout_seconds: Some(0.0),
+            ..DelegationConfig::default()
+        }
+        .child_timeout(),
+        None
+    );
+}
+
+#[test]
+fn the_config_section_deserializes_and_ignores_unknown_fields() {
+    let config: DelegationConfig = serde_json::from_value(
+        json!({"max_iterations": 20, "max_concurrent_children": 5, "provider": "openrouter"}),
+    )
+    .unwrap();
+    assert_eq!(
+        (config.max_iterations(), config.max_concurrent_children()),
+        (20, 5)
+    );
+}
+
+#[test]
+fn timeouts_read_like_hermes() {
+    assert!(
+        timeout_error(Duration::from_secs(30), 0)
+            .starts_with("Subagent timed out after 30.0s without making any API call")
+    );
+    assert_eq!(
+        timeout_error(Duration::from_secs_f64(45.5), 3),
+        "Subagent timed out after 45.5s with 3 API call(s) completed — likely stuck on a slow API call or unresponsive network request."
+    );
+}
+
+#[test]
+fn long_summaries_keep_head_and_tail_and_point_at_the_full_text() {
+    let summary: String = (0..400)
+        .map(|i| format!("line {i:03} of the child's long report\n"))
+        .collect();
+    let trimmed = trim_summary(&summary, 2000, Some("/tmp/caduceus-results/subagent-0.txt"));
+    assert!(trimmed.starts_with("line 000"));
+    assert!(trimmed.contains("[... middle omitted — see footer ...]"));
+    assert!(trimmed.contains("line 399 of the child's long report"));
+    assert!(trimmed.contains("[SUMMARY TRUNCATED]"));
+    assert!(trimmed.contains("of 14,400 total"), "{trimmed}");
+    assert!(trimmed.contains("read_file path=\"/tmp/caduceus-results/subagent-0.txt\" offset="));
+    assert!(trimmed.chars().count() < 2600);
+    assert!(trim_summary(&summary, 2000, None).contains("Full output could not be stored to disk"));
+}
+
+#[test]
+fn the_live_schema_names_the_limits() {
+    let schema: Value =
+        serde_json::from_str(include_str!("../../schemas/delegate_task.json")).unwrap();
+    let config = Arc::new(DelegationConfig {
+        max_concurrent_children: Some(5),
+        max_spawn_depth: Some(2),
+        ..DelegationConfig::default()
+    });
+    let entry = registry_entry(schema, config);
+    let definition = crate::registry::definition_of(&entry);
+    let function = &definition["function"];
+    let description = function["description"].as_str().unwrap();
+    assert!(description.contains("up to 5 items"), "{description}");
+    assert!(description.contains("max_spawn_depth=2"));
+    assert!(description.contains("BLOCKS until every subagent has finished"));
+    assert!(
+        function["parameters"]["properties"]["tasks"]["description"]
+            .as_str()
+            .unwrap()
+            .contains("up to 5")
+    );
+    assert_eq!(
+        function["parameters"]["properties"]["share_environment"]["type"],
+        "boolean"
+    );
+}
+
+#[test]
+fn entries_serialize_with_hermes_fields_first() {
+    let entry = ChildEntry {
+        task_index: 0,
+        status: ChildStatus::Completed,
+        summary: Some("done".into()),
+        api_calls: 2,
+        duration_seconds: 1.25,
+        model: Some("m".into()),
+        exit_reason: "completed".into(),
+        tokens: Some(Tokens {
+            input: 10,
+            output: 3,
+        }),
+        tool_trace: vec![TraceEntry {
+            tool: "terminal".into(),
+            args_bytes: 20,
+            result_bytes: Some(40),
+            status: Some("ok"),
+        }],
+        error: None,
+        summary_truncated: None,
+        summary_full_path: None,
+        session_id: "s".into(),
+        task_id: "t".into(),
+        workers: vec!["w1".into()],
+    };
+    let text = results_json(&[entry], Duration::from_millis(1234));
+    assert!(text.starts_with(r#"{"results":[{"task_index":0,"status":"completed","summary":"done","api_calls":2,"duration_seconds":1.25,"#), "{text}");
+    assert!(
+        text.ends_with(r#""total_duration_seconds":1.23}"#),
+        "{text}"
+    );
+}

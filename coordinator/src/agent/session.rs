@@ -1,0 +1,329 @@
+//! The `Session` actor: one per conversation. It owns the session's
+//! mailbox — cancel, clarify answers, environment notices — and runs the
+//! agent loop ([`super::turn::AgentLoop`]) on a task of its own, so that a
+//! long model request or tool call never blocks the mailbox. A delegated
+//! child is a Session actor spawned linked to its parent's actor; its
+//! cancellation token is a child of the parent's, so cancelling a session
+//! cancels its whole subtree.
+//!
+//! A loop that panics is caught here: the session ends `crashed` with an
+//! `error` and a `final` event, and a child reports a failed entry to its
+//! parent, which carries on.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
+use serde::Serialize;
+use serde_json::json;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use caduceus_llm::ChatModel;
+use caduceus_proto::EnvironmentNotice;
+
+use super::delegate::{Role, Tokens, TraceEntry};
+use super::events::{self, EventStream};
+use super::hub::HubInner;
+use super::store::SessionEnd;
+use super::turn::AgentLoop;
+use crate::registry::ToolFilter;
+
+/// Everything that defines one session.
+#[derive(Debug, Clone)]
+pub(crate) struct SessionSpec {
+    pub session_id: String,
+    pub parent_id: Option<String>,
+    pub root_id: String,
+    pub depth: u32,
+    /// The environment key of the session's worker tools.
+    pub task_id: String,
+    /// Release the environment when the session ends (it was made for it).
+    pub release_task: bool,
+    /// The first user message (the prompt, or a child's goal).
+    pub prompt: String,
+    /// A child's system prompt; `None` builds the root prompt.
+    pub system_prompt: Option<String>,
+    pub filter: ToolFilter,
+    pub max_iterations: u32,
+    /// What the model is called in events and the store.
+    pub model_label: String,
+    pub role: Option<Role>,
+    /// A client answers clarify questions.
+    pub interactive: bool,
+    pub cancel: CancellationToken,
+    /// A child's position in its parent's batch.
+    pub task_index: Option<usize>,
+}
+
+/// How a session ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum EndStatus {
+    /// The model gave a final answer.
+    Completed,
+    /// The budget ran out; the final text is the model's summary.
+    MaxIterations,
+    /// Cancelled (CancelSession, the client went away, the parent was cancelled).
+    Interrupted,
+    /// The model failed (API error, three turns of invalid tool names, …).
+    Failed,
+    /// The agent loop panicked.
+    Crashed,
+}
+
+impl EndStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EndStatus::Completed => "completed",
+            EndStatus::MaxIterations => "max_iterations",
+            EndStatus::Interrupted => "interrupted",
+            EndStatus::Failed => "failed",
+            EndStatus::Crashed => "crashed",
+        }
+    }
+}
+
+/// What a session hands back when it ends (to its parent, for delegation).
+#[derive(Debug, Clone)]
+pub(crate) struct SessionOutcome {
+    pub status: EndStatus,
+    pub final_text: Option<String>,
+    pub error: Option<String>,
+    pub api_calls: u32,
+    pub duration: Duration,
+    pub tokens: Tokens,
+    pub tool_trace: Vec<TraceEntry>,
+    pub workers: BTreeSet<String>,
+}
+
+/// Live numbers of a running session, readable without a message.
+#[derive(Debug, Default)]
+pub(crate) struct SessionShared {
+    pub api_calls: AtomicU32,
+}
+
+impl SessionShared {
+    pub fn api_calls(&self) -> u32 {
+        self.api_calls.load(Ordering::Relaxed)
+    }
+}
+
+pub(crate) enum SessionMsg {
+    Cancel,
+    /// The loop waits for the answer to `question_id`.
+    AwaitClarify {
+        question_id: String,
+        answer: oneshot::Sender<String>,
+    },
+    /// A client answers; the reply says whether a question was waiting.
+    AnswerClarify {
+        question_id: String,
+        answer: String,
+        reply: RpcReplyPort<bool>,
+    },
+    Notice {
+        worker: String,
+        notice: EnvironmentNotice,
+    },
+    LoopEnded(Result<SessionOutcome, String>),
+}
+
+pub(crate) struct SessionArgs {
+    pub hub: Arc<HubInner>,
+    pub spec: SessionSpec,
+    pub model: Arc<dyn ChatModel>,
+    pub events: EventStream,
+    /// Where a child's outcome goes.
+    pub report: Option<oneshot::Sender<SessionOutcome>>,
+}
+
+pub(crate) struct SessionActor;
+
+pub(crate) struct SessionState {
+    hub: Arc<HubInner>,
+    spec: SessionSpec,
+    events: EventStream,
+    notices: mpsc::UnboundedSender<(String, EnvironmentNotice)>,
+    clarify: HashMap<String, oneshot::Sender<String>>,
+    report: Option<oneshot::Sender<SessionOutcome>>,
+    shared: Arc<SessionShared>,
+    started: std::time::Instant,
+}
+
+impl Actor for SessionActor {
+    type Msg = SessionMsg;
+    type State = SessionState;
+    type Arguments = SessionArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<SessionMsg>,
+        args: SessionArgs,
+    ) -> Result<SessionState, ActorProcessingErr> {
+        let (notices_tx, notices_rx) = mpsc::unbounded_channel();
+        let shared = Arc::new(SessionShared::default());
+        args.hub
+            .register(&args.spec, myself.clone(), shared.clone());
+        let agent = AgentLoop::new(
+            args.hub.clone(),
+            args.spec.clone(),
+            args.model,
+            args.events.clone(),
+            myself.clone(),
+            notices_rx,
+            shared.clone(),
+        );
+        let handle = tokio::spawn(agent.run());
+        let me = myself;
+        tokio::spawn(async move {
+            let ended = handle.await.map_err(|err| {
+                if err.is_panic() {
+                    let payload = err.into_panic();
+                    payload
+                        .downcast_ref::<&str>()
+                        .map(|s| (*s).to_owned())
+                        .or_else(|| payload.downcast_ref::<String>().cloned())
+                        .unwrap_or_else(|| "unknown panic".to_owned())
+                } else {
+                    "the agent loop was aborted".to_owned()
+                }
+            });
+            let _ = me.cast(SessionMsg::LoopEnded(ended));
+        });
+        Ok(SessionState {
+            hub: args.hub,
+            spec: args.spec,
+            events: args.events,
+            notices: notices_tx,
+            clarify: HashMap::new(),
+            report: args.report,
+            shared,
+            started: std::time::Instant::now(),
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<SessionMsg>,
+        message: SessionMsg,
+        state: &mut SessionState,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            SessionMsg::Cancel => state.spec.cancel.cancel(),
+            SessionMsg::AwaitClarify {
+                question_id,
+                answer,
+            } => {
+                state.clarify.insert(question_id, answer);
+            }
+            SessionMsg::AnswerClarify {
+                question_id,
+                answer,
+                reply,
+            } => {
+                let accepted = match state.clarify.remove(&question_id) {
+                    Some(waiter) => waiter.send(answer).is_ok(),
+                    None => false,
+                };
+                let _ = reply.send(accepted);
+            }
+            SessionMsg::Notice { worker, notice } => {
+                let _ = state.notices.send((worker, notice));
+            }
+            SessionMsg::LoopEnded(ended) => {
+                let outcome = match ended {
+                    Ok(outcome) => outcome,
+                    Err(panic) => crashed(state, &panic),
+                };
+                if let Some(report) = state.report.take() {
+                    let _ = report.send(outcome);
+                }
+                myself.stop(None);
+            }
+        }
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        _myself: ActorRef<SessionMsg>,
+        event: SupervisionEvent,
+        state: &mut SessionState,
+    ) -> Result<(), ActorProcessingErr> {
+        // A child's outcome travels on its report channel (a child actor that
+        // dies without reporting drops the channel, which its parent's
+        // delegation reads as an error entry); the parent never fails with it.
+        if let SupervisionEvent::ActorFailed(cell, err) = event {
+            tracing::warn!(session = %state.spec.session_id, child = ?cell.get_id(), "a child session failed: {err}");
+        }
+        Ok(())
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<SessionMsg>,
+        state: &mut SessionState,
+    ) -> Result<(), ActorProcessingErr> {
+        state.spec.cancel.cancel();
+        state.hub.unregister(&state.spec.session_id);
+        Ok(())
+    }
+}
+
+/// The outcome of a session whose loop panicked; tells the client.
+fn crashed(state: &SessionState, panic: &str) -> SessionOutcome {
+    let message = format!("The agent loop of this session crashed: {panic}");
+    tracing::error!(session = %state.spec.session_id, "{message}");
+    let api_calls = state.shared.api_calls();
+    let duration = state.started.elapsed();
+    state.events.emit(
+        &state.spec.session_id,
+        events::ERROR,
+        &json!({"message": message}),
+    );
+    state.events.emit(
+        &state.spec.session_id,
+        events::FINAL,
+        &json!({
+            "text": null,
+            "status": EndStatus::Crashed.as_str(),
+            "exit_reason": "error",
+            "error": message,
+            "api_calls": api_calls,
+            "duration_seconds": super::delegate::round2(duration.as_secs_f64()),
+            "tokens": {"input": 0, "output": 0},
+        }),
+    );
+    if state.spec.release_task {
+        let hub = state.hub.clone();
+        let task_id = state.spec.task_id.clone();
+        tokio::spawn(async move {
+            hub.dispatcher.scheduler().release(&task_id).await;
+        });
+    }
+    if let Some(store) = state.hub.store() {
+        store.session_ended(SessionEnd {
+            id: state.spec.session_id.clone(),
+            state: EndStatus::Crashed.as_str().to_owned(),
+            api_calls,
+            exit_reason: "error".to_owned(),
+            final_response: None,
+            error: Some(message.clone()),
+            input_tokens: 0,
+            output_tokens: 0,
+        });
+    }
+    SessionOutcome {
+        status: EndStatus::Crashed,
+        final_text: None,
+        error: Some(message),
+        api_calls,
+        duration,
+        tokens: Tokens::default(),
+        tool_trace: Vec::new(),
+        workers: BTreeSet::new(),
+    }
+}

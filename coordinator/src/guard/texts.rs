@@ -1,0 +1,180 @@
+//! What the model reads when the gate refuses or holds a call: hermes' texts
+//! (`tools/approval.py`) and the terminal tool's result shapes.
+
+use serde::Serialize;
+
+use caduceus_common::result::to_json;
+
+/// hermes' hardline refusal.
+pub fn hardline(description: &str) -> String {
+    format!(
+        "BLOCKED (hardline): {description}. This command is on the unconditional blocklist and cannot be executed via the agent — not even with --yolo, /yolo, approvals.mode=off, or cron approve mode. If you genuinely need to run it, run it yourself in a terminal outside the agent."
+    )
+}
+
+/// hermes' `sudo -S` refusal; hermes says "Set SUDO_PASSWORD in your .env
+/// file", caduceus has no such file.
+pub fn sudo_stdin(description: &str) -> String {
+    format!(
+        "BLOCKED: {description}. Do not pipe passwords to 'sudo -S' — this is a brute-force attack vector. Set SUDO_PASSWORD in the coordinator's and workers' environment if the agent needs passwordless sudo, or run the sudo command manually in your own terminal."
+    )
+}
+
+/// hermes' refusal for an `approvals.deny` rule.
+pub fn deny_rule(pattern: &str) -> String {
+    format!(
+        "BLOCKED: this command matches the user-defined deny rule '{pattern}' (approvals.deny in config.yaml). It cannot be executed via the agent — not even with --yolo, /yolo, or approvals.mode=off. Do NOT retry or rephrase this command; the user has explicitly forbidden it."
+    )
+}
+
+const NOT_CONSENTED: &str = "The user has NOT consented to this action. Do NOT retry this command, do NOT rephrase it, and do NOT attempt the same outcome via a different command. Stop the current workflow and wait for the user to respond before taking any further destructive or irreversible action.";
+
+/// hermes' text for an explicit deny, with the user's reason when given.
+pub fn denied_by_user(reason: Option<&str>) -> String {
+    match reason.map(str::trim).filter(|r| !r.is_empty()) {
+        Some(reason) => format!(
+            "BLOCKED: Command denied by user. Reason given by the user: \"{reason}\". {NOT_CONSENTED}"
+        ),
+        None => format!("BLOCKED: Command denied by user. {NOT_CONSENTED}"),
+    }
+}
+
+/// hermes' text when nobody answered within `approvals.timeout`.
+pub fn timed_out() -> String {
+    format!(
+        "BLOCKED: Command timed out without user response. {NOT_CONSENTED} Silence is not consent."
+    )
+}
+
+/// The request was withdrawn before anyone answered: the session that was
+/// asked stopped listening (it ended or its client went away).
+pub fn withdrawn() -> String {
+    format!(
+        "BLOCKED: Command not approved: the approval request was withdrawn before the user answered (the session stopped listening). {NOT_CONSENTED}"
+    )
+}
+
+/// `approvals.mode: deny` (modelled on hermes' cron-deny text).
+pub fn mode_deny(description: &str) -> String {
+    format!(
+        "BLOCKED: Command flagged as dangerous ({description}) but approvals.mode is deny, so dangerous commands are never run. Find an alternative approach that avoids this command."
+    )
+}
+
+/// The `approval` field of a result approved by a session's standing answer.
+pub fn auto_approval_note(description: &str) -> String {
+    format!(
+        "Command required approval ({description}) and was approved automatically for this subagent (delegation.subagent_auto_approve)."
+    )
+}
+
+/// A session whose standing answer is deny (a delegated child by default in
+/// hermes).
+pub fn auto_denied(description: &str) -> String {
+    format!(
+        "BLOCKED: Command flagged as dangerous ({description}) and this subagent may not run dangerous commands (delegation.subagent_auto_approve is off). {NOT_CONSENTED}"
+    )
+}
+
+/// The `approval` field of a result that ran after a person approved it.
+pub fn approval_note(description: &str) -> String {
+    format!("Command required approval ({description}) and was approved by the user.")
+}
+
+/// The `error` of a `pending_approval` result: what happened, and how the
+/// approval turns into a run.
+pub fn pending(description: &str, id: &str, expires_in_secs: u64) -> String {
+    format!(
+        "Approval required: this command was flagged as dangerous ({description}) and did NOT run. Approval request {id} is waiting for the user (it expires in {expires_in_secs}s). Tell the user what you want to run and why. Once they approve it (caduceus approvals approve {id}), run exactly the same command again and it will run. Until then do NOT retry it, do NOT rephrase it, and do NOT attempt the same outcome via a different command."
+    )
+}
+
+#[derive(Serialize)]
+struct Blocked<'a> {
+    output: &'a str,
+    exit_code: i32,
+    error: &'a str,
+    status: &'a str,
+}
+
+/// The terminal tool's refusal: `{"output": "", "exit_code": -1, "error": …,
+/// "status": "blocked"}`.
+pub fn blocked_result(message: &str) -> String {
+    to_json(&Blocked {
+        output: "",
+        exit_code: -1,
+        error: message,
+        status: "blocked",
+    })
+}
+
+/// A call held for approval, as the model reads it.
+#[derive(Debug, Clone, Serialize)]
+pub struct PendingResult<'a> {
+    pub output: &'a str,
+    pub exit_code: i32,
+    pub error: &'a str,
+    pub status: &'a str,
+    pub approval_pending: bool,
+    pub approval_id: &'a str,
+    pub command: &'a str,
+    pub description: &'a str,
+    pub pattern_key: &'a str,
+    pub smart_denied: bool,
+    pub allow_permanent: bool,
+    pub expires_in_s: u64,
+}
+
+/// hermes' pending shape plus the approval id and its expiry.
+pub fn pending_result(
+    id: &str,
+    command: &str,
+    description: &str,
+    pattern_key: &str,
+    allow_permanent: bool,
+    expires_in_secs: u64,
+) -> String {
+    let error = pending(description, id, expires_in_secs);
+    to_json(&PendingResult {
+        output: "",
+        exit_code: -1,
+        error: &error,
+        status: "pending_approval",
+        approval_pending: true,
+        approval_id: id,
+        command,
+        description,
+        pattern_key,
+        smart_denied: false,
+        allow_permanent,
+        expires_in_s: expires_in_secs,
+    })
+}
+
+/// Adds `"approval": note` to a JSON-object result, keeping its bytes
+/// otherwise (key order and spacing as the worker wrote them). Other results
+/// are returned unchanged.
+pub fn with_approval_note(result: &str, note: &str) -> String {
+    let trimmed = result.trim_end();
+    let is_object = trimmed.starts_with('{')
+        && trimmed.ends_with('}')
+        && matches!(
+            serde_json::from_str::<serde_json::Value>(trimmed),
+            Ok(serde_json::Value::Object(_))
+        );
+    if !is_object {
+        return result.to_owned();
+    }
+    let body = &trimmed[..trimmed.len() - 1];
+    let empty = body.trim_end().ends_with('{');
+    let separator = if empty { "" } else { ", " };
+    format!(
+        "{}{separator}\"approval\": {}}}",
+        body.trim_end(),
+        serde_json::Value::String(note.to_owned())
+    )
+}
+
+#[cfg(test)]
+#[path = "texts_tests.rs"]
+mod tests;

@@ -1,0 +1,290 @@
+//! Real or stand-in components the remote-backend tests need: an `sshd` on
+//! 127.0.0.1 with keys in a temp dir, and the Apptainer stand-in with its
+//! Debian root file system.
+//!
+//! A component that is missing skips its tests LOUDLY (a banner on stderr);
+//! with `CADUCEUS_REQUIRE_ALL=1` a missing component fails the test instead.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Whether missing components fail instead of skipping.
+pub fn require_all() -> bool {
+    std::env::var("CADUCEUS_REQUIRE_ALL")
+        .map(|v| v == "1")
+        .unwrap_or(false)
+}
+
+/// Reports a missing component: panics under `CADUCEUS_REQUIRE_ALL=1`,
+/// otherwise prints a banner and returns `None` so the test can return.
+pub fn missing<T>(test: &str, what: &str) -> Option<T> {
+    if require_all() {
+        panic!("{test}: {what} (CADUCEUS_REQUIRE_ALL=1, so this fails instead of skipping)");
+    }
+    eprintln!(
+        "\n========== SKIPPED {test}: {what} (set CADUCEUS_REQUIRE_ALL=1 to fail instead) ==========\n"
+    );
+    None
+}
+
+/// An sshd for one test, stopped (by pid) when dropped.
+pub struct Sshd {
+    pub dir: tempfile::TempDir,
+    pub port: u16,
+    pub pid: u32,
+    /// The client's private key.
+    pub key: PathBuf,
+    pub known_hosts: PathBuf,
+    /// A short directory for the control socket.
+    pub control_dir: PathBuf,
+}
+
+impl Sshd {
+    /// Starts sshd on 127.0.0.1 (crates.md §5). `None` (after the banner)
+    /// when sshd or ssh-keygen is missing or we are not root.
+    pub fn start(test: &str) -> Option<Sshd> {
+        let sshd = Path::new("/usr/sbin/sshd");
+        if !sshd.exists()
+            || !Path::new("/usr/bin/ssh-keygen").exists()
+            || !Path::new("/usr/bin/ssh").exists()
+        {
+            return missing(
+                test,
+                "openssh-server/openssh-client are not installed (apt-get install openssh-server)",
+            );
+        }
+        if !nix_is_root() {
+            return missing(test, "starting sshd needs root");
+        }
+        let _ = std::fs::create_dir_all("/run/sshd");
+        // Short: the control socket path must stay under ~108 bytes.
+        let dir = tempfile::Builder::new()
+            .prefix("cs")
+            .tempdir_in("/tmp")
+            .unwrap();
+        let d = dir.path();
+        for name in ["host_ed25519", "client_ed25519"] {
+            let status = Command::new("ssh-keygen")
+                .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+                .arg(d.join(name))
+                .stdout(Stdio::null())
+                .status()
+                .unwrap();
+            assert!(status.success(), "ssh-keygen failed");
+        }
+        std::fs::copy(d.join("client_ed25519.pub"), d.join("authorized_keys")).unwrap();
+        set_mode(&d.join("authorized_keys"), 0o600);
+        let port = free_port();
+        let config = format!(
+            "Port {port}\nListenAddress 127.0.0.1\nHostKey {d}/host_ed25519\nPidFile {d}/sshd.pid\nAuthorizedKeysFile {d}/authorized_keys\n\
+             PermitRootLogin prohibit-password\nPubkeyAuthentication yes\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n\
+             UsePAM no\nStrictModes no\nMaxSessions 100\nMaxStartups 100:30:200\n",
+            d = d.display()
+        );
+        std::fs::write(d.join("sshd_config"), config).unwrap();
+        let out = Command::new(sshd)
+            .arg("-f")
+            .arg(d.join("sshd_config"))
+            .arg("-E")
+            .arg(d.join("sshd.log"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "sshd failed to start: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let pid = loop {
+            if let Some(pid) = std::fs::read_to_string(d.join("sshd.pid"))
+                .ok()
+                .and_then(|p| p.trim().parse::<u32>().ok())
+                && std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+            {
+                break pid;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "sshd did not come up: {}",
+                std::fs::read_to_string(d.join("sshd.log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let control_dir = d.join("c");
+        std::fs::create_dir_all(&control_dir).unwrap();
+        Some(Sshd {
+            key: d.join("client_ed25519"),
+            known_hosts: d.join("known_hosts"),
+            control_dir,
+            port,
+            pid,
+            dir,
+        })
+    }
+
+    /// `ssh -i key -p port root@127.0.0.1 <command>` without multiplexing.
+    pub fn plain_ssh(&self, command: &str) -> std::process::Output {
+        Command::new("ssh")
+            .args([
+                "-o",
+                "BatchMode=yes",
+                "-o",
+                "StrictHostKeyChecking=accept-new",
+                "-o",
+                "IdentitiesOnly=yes",
+            ])
+            .arg("-o")
+            .arg(format!("UserKnownHostsFile={}", self.known_hosts.display()))
+            .arg("-i")
+            .arg(&self.key)
+            .arg("-p")
+            .arg(self.port.to_string())
+            .arg("root@127.0.0.1")
+            .arg(command)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("sshd.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Sshd {
+    fn drop(&mut self) {
+        // Masters started by the test first, through their own sockets.
+        for socket in sockets_under(&self.control_dir) {
+            let _ = Command::new("ssh")
+                .arg("-S")
+                .arg(&socket)
+                .args(["-O", "exit", "none"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
+        let _ = Command::new("kill").arg(self.pid.to_string()).status();
+    }
+}
+
+fn sockets_under(dir: &Path) -> Vec<PathBuf> {
+    use std::os::unix::fs::FileTypeExt;
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return found;
+    };
+    for entry in entries.flatten() {
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
+        if kind.is_dir() {
+            found.extend(sockets_under(&entry.path()));
+        } else if kind.is_socket() {
+            found.push(entry.path());
+        }
+    }
+    found
+}
+
+fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+fn set_mode(path: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+fn nix_is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+/// The Apptainer stand-in and the root file system it serves images from.
+pub struct FakeApptainer {
+    /// A wrapper that runs the stand-in with this test's state and rootfs.
+    pub exe: PathBuf,
+    pub rootfs: PathBuf,
+    /// Instance state of this test run (`FAKE_APPTAINER_STATE`).
+    pub state: tempfile::TempDir,
+}
+
+impl FakeApptainer {
+    /// `None` (after the banner) when the root file system is missing
+    /// (`tests/fake-apptainer/make-rootfs.sh` builds it), or without root,
+    /// unshare or nsenter.
+    pub fn find(test: &str) -> Option<FakeApptainer> {
+        let exe = Path::new(env!("CARGO_MANIFEST_DIR")).join("fake-apptainer/apptainer");
+        let rootfs = std::env::var_os("CADUCEUS_TEST_ROOTFS")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("/var/cache/caduceus/rootfs-bookworm"));
+        if !nix_is_root() {
+            return missing(test, "the Apptainer stand-in needs root");
+        }
+        for tool in ["/usr/bin/unshare", "/usr/bin/nsenter"] {
+            if !Path::new(tool).exists() {
+                return missing(test, &format!("{tool} is missing (util-linux)"));
+            }
+        }
+        if !rootfs.join("bin/bash").exists() {
+            return missing(
+                test,
+                &format!(
+                    "no Debian root file system at {} (run tests/fake-apptainer/make-rootfs.sh)",
+                    rootfs.display()
+                ),
+            );
+        }
+        let state = tempfile::Builder::new()
+            .prefix("fa")
+            .tempdir_in("/tmp")
+            .unwrap();
+        let wrapper = state.path().join("apptainer");
+        std::fs::write(
+            &wrapper,
+            format!(
+                "#!/bin/sh\nFAKE_APPTAINER_STATE='{}/state' FAKE_APPTAINER_ROOTFS='{}' exec '{}' \"$@\"\n",
+                state.path().display(),
+                rootfs.display(),
+                exe.display()
+            ),
+        )
+        .unwrap();
+        set_mode(&wrapper, 0o755);
+        Some(FakeApptainer {
+            exe: wrapper,
+            rootfs,
+            state,
+        })
+    }
+
+    /// `apptainer instance list --json` names.
+    pub fn instances(&self) -> Vec<String> {
+        let out = Command::new(&self.exe)
+            .args(["instance", "list", "--json"])
+            .output()
+            .unwrap();
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        doc["instances"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["instance"].as_str().unwrap().to_owned())
+            .collect()
+    }
+}
+
+impl Drop for FakeApptainer {
+    fn drop(&mut self) {
+        let _ = Command::new(&self.exe)
+            .args(["instance", "stop", "--all", "--force"])
+            .stderr(Stdio::null())
+            .status();
+    }
+}

@@ -1,0 +1,534 @@
+//! Agent sessions on a coordinator process with two worker processes, the
+//! model being an OpenAI-compatible scripted server: delegated children run
+//! in parallel on different workers, children do not get the blocked tools,
+//! and a worker dying under one child fails that child's call alone.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::needless_pass_by_value
+)]
+
+use std::collections::{BTreeSet, HashMap};
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use caduceus_llm::ToolCall;
+use caduceus_llm::testing::{ScriptedResponse, ScriptedServer};
+use caduceus_tests::{Fleet, Proc};
+use serde_json::{Value, json};
+
+/// A scripted server on a runtime of its own, alive as long as this value.
+struct Model {
+    server: ScriptedServer,
+    _runtime: tokio::runtime::Runtime,
+}
+
+fn model(script: Vec<ScriptedResponse>) -> Model {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let server = runtime.block_on(ScriptedServer::start(script)).unwrap();
+    Model {
+        server,
+        _runtime: runtime,
+    }
+}
+
+/// A coordinator that asks `model`, with workers w1 and w2.
+fn fleet_with(model: &Model, stream: bool) -> (Fleet, Proc, Proc, Proc) {
+    let fleet = Fleet::new();
+    let config = format!(
+        "llm:\n  base_url: {}\n  model: scripted\n  stream: {stream}\n  max_retries: 0\n",
+        model.server.base_url()
+    );
+    std::fs::write(fleet.home.path().join("config.yaml"), config).unwrap();
+    let coordinator = fleet.serve(&[]);
+    let w1 = fleet.worker(&coordinator, "w1", &fleet.token, &[]);
+    let w2 = fleet.worker(&coordinator, "w2", &fleet.token, &[]);
+    fleet.wait_for_workers(&coordinator, &["w1", "w2"], Duration::from_secs(30));
+    (fleet, coordinator, w1, w2)
+}
+
+fn call(id: &str, name: &str, args: Value) -> ToolCall {
+    ToolCall::new(id, name, args.to_string())
+}
+
+fn tool_names(request: &Value) -> Vec<String> {
+    request["tools"]
+        .as_array()
+        .map(|t| {
+            t.iter()
+                .map(|d| d["function"]["name"].as_str().unwrap().to_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn parse_lines(stdout: &[u8]) -> Vec<Value> {
+    String::from_utf8_lossy(stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+#[test]
+fn delegated_children_run_in_parallel_on_two_worker_processes() {
+    let out_dir = tempfile::tempdir().unwrap();
+    let mut script = vec![ScriptedResponse::tool_calls(vec![call(
+        "d",
+        "delegate_task",
+        json!({"tasks": [{"goal": "job alpha"}, {"goal": "job beta"}, {"goal": "job gamma"}]}),
+    )])];
+    for key in ["alpha", "beta", "gamma"] {
+        let file = out_dir.path().join(format!("{key}.txt"));
+        let command = format!("sleep 1 && echo {key} > {}", file.display());
+        script.push(
+            ScriptedResponse::tool_calls(vec![call(
+                &format!("{key}1"),
+                "terminal",
+                json!({"command": command}),
+            )])
+            .for_conversation(key),
+        );
+        script.push(ScriptedResponse::text(format!("{key} written")).for_conversation(key));
+    }
+    script.push(ScriptedResponse::text("All three written."));
+    let model = model(script);
+    let (fleet, coordinator, _w1, _w2) = fleet_with(&model, false);
+
+    let out = fleet.client(&coordinator, &["run", "--json", "Split the work"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events = parse_lines(&out.stdout);
+    let root = events[0]["session_id"].as_str().unwrap();
+    assert_eq!(events.last().unwrap()["data"]["text"], "All three written.");
+    let seqs: Vec<u64> = events.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]));
+
+    // The three `sleep 1` ran at the same time, on both workers.
+    let runs: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["kind"] == "tool_finished" && e["session_id"] != root)
+        .collect();
+    assert_eq!(runs.len(), 3);
+    let latest_start = runs
+        .iter()
+        .map(|e| e["data"]["started_at_ms"].as_u64().unwrap())
+        .max()
+        .unwrap();
+    let earliest_end = runs
+        .iter()
+        .map(|e| e["data"]["finished_at_ms"].as_u64().unwrap())
+        .min()
+        .unwrap();
+    assert!(
+        latest_start < earliest_end,
+        "children did not overlap: {runs:#?}"
+    );
+    let workers: BTreeSet<&str> = runs
+        .iter()
+        .map(|e| e["data"]["worker"].as_str().unwrap())
+        .collect();
+    assert_eq!(workers, ["w1", "w2"].into_iter().collect());
+    for key in ["alpha", "beta", "gamma"] {
+        assert_eq!(
+            std::fs::read_to_string(out_dir.path().join(format!("{key}.txt"))).unwrap(),
+            format!("{key}\n")
+        );
+    }
+
+    // Non-streaming requests; a child's tool list lacks the blocked tools.
+    let requests = model.server.requests();
+    assert!(requests.iter().all(|r| !r.is_streaming()));
+    let parent_tools = tool_names(&requests[0].body);
+    assert!(
+        parent_tools.contains(&"delegate_task".to_owned())
+            && parent_tools.contains(&"clarify".to_owned())
+    );
+    let child = requests
+        .iter()
+        .find(|r| r.first_user_text() == "job beta")
+        .unwrap();
+    let child_tools = tool_names(&child.body);
+    assert!(
+        child_tools.contains(&"terminal".to_owned()),
+        "{child_tools:?}"
+    );
+    for blocked in [
+        "delegate_task",
+        "clarify",
+        "memory",
+        "send_message",
+        "execute_code",
+        "cronjob",
+    ] {
+        assert!(
+            !child_tools.contains(&blocked.to_owned()),
+            "{blocked} offered to a child: {child_tools:?}"
+        );
+    }
+
+    // The coordinator recorded the tree.
+    let sessions =
+        caduceus_coordinator::agent::store::read_sessions(&fleet.home.path().join("state.db"))
+            .unwrap();
+    assert_eq!(sessions.len(), 4);
+    assert_eq!(
+        sessions
+            .iter()
+            .filter(|s| s.parent_id.as_deref() == Some(root))
+            .count(),
+        3
+    );
+}
+
+/// `caduceus run --json` in the background, its events read as they come.
+struct LiveRun {
+    child: Child,
+    lines: mpsc::Receiver<Value>,
+    seen: Vec<Value>,
+}
+
+impl LiveRun {
+    fn start(fleet: &Fleet, coordinator: &Proc, prompt: &str) -> LiveRun {
+        let mut cmd = fleet.command();
+        cmd.args(["run", "--json", prompt])
+            .env("CADUCEUS_COORDINATOR", coordinator.url())
+            .env("CADUCEUS_TOKEN", &fleet.token)
+            .env("CADUCEUS_LOG", "error")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        let mut child = cmd.spawn().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx
+                    .send(serde_json::from_str::<Value>(&line).unwrap())
+                    .is_err()
+                {
+                    break;
+                }
+            }
+        });
+        LiveRun {
+            child,
+            lines,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Reads events until one satisfies `want`.
+    fn until(&mut self, what: &str, want: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let event = self
+                .lines
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("no {what}; events so far: {:#?}", self.seen));
+            self.seen.push(event.clone());
+            if want(&event) {
+                return event;
+            }
+        }
+    }
+}
+
+impl Drop for LiveRun {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn killing_a_childs_worker_fails_that_child_alone() {
+    let script = vec![
+        ScriptedResponse::tool_calls(vec![call(
+            "d",
+            "delegate_task",
+            json!({"tasks": [{"goal": "job alpha"}, {"goal": "job beta"}]}),
+        )]),
+        ScriptedResponse::tool_calls(vec![call("a1", "terminal", json!({"command": "sleep 20"}))])
+            .for_conversation("alpha"),
+        ScriptedResponse::text("alpha: my worker went away").for_conversation("alpha"),
+        ScriptedResponse::tool_calls(vec![call(
+            "b1",
+            "terminal",
+            json!({"command": "sleep 2 && echo beta"}),
+        )])
+        .for_conversation("beta"),
+        ScriptedResponse::text("beta done").for_conversation("beta"),
+        ScriptedResponse::text("One child lost its worker; the other finished."),
+    ];
+    let model = model(script);
+    let (fleet, coordinator, w1, w2) = fleet_with(&model, true);
+    let mut workers: HashMap<&str, Proc> = [("w1", w1), ("w2", w2)].into_iter().collect();
+
+    let mut run = LiveRun::start(&fleet, &coordinator, "Two jobs");
+    let alpha = run.until("alpha's session", |e| {
+        e["kind"] == "session_started" && e["data"]["prompt"] == "job alpha"
+    });
+    let alpha_session = alpha["session_id"].as_str().unwrap().to_owned();
+    let alpha_task = alpha["data"]["task_id"].as_str().unwrap().to_owned();
+    run.until("alpha's command", |e| {
+        e["kind"] == "tool_started" && e["session_id"] == alpha_session.as_str()
+    });
+
+    // Find the worker that holds alpha's environment and kill it.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let victim = loop {
+        let status = fleet.status(&coordinator);
+        let holder = status["workers"].as_array().unwrap().iter().find(|w| {
+            w["environments"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|e| e["task_id"] == alpha_task.as_str())
+        });
+        if let Some(holder) = holder {
+            break holder["name"].as_str().unwrap().to_owned();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "alpha's environment never showed up: {status}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    // The running sessions are listed with their parents.
+    let sessions = fleet.status(&coordinator)["sessions"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let listed = sessions
+        .iter()
+        .find(|s| s["session_id"] == alpha_session.as_str())
+        .unwrap();
+    assert!(listed["parent_id"].as_str().unwrap().starts_with("sess_"));
+    assert!(
+        sessions
+            .iter()
+            .any(|s| s["parent_id"] == "" && s["state"] == "running")
+    );
+    workers.get_mut(victim.as_str()).unwrap().kill();
+
+    let done = run.until("the root's final", |e| {
+        e["kind"] == "final"
+            && e["data"]["depth"].is_null()
+            && e["data"]["text"] == "One child lost its worker; the other finished."
+    });
+    assert_eq!(done["data"]["status"], "completed");
+    let events = run.seen.clone();
+
+    // Alpha's call failed with the lost worker named; beta ran on the other worker.
+    let alpha_call = events
+        .iter()
+        .find(|e| e["kind"] == "tool_finished" && e["session_id"] == alpha_session.as_str())
+        .unwrap();
+    assert_eq!(alpha_call["data"]["status"], "error");
+    let preview = alpha_call["data"]["preview"].as_str().unwrap();
+    assert!(
+        preview.contains(&format!("The worker '{victim}' running this call was lost")),
+        "{preview}"
+    );
+    let beta_call = events
+        .iter()
+        .find(|e| e["kind"] == "tool_finished" && e["data"]["call_id"] == "b1")
+        .unwrap();
+    assert_eq!(beta_call["data"]["status"], "ok");
+    assert_ne!(beta_call["data"]["worker"].as_str().unwrap(), victim);
+
+    // The parent got both entries: alpha's trace shows the failed call, beta completed.
+    let parent_last = model
+        .server
+        .requests()
+        .into_iter()
+        .rev()
+        .find(|r| r.first_user_text() == "Two jobs")
+        .unwrap();
+    let result = parent_last.body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "tool")
+        .unwrap()["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let results: Value = serde_json::from_str(&result).unwrap();
+    assert_eq!(results["results"][0]["tool_trace"][0]["status"], "error");
+    assert_eq!(results["results"][1]["status"], "completed");
+    assert_eq!(results["results"][1]["summary"], "beta done");
+}
+
+/// `caduceus run` on the embedded default, the model a scripted server.
+fn embedded_session_with_terminal_and_file_tools(stream: bool) {
+    let work = tempfile::tempdir().unwrap();
+    let model = model(vec![
+        ScriptedResponse::tool_calls(vec![call(
+            "t1",
+            "terminal",
+            json!({"command": "mkdir -p proj && echo 'fn main() {}' > proj/main.rs"}),
+        )]),
+        ScriptedResponse::tool_calls(vec![
+            call("r1", "read_file", json!({"path": "proj/main.rs"})),
+            call(
+                "s1",
+                "search_files",
+                json!({"pattern": "fn main", "path": "proj"}),
+            ),
+        ]),
+        ScriptedResponse::tool_calls(vec![call(
+            "p1",
+            "patch",
+            json!({"path": "proj/main.rs", "old_string": "fn main() {}", "new_string": "fn main() { println!(\"hi\"); }"}),
+        )]),
+        ScriptedResponse::tool_calls(vec![call(
+            "t2",
+            "terminal",
+            json!({"command": "cat proj/main.rs"}),
+        )]),
+        ScriptedResponse::text("main.rs now prints hi."),
+    ]);
+    let fleet = Fleet::new();
+    let config = format!(
+        "llm:\n  base_url: {}\n  model: scripted\n  stream: {stream}\n  max_retries: 0\n",
+        model.server.base_url()
+    );
+    std::fs::write(fleet.home.path().join("config.yaml"), config).unwrap();
+    let mut cmd = fleet.command();
+    cmd.current_dir(work.path())
+        .env("CADUCEUS_LOG", "error")
+        .args(["run", "--json", "Make main print hi"]);
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events = parse_lines(&out.stdout);
+    assert_eq!(
+        events.last().unwrap()["data"]["text"],
+        "main.rs now prints hi."
+    );
+    assert_eq!(
+        std::fs::read_to_string(work.path().join("proj/main.rs")).unwrap(),
+        "fn main() { println!(\"hi\"); }\n"
+    );
+
+    let requests = model.server.requests();
+    assert_eq!(requests.len(), 5);
+    assert!(requests.iter().all(|r| r.is_streaming() == stream));
+    let tools = tool_names(&requests[0].body);
+    for tool in [
+        "terminal",
+        "read_file",
+        "write_file",
+        "patch",
+        "search_files",
+        "todo",
+        "delegate_task",
+    ] {
+        assert!(
+            tools.contains(&tool.to_owned()),
+            "{tool} missing from {tools:?}"
+        );
+    }
+    // The read and the search ran together; their results came back in order.
+    let started: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["kind"] == "tool_started" && e["data"]["iteration"] == 2)
+        .collect();
+    assert!(
+        started.iter().all(|e| e["data"]["parallel"] == true),
+        "{started:#?}"
+    );
+    let third = requests[2].body["messages"].as_array().unwrap();
+    let results: Vec<&Value> = third
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .skip(1)
+        .collect();
+    assert_eq!(
+        (
+            results[0]["tool_call_id"].as_str(),
+            results[1]["tool_call_id"].as_str()
+        ),
+        (Some("r1"), Some("s1"))
+    );
+    assert!(
+        results[0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("fn main() {}")
+    );
+    let last_result = requests[4].body["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(last_result.contains("println!"), "{last_result}");
+}
+
+#[test]
+fn a_multi_turn_session_with_terminal_and_file_tools_streaming() {
+    embedded_session_with_terminal_and_file_tools(true);
+}
+
+#[test]
+fn a_multi_turn_session_with_terminal_and_file_tools_not_streaming() {
+    embedded_session_with_terminal_and_file_tools(false);
+}
+
+#[test]
+fn a_client_that_goes_away_cancels_its_session_and_its_running_call() {
+    let marker = format!("sleep 3{}", std::process::id() % 10);
+    let model = model(vec![ScriptedResponse::tool_calls(vec![call(
+        "s",
+        "terminal",
+        json!({"command": marker}),
+    )])]);
+    let (fleet, coordinator, _w1, _w2) = fleet_with(&model, true);
+    let mut run = LiveRun::start(&fleet, &coordinator, "Wait a while");
+    run.until("the running call", |e| e["kind"] == "tool_started");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !caduceus_tests::process_alive_with(&marker) {
+        assert!(Instant::now() < deadline, "the command never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(run); // kills the client
+
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let idle = fleet.status(&coordinator)["sessions"]
+            .as_array()
+            .unwrap()
+            .is_empty();
+        if idle && !caduceus_tests::process_alive_with(&marker) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the session or its command outlived the client"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let sessions =
+        caduceus_coordinator::agent::store::read_sessions(&fleet.home.path().join("state.db"))
+            .unwrap();
+    assert_eq!(sessions[0].state, "interrupted");
+}
