@@ -121,6 +121,7 @@ async fn conformance(backends: Backends, backend: &str, instance: &str) -> Arc<d
         EnvSettings {
             shell_env: shell_env(),
             shell_init: Vec::new(),
+            ..EnvSettings::default()
         },
     );
     let started = Instant::now();

@@ -36,6 +36,16 @@ fn process(fleet: &Fleet, coordinator: &Proc, task: &str, args: &Value) -> Value
     fleet.call(coordinator, "process", args, task)
 }
 
+/// `bash <script>` for a script holding `body`, written next to the fleet's
+/// home (the worker is local). The command guard asks approval for `bash -c`;
+/// a script file is an ordinary command. The script's path carries `mark`, so
+/// its process can be recognised in /proc.
+fn script(fleet: &Fleet, mark: &str, body: &str) -> String {
+    let path = fleet.home.path().join(format!("{mark}.sh"));
+    std::fs::write(&path, format!("{body}\n")).unwrap();
+    format!("bash {}", path.display())
+}
+
 /// A string to recognise a test's processes by in /proc.
 fn unique(label: &str) -> String {
     let nanos = std::time::SystemTime::now()
@@ -93,7 +103,7 @@ fn a_timeout_kills_the_process_tree_and_the_next_call_works_in_the_same_cwd() {
         &fleet,
         &c,
         t,
-        &json!({"command": format!("bash -c 'sleep 3001 & wait; : {mark}'"), "timeout": 2}),
+        &json!({"command": script(&fleet, &mark, "sleep 3001 & wait"), "timeout": 2}),
     );
     assert_eq!(
         result,
@@ -281,7 +291,7 @@ async fn background_processes_through_the_process_tool() {
         &fleet,
         &c,
         t,
-        &json!({"command": format!("bash -c 'while :; do echo tick; sleep 0.2; done; : {mark}'"), "background": true, "notify_on_complete": true}),
+        &json!({"command": script(&fleet, &mark, "while :; do echo tick; sleep 0.2; done"), "background": true, "notify_on_complete": true}),
     );
     let loop_id = looping["session_id"].as_str().unwrap().to_owned();
     std::thread::sleep(Duration::from_millis(700));
@@ -323,7 +333,7 @@ async fn background_processes_through_the_process_tool() {
         &fleet,
         &c,
         t,
-        &json!({"command": format!("bash -c 'sleep 3003 & wait; : {mark}'"), "background": true}),
+        &json!({"command": script(&fleet, &mark, "sleep 3003 & wait"), "background": true}),
     );
     std::thread::sleep(Duration::from_millis(500));
     assert!(process_alive_with(&mark));
@@ -495,4 +505,280 @@ fn secrets_of_the_worker_never_reach_the_sandbox() {
                 .any(|n| n == "GH_TOKEN" || n == "OPENAI_API_KEY"),
         "{seen:?}"
     );
+}
+
+/// The terminal and process tools on a remote backend, at library level: the
+/// same tool code over `Sandbox` only.
+mod remote {
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use serde_json::{Value, json};
+    use tokio_util::sync::CancellationToken;
+
+    use caduceus_tests::standins::{FakeApptainer, Sshd};
+    use caduceus_worker::backends::singularity::SingularitySettings;
+    use caduceus_worker::backends::ssh::SshSettings;
+    use caduceus_worker::backends::{BackendOptions, Backends, CreateRequest};
+    use caduceus_worker::env::{EnvManager, EnvSettings, Environment};
+    use caduceus_worker::process::notice::NoticeHub;
+    use caduceus_worker::tools::ToolSettings;
+    use caduceus_worker::tools::process::{self, ProcessCall};
+    use caduceus_worker::tools::terminal::{self, TerminalCall};
+
+    struct Remote {
+        manager: EnvManager,
+        env: Arc<Environment>,
+        notices: tokio::sync::mpsc::Receiver<caduceus_proto::EnvironmentNotice>,
+        settings: ToolSettings,
+    }
+
+    impl Remote {
+        async fn new(backends: Backends, backend: &str) -> Remote {
+            let (hub, notices) = NoticeHub::new();
+            let settings = EnvSettings {
+                shell_env: vec![(
+                    "PATH".to_owned(),
+                    "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_owned(),
+                )],
+                notices: hub,
+                ..EnvSettings::default()
+            };
+            let manager = EnvManager::new(backends, settings);
+            let request = CreateRequest {
+                task_id: "remote-task".to_owned(),
+                owner: "c".to_owned(),
+                worker: "w".to_owned(),
+                worker_instance: format!("inst-{}", std::process::id()),
+                settings: json!({}),
+            };
+            let env = manager.get_or_create(backend, &request).await.unwrap();
+            Remote {
+                manager,
+                env,
+                notices,
+                settings: ToolSettings {
+                    terminal_timeout_secs: 20,
+                    ..ToolSettings::default()
+                },
+            }
+        }
+
+        async fn terminal(&self, args: Value) -> Value {
+            let Value::Object(args) = args else {
+                panic!("not an object")
+            };
+            let cancel = CancellationToken::new();
+            let call = TerminalCall {
+                env: &self.env,
+                args: &args,
+                cancel: &cancel,
+                output: None,
+                session_id: "remote-session",
+            };
+            serde_json::from_str(&terminal::run(&self.settings, call).await).unwrap()
+        }
+
+        async fn process(&self, args: Value) -> Value {
+            let Value::Object(args) = args else {
+                panic!("not an object")
+            };
+            let cancel = CancellationToken::new();
+            let call = ProcessCall {
+                envs: &self.manager,
+                task_id: "remote-task",
+                session_id: "remote-session",
+                args: &args,
+                cancel: &cancel,
+            };
+            serde_json::from_str(&process::run(&self.settings, call).await).unwrap()
+        }
+
+        /// Processes in the sandbox whose command line starts with `needle`
+        /// (the launcher's own arguments contain the command too).
+        async fn count(&self, needle: &str) -> u64 {
+            let (first, rest) = needle.split_at(1);
+            let out = self
+                .terminal(
+                    json!({"command": format!("ps -eo args | grep -c '^[{first}]{rest}' || true")}),
+                )
+                .await;
+            out["output"].as_str().unwrap().trim().parse().unwrap()
+        }
+
+        async fn wait_count(&self, needle: &str, want: u64) -> u64 {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                let n = self.count(needle).await;
+                if n == want || Instant::now() > deadline {
+                    return n;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+
+    /// `base` keeps each backend's sleeps apart: both run on this host, and
+    /// the SSH "remote" sees the Apptainer stand-in's processes.
+    async fn tools_over(remote: &mut Remote, backend: &str, base: u32) {
+        let (s1, s2, s3) = (
+            format!("sleep {base}1"),
+            format!("sleep {base}2"),
+            format!("sleep {base}3"),
+        );
+        // Foreground: state, hermes' results, a timeout that kills the tree.
+        remote
+            .terminal(
+                json!({"command": "cd /tmp && export GREETING=hi && f() { echo \"fn $1\"; }"}),
+            )
+            .await;
+        let out = remote
+            .terminal(json!({"command": "echo $GREETING; f x; pwd"}))
+            .await;
+        assert_eq!(
+            out,
+            json!({"output": "hi\nfn x\n/tmp", "exit_code": 0, "error": null}),
+            "[{backend}]"
+        );
+        let out = remote
+            .terminal(json!({"command": format!("bash -c '{s1} & wait'"), "timeout": 1}))
+            .await;
+        assert_eq!(
+            out,
+            json!({"output": "[Command timed out after 1s]", "exit_code": 124, "error": null}),
+            "[{backend}]"
+        );
+        assert_eq!(
+            remote.wait_count(&s1, 0).await,
+            0,
+            "[{backend}] the timed-out tree survived"
+        );
+
+        // Background: starts from the shell's state, stdin, log, wait.
+        let started = remote
+            .terminal(json!({"command": "echo \"start $GREETING $(f y) $PWD\"; while IFS= read -r l; do echo \"got $l\"; done", "background": true}))
+            .await;
+        let id = started["session_id"].as_str().unwrap().to_owned();
+        assert_eq!(
+            remote
+                .process(json!({"action": "submit", "session_id": id, "data": "one"}))
+                .await["status"],
+            "ok"
+        );
+        assert_eq!(
+            remote
+                .process(json!({"action": "close", "session_id": id}))
+                .await["status"],
+            "ok"
+        );
+        let wait = remote
+            .process(json!({"action": "wait", "session_id": id, "timeout": 20}))
+            .await;
+        assert_eq!(wait["status"], "exited", "[{backend}] {wait}");
+        assert_eq!(
+            wait["output"], "start hi fn y /tmp\ngot one\n",
+            "[{backend}]"
+        );
+
+        // The exit notice goes to the starting session.
+        let started = remote.terminal(json!({"command": "echo done; exit 4", "background": true, "notify_on_complete": true})).await;
+        let notice = tokio::time::timeout(Duration::from_secs(20), remote.notices.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (notice.kind.as_str(), notice.session_id.as_str()),
+            ("process_exited", "remote-session")
+        );
+        assert_eq!(notice.process_id, started["session_id"].as_str().unwrap());
+        let body: Value = serde_json::from_str(&notice.text).unwrap();
+        assert_eq!(
+            (body["exit_code"].as_i64(), body["output"].as_str()),
+            (Some(4), Some("done\n")),
+            "[{backend}]"
+        );
+
+        // kill stops the whole tree; release stops what still runs.
+        let started = remote
+            .terminal(json!({"command": format!("bash -c '{s2} & wait'"), "background": true}))
+            .await;
+        assert_eq!(remote.wait_count(&s2, 1).await, 1, "[{backend}]");
+        let kill = remote
+            .process(json!({"action": "kill", "session_id": started["session_id"]}))
+            .await;
+        assert_eq!(kill["status"], "killed", "[{backend}]");
+        assert_eq!(
+            remote.wait_count(&s2, 0).await,
+            0,
+            "[{backend}] a killed process left its child"
+        );
+        remote
+            .terminal(json!({"command": format!("bash -c '{s3} & wait'"), "background": true}))
+            .await;
+        assert_eq!(remote.wait_count(&s3, 1).await, 1, "[{backend}]");
+        let sandbox = remote.env.sandbox.clone();
+        assert!(remote.manager.release("remote-task").await);
+        assert!(
+            !sandbox.alive().await || !ps_has("sleep 3183"),
+            "[{backend}] a background process outlived its environment"
+        );
+    }
+
+    /// Processes on this host (the SSH "remote" and the Apptainer stand-in
+    /// both run here) whose arguments contain `needle`.
+    fn ps_has(needle: &str) -> bool {
+        let out = std::process::Command::new("ps")
+            .args(["-eo", "args"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .any(|l| l.contains(needle))
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn terminal_and_process_over_ssh() {
+        let Some(sshd) = Sshd::start("terminal_and_process_over_ssh") else {
+            return;
+        };
+        let mut ssh = SshSettings::new("127.0.0.1");
+        ssh.user = Some("root".to_owned());
+        ssh.port = sshd.port;
+        ssh.key = Some(sshd.key.clone());
+        ssh.known_hosts = Some(sshd.known_hosts.clone());
+        ssh.control_dir = sshd.control_dir.clone();
+        let options = BackendOptions {
+            ssh: Some(ssh),
+            ..BackendOptions::default()
+        };
+        let (backends, refused) = Backends::with_options(&["ssh".to_owned()], "/", &options);
+        assert!(refused.is_empty(), "{refused:?}");
+        let mut remote = Remote::new(backends, "ssh").await;
+        tools_over(&mut remote, "ssh", 318).await;
+        assert!(!ps_has("sleep 3183"));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn terminal_and_process_over_singularity() {
+        let Some(fake) = FakeApptainer::find("terminal_and_process_over_singularity") else {
+            return;
+        };
+        let singularity = SingularitySettings {
+            executable: Some(fake.exe.clone()),
+            image: "docker://debian:bookworm-slim".to_owned(),
+            scratch_dir: fake.state.path().join("scratch"),
+            persistent: false,
+            ..SingularitySettings::default()
+        };
+        let options = BackendOptions {
+            singularity,
+            ..BackendOptions::default()
+        };
+        let (backends, refused) =
+            Backends::with_options(&["singularity".to_owned()], "/", &options);
+        assert!(refused.is_empty(), "{refused:?}");
+        let mut remote = Remote::new(backends, "singularity").await;
+        tools_over(&mut remote, "singularity", 328).await;
+        assert!(!ps_has("sleep 3283"));
+    }
 }

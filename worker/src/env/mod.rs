@@ -133,6 +133,21 @@ pub struct EnvSettings {
     pub notices: Arc<NoticeHub>,
 }
 
+impl Default for EnvSettings {
+    /// No init, no sudo; notices go nowhere (for embedders and tests that do
+    /// not deliver them).
+    fn default() -> Self {
+        EnvSettings {
+            shell_env: Vec::new(),
+            shell_init: Vec::new(),
+            login_shell: false,
+            shell_init_files: Vec::new(),
+            sudo_password: None,
+            notices: NoticeHub::new().0,
+        }
+    }
+}
+
 pub struct EnvManager {
     backends: Backends,
     settings: EnvSettings,

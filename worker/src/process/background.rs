@@ -15,6 +15,7 @@ use super::notice::{self, Completion, NoticeHub, Origin};
 use super::tail::{TailBuffer, Utf8Stream};
 use super::watch::{Watch, WatchEvent};
 use crate::sandbox::{BoxedReader, BoxedWriter, ProcessHandle, Sandbox, StopSignal};
+use crate::shell::marker::MarkerScanner;
 use crate::shell::signal_tree;
 
 /// Characters of output kept per process (hermes: 200,000, tail kept).
@@ -356,7 +357,7 @@ pub async fn supervise(
     process: Arc<BackgroundProcess>,
     mut output: BoxedReader,
     mut handle: Box<dyn ProcessHandle>,
-    early_output: Vec<u8>,
+    start: Start,
     sandbox: Arc<dyn Sandbox>,
     hub: Arc<NoticeHub>,
     cleaner: Arc<OutputCleaner>,
@@ -368,24 +369,26 @@ pub async fn supervise(
         process_id: &process.id,
         command: &shown_command,
     };
-    let mut decoder = Utf8Stream::default();
-    let deliver = |process: &BackgroundProcess, bytes: &[u8], decoder: &mut Utf8Stream| {
-        let text = decoder.decode(bytes);
-        if let Some(event) = process.record(&text, Instant::now()) {
-            emit_watch_event(&hub, &origin, &cleaner, event);
-        }
+    let mut intake = Intake {
+        process: &process,
+        decoder: Utf8Stream::default(),
+        scanner: Some(MarkerScanner::bare(&start.exit_token)),
+        exit_code: None,
+        hub: &hub,
+        origin: &origin,
+        cleaner: &cleaner,
     };
-    if !early_output.is_empty() {
-        deliver(&process, &early_output, &mut decoder);
+    if !start.early_output.is_empty() {
+        intake.push(&start.early_output);
     }
 
     let mut buf = vec![0u8; 16 * 1024];
     let mut eof = false;
-    let exit_code = loop {
+    let handle_code = loop {
         tokio::select! {
             read = output.read(&mut buf), if !eof => match read {
                 Ok(0) | Err(_) => eof = true,
-                Ok(n) => deliver(&process, &buf[..n], &mut decoder),
+                Ok(n) => intake.push(&buf[..n]),
             },
             code = handle.wait() => break code,
             () = process.kill_now.notified() => handle.kill().await,
@@ -400,7 +403,7 @@ pub async fn supervise(
             .ok();
     }
     let drained = drain(&mut output, &mut buf, eof, TERM_GRACE, &mut |bytes| {
-        deliver(&process, bytes, &mut decoder)
+        intake.push(bytes)
     })
     .await;
     if !drained {
@@ -412,14 +415,13 @@ pub async fn supervise(
             &mut buf,
             false,
             Duration::from_secs(1),
-            &mut |bytes| deliver(&process, bytes, &mut decoder),
+            &mut |bytes| intake.push(bytes),
         )
         .await;
     }
-    let tail = decoder.finish();
-    if !tail.is_empty() {
-        process.record(&tail, Instant::now());
-    }
+    // The launcher's exit line knows the code on every backend; the handle's
+    // code is the fallback (a command that replaced the EXIT trap).
+    let exit_code = intake.finish().or(handle_code);
 
     if process.finish(exit_code, EndReason::Exited) {
         let status = process.status();
@@ -439,6 +441,73 @@ pub async fn supervise(
                 started_at,
             },
         ));
+    }
+}
+
+/// What the launcher handed over besides the pipes.
+pub struct Start {
+    /// Output that arrived with the pid line.
+    pub early_output: Vec<u8>,
+    /// Token of the launcher's exit line.
+    pub exit_token: String,
+}
+
+/// Output on its way into a process: the launcher's exit line taken out,
+/// decoded, recorded, watched.
+struct Intake<'a> {
+    process: &'a BackgroundProcess,
+    decoder: Utf8Stream,
+    /// Until the exit line has been seen.
+    scanner: Option<MarkerScanner>,
+    exit_code: Option<i32>,
+    hub: &'a NoticeHub,
+    origin: &'a Origin<'a>,
+    cleaner: &'a OutputCleaner,
+}
+
+impl Intake<'_> {
+    fn push(&mut self, bytes: &[u8]) {
+        let Intake {
+            process,
+            decoder,
+            scanner,
+            exit_code,
+            hub,
+            origin,
+            cleaner,
+        } = self;
+        let mut record = |chunk: &[u8]| {
+            let text = decoder.decode(chunk);
+            if let Some(event) = process.record(&text, Instant::now()) {
+                emit_watch_event(hub, origin, cleaner, event);
+            }
+        };
+        match scanner.as_mut() {
+            Some(found) => {
+                if let Some((code, _)) = found.feed(bytes, &mut record) {
+                    *exit_code = Some(code);
+                    *scanner = None;
+                }
+            }
+            // Output of leftovers after the exit line.
+            None => record(bytes),
+        }
+    }
+
+    /// Flushes what was held back; the exit code from the exit line.
+    fn finish(&mut self) -> Option<i32> {
+        if let Some(mut scanner) = self.scanner.take() {
+            let mut held = Vec::new();
+            scanner.flush(&mut |chunk| held.extend_from_slice(chunk));
+            if !held.is_empty() {
+                self.push(&held);
+            }
+        }
+        let tail = self.decoder.finish();
+        if !tail.is_empty() {
+            self.process.record(&tail, Instant::now());
+        }
+        self.exit_code
     }
 }
 

@@ -110,7 +110,9 @@ impl ProcessRegistry {
         if running >= MAX_TRACKED {
             return Err(SpawnError::TooMany(running));
         }
+        let exit_token = uuid::Uuid::new_v4().simple().to_string();
         let spec = launch::spec(
+            &exit_token,
             &request.command,
             &request.cwd,
             request.snapshot.as_deref(),
@@ -166,7 +168,10 @@ impl ProcessRegistry {
             process.clone(),
             spawned.output,
             spawned.handle,
-            early,
+            background::Start {
+                early_output: early,
+                exit_token,
+            },
             self.sandbox.clone(),
             self.hub.clone(),
             self.cleaner.clone(),

@@ -52,8 +52,17 @@ impl NoticeHub {
     }
 
     pub fn send(&self, notice: EnvironmentNotice) {
-        if let Err(err) = self.tx.try_send(notice) {
-            tracing::warn!("a background-process notice was dropped: {err}");
+        match self.tx.try_send(notice) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                tracing::warn!(
+                    "a background-process notice was dropped: {NOTICE_QUEUE} are waiting for the coordinator"
+                );
+            }
+            // Nobody delivers notices (an embedder without a link).
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                tracing::debug!("a background-process notice has nowhere to go")
+            }
         }
     }
 }

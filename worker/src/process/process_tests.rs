@@ -359,7 +359,7 @@ async fn sixty_four_running_processes_is_the_limit() {
 
 #[test]
 fn the_launcher_knows_the_snapshot_end_line() {
-    let spec = launch::spec("true", "/", None, Vec::new(), false);
+    let spec = launch::spec("token", "true", "/", None, Vec::new(), false);
     assert!(spec.args[1].contains(crate::shell::SNAPSHOT_END));
 }
 

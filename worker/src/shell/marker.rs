@@ -26,6 +26,17 @@ impl MarkerScanner {
         }
     }
 
+    /// A scanner for `\x1e<token> <code> <rest>\x1e\n` without the leading
+    /// newline: only a `\x1e` is ever held back, so live output (a trailing
+    /// newline included) shows at once.
+    pub fn bare(token: &str) -> Self {
+        MarkerScanner {
+            prefix: format!("\x1e{token} ").into_bytes(),
+            held: Vec::new(),
+            tail: None,
+        }
+    }
+
     /// Emits whatever was held back (the stream ended without a marker).
     pub fn flush(&mut self, emit: &mut dyn FnMut(&[u8])) {
         if self.tail.is_none() && !self.held.is_empty() {

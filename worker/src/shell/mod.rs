@@ -41,7 +41,7 @@
 #[path = "shell_tests.rs"]
 mod tests;
 
-mod marker;
+pub(crate) mod marker;
 mod script;
 
 use std::sync::Arc;
@@ -148,9 +148,12 @@ pub enum ExecEnd {
 #[derive(Debug, Clone)]
 pub struct ExecOutcome {
     /// Output (stdout and stderr in order), bounded to `max_output_chars` with
-    /// hermes' head/tail notice, ending in `\n[Command timed out after Ns]` or
-    /// `\n[Command interrupted]` when it did; not yet ANSI-stripped or redacted.
+    /// hermes' head/tail notice; not yet ANSI-stripped or redacted.
     pub output: String,
+    /// The same as hermes' terminal shows it: ending in `\n[Command timed out
+    /// after Ns]` or `\n[Command interrupted]` when it did (just the status
+    /// line when there was no output), still within `max_output_chars`.
+    pub output_with_status: String,
     pub total_chars: u64,
     /// Bytes the output capture held at the end (bounded, whatever the
     /// command printed).
@@ -451,15 +454,17 @@ impl PersistentShell {
         };
         let total_chars = capture.total_chars();
         let retained_bytes = capture.retained_bytes();
-        let mut output = capture.finish_with_suffix(&suffix);
+        let mut output_with_status = capture.render(&suffix);
         if total_chars == 0 && !suffix.is_empty() {
             // hermes: `[Command timed out after 1s]` alone, without the newline.
-            output = output.trim_start().to_owned();
+            output_with_status = output_with_status.trim_start().to_owned();
         }
+        let output = capture.finish();
         Ok(ExecOutcome {
             total_chars: total_chars as u64,
             retained_bytes,
             output,
+            output_with_status,
             exit_code,
             end,
             cwd,
@@ -609,7 +614,7 @@ impl PersistentShell {
         };
         let spec = SpawnSpec {
             program: "bash".to_owned(),
-            args: vec!["--noprofile".to_owned(), "--norc".to_owned()],
+            args: vec!["-c".to_owned(), script::BOOT.to_owned()],
             cwd: Some(self.config.cwd.clone()),
             env: self.config.env.clone(),
         };

@@ -20,6 +20,18 @@ pub fn quote_home_path(path: &str) -> String {
     }
 }
 
+/// How the shell process starts: `bash -c BOOT` becomes `bash --noprofile
+/// --norc` reading the protocol from stdin — as the leader of its own
+/// session when it is not one already (the local backend makes it one; a
+/// `docker exec`, an SSH channel or an Apptainer `exec` may not) and `setsid`
+/// exists, so that what a command leaves behind (an INT-ignoring background
+/// job whose parent died) is still found by the shell's session and stopped.
+pub const BOOT: &str = r#"{ IFS=' ' read -r _ _ _ _ _ __cad_sid _ < /proc/$$/stat; } 2>/dev/null
+if [ -n "${__cad_sid:-}" ] && [ "$__cad_sid" != "$$" ] && setsid -w true 2>/dev/null; then
+  exec setsid -w bash --noprofile --norc
+fi
+exec bash --noprofile --norc"#;
+
 /// What the start-up script sets up besides the basics.
 pub struct Startup<'a> {
     /// Source the login files (`/etc/profile`, then the first of

@@ -143,7 +143,11 @@ async fn timeout_kills_the_tree_and_keeps_the_shell() {
     .await;
     assert_eq!(out.end, ExecEnd::TimedOut);
     assert_eq!(out.exit_code, 124);
-    assert_eq!(out.output, "started\n\n[Command timed out after 1s]");
+    assert_eq!(out.output, "started\n");
+    assert_eq!(
+        out.output_with_status,
+        "started\n\n[Command timed out after 1s]"
+    );
     assert!(
         out.shell_replaced.is_none(),
         "the shell survived: {:?}",
@@ -207,7 +211,8 @@ async fn cancel_stops_the_command() {
         .unwrap();
     assert_eq!(out.end, ExecEnd::Cancelled);
     assert_eq!(out.exit_code, 130);
-    assert_eq!(out.output, "[Command interrupted]");
+    assert_eq!(out.output, "");
+    assert_eq!(out.output_with_status, "[Command interrupted]");
     assert!(started.elapsed() < Duration::from_secs(10));
     sh.close().await;
 }
@@ -263,7 +268,7 @@ async fn streams_output_as_it_arrives() {
 async fn a_silent_timeout_reads_like_hermes() {
     let sh = shell();
     let out = run_with(&sh, "sleep 3", Duration::from_secs(1)).await;
-    assert_eq!(out.output, "[Command timed out after 1s]");
+    assert_eq!(out.output_with_status, "[Command timed out after 1s]");
     assert_eq!(out.exit_code, 124);
     sh.close().await;
 }

@@ -259,7 +259,10 @@ async fn run_foreground(
         tracing::debug!(task = %call.env.task_id, timeout, "foreground command timed out");
     }
     // hermes strips ANSI and redacts after the cut, on the trimmed text.
-    let text = call.env.cleaner().output(outcome.output.trim(), command);
+    let text = call
+        .env
+        .cleaner()
+        .output(outcome.output_with_status.trim(), command);
     let lowered = text.to_lowercase();
     let sudo_auth_failed = SUDO_WRONG_PASSWORD
         .iter()
