@@ -547,6 +547,8 @@ def batch_e():
         add("e.hermes agent loop 8x read_file (parallel-safe)", [run_batch(reads, "loop")])
         add("e.raw py 8 parallel Popen sleep 0.2", [_py_parallel_sleep()])
         add("e.raw rust 8 parallel spawn sleep 0.2", rust("parallel8_sleep", 1))
+        add("e.caduceus agent loop 8x sleep 0.2 (embedded, replayed model)", cad("agent_batch8_sleep", 1))
+        add("e.caduceus delegate 3 children x sleep 1 on 2 workers", cad("agent_fanout3", 1))
     agent.tool_delay = 1.0
 
 
@@ -626,6 +628,8 @@ CADUCEUS_COMPARISONS = [
     ("patch (replace) small file, embedded", "g.caduceus patch small embedded", "g.hermes patch (replace) small file", "c.raw rust write+rename in-process"),
     ("patch (replace) small file, coordinator+worker", "g.caduceus patch small coordinator+worker loopback", "g.hermes patch (replace) small file", "c.raw rust write+rename in-process"),
     ("terminal 10 MB output, coordinator+worker", "f.caduceus terminal 10MB output loopback", "f.hermes terminal 10MB output", "f.raw rust Command.output 10MB"),
+    ("8x terminal `sleep 0.2` in one agent turn (hermes default tool_delay=1.0)", "e.caduceus agent loop 8x sleep 0.2 (embedded, replayed model)", "e.hermes agent loop 8x sleep 0.2 (default tool_delay=1.0)", "e.raw rust 8 parallel spawn sleep 0.2"),
+    ("8x terminal `sleep 0.2` in one agent turn (hermes tool_delay=0)", "e.caduceus agent loop 8x sleep 0.2 (embedded, replayed model)", "e.hermes agent loop 8x sleep 0.2 (tool_delay=0)", "e.raw rust 8 parallel spawn sleep 0.2"),
 ]
 
 

@@ -23,6 +23,7 @@ REPO="$(cd "$SRC/../.." && pwd)"
 if command -v cargo >/dev/null; then
   (cd "$REPO" && cargo build --release -q -p caduceus -p caduceus-tests --bins)
   export CADBENCH="${CARGO_TARGET_DIR:-$REPO/target}/release/caduceus-bench"
+  export CADUCEUS_HOME="$ROOT/caduceus_home"; mkdir -p "$CADUCEUS_HOME"
 fi
 # Rust raw-limit bench (no deps).
 if command -v cargo >/dev/null; then

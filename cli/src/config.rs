@@ -143,6 +143,13 @@ pub struct TerminalSection {
     pub lifetime_seconds: u64,
     /// How often idle environments are looked for, seconds.
     pub reap_interval_seconds: u64,
+    /// Shells read the login files once at start, as `bash -l` does (hermes).
+    pub login_shell: bool,
+    /// Files every shell sources once at start (`~/` is the sandbox's home).
+    pub shell_init_files: Vec<String>,
+    /// Without `shell_init_files`: source `~/.profile`, `~/.bash_profile`
+    /// and `~/.bashrc` (hermes' default).
+    pub auto_source_bashrc: bool,
     /// SSH backend host (`TERMINAL_SSH_HOST`); the backend needs one.
     pub ssh_host: Option<String>,
     /// SSH account (`TERMINAL_SSH_USER`); the ssh client's default when unset.
@@ -222,6 +229,9 @@ impl Default for TerminalSection {
             env_passthrough: Vec::new(),
             lifetime_seconds: 300,
             reap_interval_seconds: 60,
+            login_shell: true,
+            shell_init_files: Vec::new(),
+            auto_source_bashrc: true,
             ssh_host: None,
             ssh_user: None,
             ssh_port: 22,

@@ -347,9 +347,30 @@ pub(crate) fn worker_config(
         },
         shell_env,
         shell_init: Vec::new(),
+        login_shell: config.terminal.login_shell,
+        shell_init_files: shell_init_files(&config.terminal),
+        // The terminal hands it to sudo itself; it never enters a sandbox's
+        // environment (env_hygiene drops it).
+        sudo_password: std::env::var("SUDO_PASSWORD")
+            .ok()
+            .map(caduceus_worker::shell::Secret::new),
         env_lifetime: Duration::from_secs(config.terminal.lifetime_seconds),
         reap_interval: Duration::from_secs(config.terminal.reap_interval_seconds.max(1)),
         backend_probe_interval: Duration::from_secs(config.terminal.backend_probe_seconds.max(1)),
+    }
+}
+
+/// hermes' `_resolve_shell_init_files`: the explicit list, else the rc files
+/// when `auto_source_bashrc` is on.
+fn shell_init_files(terminal: &config::TerminalSection) -> Vec<String> {
+    if !terminal.shell_init_files.is_empty() {
+        terminal.shell_init_files.clone()
+    } else if terminal.auto_source_bashrc {
+        ["~/.profile", "~/.bash_profile", "~/.bashrc"]
+            .map(str::to_owned)
+            .to_vec()
+    } else {
+        Vec::new()
     }
 }
 

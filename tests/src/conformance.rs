@@ -36,10 +36,6 @@ pub struct BackendUnderTest {
     /// container, a killed worker's containers swept)? Docker only: SSH and
     /// Singularity sweeping is covered by `remote_backends.rs`.
     pub leased: bool,
-    /// Does a timeout also stop processes that left the command's tree but
-    /// stayed in its session (`(cmd &)`)? Needs the shell to lead a session;
-    /// Singularity's `instance exec` does not start one (a known gap).
-    pub kills_session: bool,
     /// Stand-ins the backend needs while the suite runs (an sshd, the
     /// Apptainer stand-in's state), kept alive with it.
     pub fixture: Option<Arc<dyn std::any::Any + Send + Sync>>,
@@ -59,7 +55,6 @@ impl BackendUnderTest {
             name: "local",
             terminal_config: String::new(),
             leased: false,
-            kills_session: true,
             fixture: None,
         }
     }
@@ -73,7 +68,6 @@ impl BackendUnderTest {
                 "  docker_image: {DOCKER_IMAGE}\n  container_persistent: false\n  container_memory: 512\n  sandbox_lease_seconds: 3\n  sweep_interval_seconds: 1\n  backend_probe_seconds: 1\n  warm_pool:\n    docker: 1\n"
             ),
             leased: true,
-            kills_session: true,
             fixture: None,
         }
     }
@@ -94,7 +88,6 @@ impl BackendUnderTest {
             name: "ssh",
             terminal_config,
             leased: false,
-            kills_session: true,
             fixture: Some(Arc::new(sshd)),
         })
     }
@@ -114,7 +107,6 @@ impl BackendUnderTest {
             name: "singularity",
             terminal_config,
             leased: false,
-            kills_session: false,
             fixture: Some(Arc::new(fake)),
         })
     }
@@ -388,6 +380,27 @@ impl Control {
             .await
             .unwrap_or_else(|e| panic!("status failed: {e}"))
             .into_inner()
+    }
+
+    /// Waits until no worker reports an environment for `task`.
+    pub async fn wait_until_released(&mut self, task: &str) {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let status = self.status().await;
+            if !status
+                .workers
+                .iter()
+                .flat_map(|w| w.environments.iter())
+                .any(|e| e.task_id == task)
+            {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the environment of {task} was not released"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// The backend id of the sandbox hosting `task`, once the coordinator

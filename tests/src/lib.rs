@@ -111,6 +111,71 @@ impl Fleet {
         Proc::spawn(cmd, name)
     }
 
+    /// Starts `caduceus worker` with extra environment variables (the worker's
+    /// own environment, as an operator's shell would give it).
+    pub fn worker_with_env(
+        &self,
+        coordinator: &Proc,
+        name: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Proc {
+        let mut cmd = self.command();
+        cmd.args([
+            "worker",
+            "--coordinator",
+            &coordinator.url(),
+            "--token",
+            &self.token,
+            "--name",
+            name,
+        ])
+        .args(extra);
+        for (key, value) in env {
+            cmd.env(key, value);
+        }
+        Proc::spawn(cmd, name)
+    }
+
+    /// Writes `$CADUCEUS_HOME/config.yaml` (read by every process started after).
+    pub fn write_config(&self, yaml: &str) {
+        std::fs::write(self.home.path().join("config.yaml"), yaml).unwrap();
+    }
+
+    /// `caduceus call TOOL ARGS --task TASK` through `coordinator`; the parsed result.
+    pub fn call(&self, coordinator: &Proc, tool: &str, args: &Value, task: &str) -> Value {
+        self.call_at(&coordinator.url(), tool, args, task)
+    }
+
+    /// [`call`](Self::call) by the coordinator's URL (usable from other threads).
+    pub fn call_at(&self, url: &str, tool: &str, args: &Value, task: &str) -> Value {
+        let out = self
+            .command()
+            .args(["call", tool, &args.to_string(), "--task", task])
+            .env("CADUCEUS_COORDINATOR", url)
+            .env("CADUCEUS_TOKEN", &self.token)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "call {tool} {args} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        parse_result(&out.stdout)
+    }
+
+    /// The environments a worker reported in its last heartbeat.
+    pub fn environments(&self, coordinator: &Proc, worker: &str) -> Vec<Value> {
+        let status = self.status(coordinator);
+        status["workers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|w| w["name"] == worker)
+            .map(|w| w["environments"].as_array().unwrap().clone())
+            .unwrap_or_default()
+    }
+
     /// Runs a client command against `coordinator` and returns its output.
     pub fn client(&self, coordinator: &Proc, args: &[&str]) -> Output {
         let mut cmd = self.command();
@@ -291,6 +356,28 @@ pub fn process_alive_with(needle: &str) -> bool {
             })
             .unwrap_or(false)
     })
+}
+
+/// Waits until no process whose command line contains `needle` is alive.
+pub fn wait_gone(needle: &str, within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if !process_alive_with(needle) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
+/// Peak resident memory of a process, in KiB (`VmHWM`).
+pub fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
 }
 
 /// Parses a tool result printed by `caduceus call`.

@@ -5,6 +5,7 @@
 pub mod backends;
 pub mod env;
 pub mod link;
+pub mod process;
 pub mod sandbox;
 pub mod shell;
 pub mod tools;
@@ -18,10 +19,12 @@ use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
 use caduceus_common::result::tool_error;
-use caduceus_proto::{CallResult, Heartbeat, Hello, RunCall};
+use caduceus_proto::{CallResult, EnvironmentNotice, Heartbeat, Hello, RunCall};
 
 use backends::Backends;
 use env::{EnvManager, EnvSettings};
+use process::notice::NoticeHub;
+use shell::Secret;
 use tools::{OutputSink, ToolCall, ToolSettings};
 
 /// How the reset notice says when the sandbox was lost.
@@ -49,7 +52,16 @@ pub struct WorkerConfig {
     pub tools: ToolSettings,
     /// Environment of every sandbox shell (already sanitized).
     pub shell_env: Vec<(String, String)>,
+    /// Commands every shell runs once at start.
     pub shell_init: Vec<String>,
+    /// Shells read the login files at start (`bash -l` semantics, as hermes).
+    pub login_shell: bool,
+    /// Files every shell sources once at start (hermes
+    /// `terminal.shell_init_files`, or `~/.profile`, `~/.bash_profile`,
+    /// `~/.bashrc` with `auto_source_bashrc`); `~/` is the sandbox's home.
+    pub shell_init_files: Vec<String>,
+    /// Password `sudo` gets in the sandboxes (hermes `SUDO_PASSWORD`).
+    pub sudo_password: Option<Secret>,
     /// Idle environments older than this are ended (hermes: 300 s).
     pub env_lifetime: Duration,
     /// How often the reaper looks (hermes: 60 s).
@@ -73,6 +85,9 @@ impl Default for WorkerConfig {
             tools: ToolSettings::default(),
             shell_env: Vec::new(),
             shell_init: Vec::new(),
+            login_shell: false,
+            shell_init_files: Vec::new(),
+            sudo_password: None,
             env_lifetime: Duration::from_secs(300),
             reap_interval: Duration::from_secs(60),
             backend_probe_interval: Duration::from_secs(15),
@@ -89,6 +104,8 @@ pub struct Worker {
     draining: AtomicBool,
     /// Woken when something heartbeats carry changed (backend availability).
     heartbeat_due: tokio::sync::Notify,
+    /// Background-process notices waiting for the coordinator link.
+    notices: tokio::sync::Mutex<tokio::sync::mpsc::Receiver<EnvironmentNotice>>,
 }
 
 impl Worker {
@@ -104,11 +121,16 @@ impl Worker {
         for reason in refused {
             tracing::warn!("{reason}");
         }
+        let (hub, notices) = NoticeHub::new();
         let envs = EnvManager::new(
             backends,
             EnvSettings {
                 shell_env: config.shell_env.clone(),
                 shell_init: config.shell_init.clone(),
+                login_shell: config.login_shell,
+                shell_init_files: config.shell_init_files.clone(),
+                sudo_password: config.sudo_password.clone(),
+                notices: hub,
             },
         );
         Arc::new(Worker {
@@ -118,6 +140,7 @@ impl Worker {
             calls: std::sync::Mutex::new(HashMap::new()),
             draining: AtomicBool::new(false),
             heartbeat_due: tokio::sync::Notify::new(),
+            notices: tokio::sync::Mutex::new(notices),
         })
     }
 
@@ -213,6 +236,13 @@ impl Worker {
 
     pub fn environments(&self) -> &EnvManager {
         &self.envs
+    }
+
+    /// The queue of background-process notices for the coordinator. One
+    /// connection at a time holds it; notices raised while no link is up wait
+    /// here.
+    pub fn notices(&self) -> &tokio::sync::Mutex<tokio::sync::mpsc::Receiver<EnvironmentNotice>> {
+        &self.notices
     }
 
     pub fn hello(&self) -> Hello {
@@ -325,6 +355,27 @@ impl Worker {
                 );
             }
         };
+        if call.tool == "process" {
+            // The process tool never creates an environment: it finds the
+            // process (or lists the task's processes) where they are.
+            let process_call = tools::process::ProcessCall {
+                envs: &self.envs,
+                task_id: &call.task_id,
+                session_id: &call.session_id,
+                args: &args,
+                cancel: &cancel,
+            };
+            let result = tools::process::run(&self.config.tools, process_call).await;
+            let env = self.envs.get(&call.task_id);
+            let capped = tools::cap_if_needed(
+                env.as_deref(),
+                &call.call_id,
+                result,
+                call.result_cap_chars,
+            )
+            .await;
+            return (capped, None);
+        }
         let spec = call.environment.clone().unwrap_or_default();
         let env = if spec.backend.is_empty() {
             // Only an existing environment (result persistence must not create one).
@@ -414,6 +465,7 @@ impl Worker {
             &self.config.tools,
             ToolCall {
                 call_id: call.call_id.clone(),
+                session_id: call.session_id.clone(),
                 tool: call.tool.clone(),
                 args,
                 env: env.clone(),

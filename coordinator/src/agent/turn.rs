@@ -1077,6 +1077,21 @@ impl AgentLoop {
                 .release(&self.spec.task_id)
                 .await;
         }
+        // The record is complete before the final event: a client that exits
+        // on `final` finds the whole transcript in the database.
+        if let Some(store) = self.hub.store() {
+            store.session_ended(SessionEnd {
+                id: self.spec.session_id.clone(),
+                state: ending.status.as_str().to_owned(),
+                api_calls: self.api_calls,
+                exit_reason: ending.exit_reason.to_owned(),
+                final_response: ending.text.clone(),
+                error: ending.error.clone(),
+                input_tokens: self.tokens.input,
+                output_tokens: self.tokens.output,
+            });
+            store.flush().await;
+        }
         if let Some(error) = &ending.error {
             self.emit(events::ERROR, &json!({"message": error}));
         }
@@ -1093,19 +1108,6 @@ impl AgentLoop {
                 "workers": self.workers,
             }),
         );
-        if let Some(store) = self.hub.store() {
-            store.session_ended(SessionEnd {
-                id: self.spec.session_id.clone(),
-                state: ending.status.as_str().to_owned(),
-                api_calls: self.api_calls,
-                exit_reason: ending.exit_reason.to_owned(),
-                final_response: ending.text.clone(),
-                error: ending.error.clone(),
-                input_tokens: self.tokens.input,
-                output_tokens: self.tokens.output,
-            });
-            store.flush().await;
-        }
         SessionOutcome {
             status: ending.status,
             final_text: ending.text,

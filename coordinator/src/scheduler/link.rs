@@ -213,7 +213,13 @@ impl Actor for WorkerLink {
             }
             LinkMsg::Inbound(event) => handle_event(state, event),
             LinkMsg::StreamClosed { reason } => {
-                tracing::warn!(worker = %state.args.name, %reason, "worker stream closed");
+                // A worker that closes its stream is leaving (shutdown, embedded
+                // fleet stopping); a broken stream is worth a warning.
+                if reason == "stream closed" {
+                    tracing::info!(worker = %state.args.name, "worker left");
+                } else {
+                    tracing::warn!(worker = %state.args.name, %reason, "worker stream closed");
+                }
                 state.fail_all(&format!(
                     "worker '{}' disconnected ({reason})",
                     state.args.name

@@ -14,6 +14,11 @@
 //! - `loopback_read_1000`, `loopback_write_small`, `loopback_patch_small`,
 //!   `loopback_search_500`: the file tools on the peer's fixtures (`<workdir>/data`)
 //! - `embedded_*` variants of the file modes.
+//! - `agent_batch8_sleep`: one agent turn with 8 × `terminal sleep 0.2` (same task,
+//!   so hermes' planner runs them in order), embedded, replayed model; one sample =
+//!   the whole session
+//! - `agent_fanout3`: a parent delegating 3 children that each run `sleep 1`, on two
+//!   embedded workers; one sample = the whole session
 
 #![allow(
     clippy::unwrap_used,
@@ -69,6 +74,8 @@ async fn run(mode: &str, n: usize, work: &Path) -> Value {
             }),
         ),
         "persistent_bash" => samples(mode, &persistent_bash(n)),
+        "agent_batch8_sleep" => samples(mode, &agent_batch8(n).await),
+        "agent_fanout3" => samples(mode, &agent_fanout3(n).await),
         m if m.starts_with("embedded_") => {
             let fleet = embedded().await;
             let op = &m["embedded_".len()..];
@@ -424,4 +431,96 @@ async fn concurrent(fleet: &Loopback, k: usize, n: usize) -> (Vec<f64>, f64) {
     let secs = started.elapsed().as_secs_f64();
     let per_s = (k * n) as f64 / secs;
     (all, per_s)
+}
+
+/// Runs one replayed session to its final event and returns its wall time.
+async fn run_session(
+    coordinator: &Arc<caduceus_coordinator::Coordinator>,
+    script: &str,
+    prompt: &str,
+) -> f64 {
+    let model = caduceus_llm::ReplayModel::from_jsonl("bench", script).unwrap();
+    let started = Instant::now();
+    let mut stream = coordinator
+        .sessions()
+        .start_with_model(
+            caduceus_coordinator::agent::StartRequest {
+                prompt: prompt.to_owned(),
+                ..Default::default()
+            },
+            Arc::new(model),
+            "replay".to_owned(),
+        )
+        .await
+        .unwrap();
+    while let Some(event) = stream.events.recv().await {
+        if event.kind == "final" && event.session_id == stream.session_id {
+            let data: Value = serde_json::from_str(&event.json).unwrap();
+            assert_eq!(data["status"], "completed", "{data}");
+            break;
+        }
+    }
+    started.elapsed().as_secs_f64() * 1e3
+}
+
+fn tool_turn(calls: &[(&str, Value)]) -> String {
+    let calls: Vec<Value> = calls
+        .iter()
+        .enumerate()
+        .map(|(i, (name, args))| json!({"id": format!("c{i}"), "type": "function", "function": {"name": name, "arguments": args.to_string()}}))
+        .collect();
+    json!({"tool_calls": calls}).to_string()
+}
+
+async fn agent_batch8(n: usize) -> Vec<f64> {
+    let fleet = embedded_with(1).await;
+    let turn = tool_turn(&vec![("terminal", json!({"command": "sleep 0.2"})); 8]);
+    let script = format!("{turn}\n{}\n", json!({"content": "done"}));
+    let mut xs = Vec::new();
+    for _ in 0..n.max(1) {
+        xs.push(run_session(&fleet, &script, "sleep eight times").await);
+    }
+    xs
+}
+
+async fn agent_fanout3(n: usize) -> Vec<f64> {
+    let fleet = embedded_with(2).await;
+    let tasks: Vec<Value> = (0..3)
+        .map(|i| json!({"goal": format!("child {i}: sleep for a second")}))
+        .collect();
+    let parent = tool_turn(&[("delegate_task", json!({"tasks": tasks}))]);
+    let mut script = format!("{parent}\n{}\n", json!({"content": "all three done"}));
+    for i in 0..3 {
+        let child = tool_turn(&[("terminal", json!({"command": "sleep 1"}))]);
+        script.push_str(&format!("{}\n", with_match(&child, &format!("child {i}:"))));
+        script.push_str(&format!(
+            "{}\n",
+            with_match(
+                &json!({"content": "slept"}).to_string(),
+                &format!("child {i}:")
+            )
+        ));
+    }
+    let mut xs = Vec::new();
+    for _ in 0..n.max(1) {
+        xs.push(run_session(&fleet, &script, "fan out").await);
+    }
+    xs
+}
+
+fn with_match(line: &str, key: &str) -> String {
+    let mut v: Value = serde_json::from_str(line).unwrap();
+    v["match"] = json!(key);
+    v.to_string()
+}
+
+async fn embedded_with(workers: usize) -> Arc<caduceus_coordinator::Coordinator> {
+    // Sessions record into $CADUCEUS_HOME/state.db (run_all.sh points it at the bench dir).
+    let config = caduceus::config::Config::default();
+    let fleet = caduceus::target::Embedded::start(&config, Arc::new(OpenGate), workers)
+        .await
+        .unwrap();
+    let coordinator = fleet.coordinator.clone();
+    std::mem::forget(fleet);
+    coordinator
 }

@@ -1,6 +1,13 @@
-//! Environments: one per task id, each owning one sandbox and its live shell.
-//! Created on a task's first call, ended on release, on idle (the reaper) or
-//! when the worker stops; ending one kills everything it started.
+//! Environments: one per task id, each owning one sandbox, its live shell and
+//! its background processes. Created on a task's first call, ended on release,
+//! on idle (the reaper) or when the worker stops; ending one kills everything
+//! it started — the shell's process tree, every background process and
+//! whatever they spawned — and removes the shell's private directory.
+//!
+//! An environment is idle when no call runs in it and no background process
+//! is alive; the idle time counts from the later of its last call and its last
+//! background process's exit (hermes refreshes `_last_activity` while a
+//! background process runs, with the same effect).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -13,8 +20,12 @@ use caduceus_proto::EnvironmentInfo;
 
 use crate::backends::lease::LeaseRecord;
 use crate::backends::{Backends, CreateRequest, SweepContext};
+use crate::process::ProcessRegistry;
+use crate::process::background::BackgroundProcess;
+use crate::process::clean::OutputCleaner;
+use crate::process::notice::NoticeHub;
 use crate::sandbox::{Sandbox, SandboxError};
-use crate::shell::{PersistentShell, ShellConfig};
+use crate::shell::{PersistentShell, Secret, ShellConfig};
 
 pub struct Environment {
     pub task_id: String,
@@ -23,6 +34,9 @@ pub struct Environment {
     pub shell: PersistentShell,
     /// What the environment was created from (to recreate it after a reset).
     pub request: CreateRequest,
+    pub processes: ProcessRegistry,
+    /// Base environment of background processes (the shell's, sanitized).
+    pub base_env: Vec<(String, String)>,
     /// Read-loop and staleness state of the file tools for this task.
     pub reads: caduceus_files::ReadTracker,
     created: Instant,
@@ -44,14 +58,26 @@ impl Environment {
         }
     }
 
+    /// Time since the environment was last busy; zero while a call runs or
+    /// a background process lives.
     pub fn idle_for(&self) -> Duration {
-        if self.running.load(Ordering::Relaxed) > 0 {
+        if self.running.load(Ordering::Relaxed) > 0 || self.processes.running() > 0 {
             return Duration::ZERO;
         }
-        self.last_used
+        let since_call = self
+            .last_used
             .lock()
             .map(|at| at.elapsed())
-            .unwrap_or_default()
+            .unwrap_or_default();
+        match self.processes.last_exit() {
+            Some(exit) => since_call.min(exit.elapsed()),
+            None => since_call,
+        }
+    }
+
+    /// ANSI stripping, redaction and literal secrets for this environment's output.
+    pub fn cleaner(&self) -> &Arc<OutputCleaner> {
+        self.processes.cleaner()
     }
 
     pub fn age(&self) -> Duration {
@@ -63,7 +89,7 @@ impl Environment {
             task_id: self.task_id.clone(),
             backend: self.backend.clone(),
             running_calls: self.running.load(Ordering::Relaxed),
-            background_processes: 0,
+            background_processes: u32::try_from(self.processes.running()).unwrap_or(u32::MAX),
             idle_ms: u64::try_from(self.idle_for().as_millis()).unwrap_or(u64::MAX),
             sandbox_id: self.sandbox.id().to_owned(),
             cwd: self.shell.cwd(),
@@ -73,6 +99,10 @@ impl Environment {
     /// Ends the environment: its shell and every process it started, then
     /// the sandbox itself.
     pub async fn end(&self) {
+        let killed = self.processes.kill_all("environment_end").await;
+        if killed > 0 {
+            tracing::info!(task = %self.task_id, killed, "background processes stopped with their environment");
+        }
         self.shell.close().await;
         if let Err(err) = self.sandbox.destroy().await {
             tracing::warn!(task = %self.task_id, "sandbox removal failed: {err}");
@@ -97,6 +127,28 @@ impl Drop for CallGuard {
 pub struct EnvSettings {
     pub shell_env: Vec<(String, String)>,
     pub shell_init: Vec<String>,
+    /// Read the login files at shell start (`bash -l` semantics).
+    pub login_shell: bool,
+    /// Files sourced at shell start (see [`ShellConfig::init_files`]).
+    pub shell_init_files: Vec<String>,
+    pub sudo_password: Option<Secret>,
+    /// Where background-process notices go.
+    pub notices: Arc<NoticeHub>,
+}
+
+impl Default for EnvSettings {
+    /// No init, no sudo; notices go nowhere (for embedders and tests that do
+    /// not deliver them).
+    fn default() -> Self {
+        EnvSettings {
+            shell_env: Vec::new(),
+            shell_init: Vec::new(),
+            login_shell: false,
+            shell_init_files: Vec::new(),
+            sudo_password: None,
+            notices: NoticeHub::new().0,
+        }
+    }
 }
 
 /// The lease record of an environment's sandbox (renewal time set by the caller).
@@ -207,16 +259,34 @@ impl EnvManager {
             ShellConfig {
                 env: sandbox.shell_env(&self.settings.shell_env),
                 cwd: sandbox.initial_cwd(),
+                login: self.settings.login_shell,
+                init_files: self.settings.shell_init_files.clone(),
                 init: self.settings.shell_init.clone(),
+                sudo_password: self.settings.sudo_password.clone(),
                 ..ShellConfig::default()
             },
         );
+        let cleaner = Arc::new(OutputCleaner::with_literals(
+            self.settings
+                .sudo_password
+                .iter()
+                .map(|p| p.expose().to_owned()),
+        ));
+        let processes = ProcessRegistry::new(
+            task_id.to_owned(),
+            sandbox.clone(),
+            self.settings.notices.clone(),
+            cleaner,
+        );
+        let base_env = sandbox.shell_env(&self.settings.shell_env);
         Ok(Arc::new(Environment {
             task_id: task_id.to_owned(),
             backend: backend.to_owned(),
             sandbox,
             shell,
             request: request.clone(),
+            processes,
+            base_env,
             reads: caduceus_files::ReadTracker::new(),
             created: Instant::now(),
             last_used: std::sync::Mutex::new(Instant::now()),
@@ -333,6 +403,22 @@ impl EnvManager {
         reaped
     }
 
+    /// Every environment of this worker.
+    pub fn all(&self) -> Vec<Arc<Environment>> {
+        self.envs
+            .lock()
+            .map(|envs| envs.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// A background process by id, in whichever environment of this worker
+    /// it runs (process ids are unique; hermes' registry is global too).
+    pub fn find_process(&self, id: &str) -> Option<(Arc<Environment>, Arc<BackgroundProcess>)> {
+        self.all()
+            .into_iter()
+            .find_map(|env| env.processes.get(id).map(|p| (env, p)))
+    }
+
     pub fn infos(&self) -> Vec<EnvironmentInfo> {
         let mut infos: Vec<EnvironmentInfo> = self
             .envs
@@ -356,3 +442,46 @@ impl EnvManager {
         self.backends.pools().drain().await;
     }
 }
+
+/// An environment manager over the local backend, for tests.
+#[cfg(test)]
+pub(crate) fn test_manager() -> (
+    EnvManager,
+    tokio::sync::mpsc::Receiver<caduceus_proto::EnvironmentNotice>,
+) {
+    let (backends, _) = Backends::new(&["local".to_owned()], "/tmp");
+    let (notices, rx) = NoticeHub::new();
+    let shell_env = vec![
+        ("PATH".to_owned(), std::env::var("PATH").unwrap_or_default()),
+        ("HOME".to_owned(), "/tmp".to_owned()),
+    ];
+    let settings = EnvSettings {
+        shell_env,
+        shell_init: Vec::new(),
+        login_shell: false,
+        shell_init_files: Vec::new(),
+        sudo_password: None,
+        notices,
+    };
+    (EnvManager::new(backends, settings), rx)
+}
+
+/// The task's environment on the local backend, for tests.
+#[cfg(test)]
+pub(crate) async fn test_env(manager: &EnvManager, task_id: &str) -> Arc<Environment> {
+    let request = CreateRequest {
+        task_id: task_id.to_owned(),
+        owner: "test".to_owned(),
+        worker: "test".to_owned(),
+        worker_instance: "test".to_owned(),
+        settings: serde_json::Value::Null,
+    };
+    match manager.get_or_create("local", &request).await {
+        Ok(env) => env,
+        Err(err) => panic!("cannot create a local environment: {err}"),
+    }
+}
+
+#[cfg(test)]
+#[path = "env_tests.rs"]
+mod tests;

@@ -1,6 +1,7 @@
 //! The worker's link to its coordinator: attach (hello → welcome), heartbeat,
 //! run calls concurrently, honour cancels, and reconnect with backoff when the
-//! stream is lost. The connection logic is transport-agnostic
+//! stream is lost, and deliver background-process notices (completion, watch
+//! matches) as `WorkerEvent::Notice`. The connection logic is transport-agnostic
 //! ([`serve_connection`]) so an embedded worker uses it over in-process
 //! channels and a remote worker over gRPC ([`run_grpc`]).
 
@@ -91,6 +92,9 @@ where
     reaper.tick().await;
     let in_flight = Arc::new(AtomicUsize::new(0));
     let mut draining = false;
+    // Background-process notices raised while no link was up wait in this
+    // queue; this connection delivers them (one connection holds it at a time).
+    let mut notices = worker.notices().lock().await;
 
     let end = loop {
         tokio::select! {
@@ -113,6 +117,11 @@ where
                 let _ = events.try_send(event(worker_event::Event::Heartbeat(worker.heartbeat())));
                 if draining && in_flight.load(Ordering::Relaxed) == 0 {
                     break Disconnect::Drained;
+                }
+            }
+            Some(notice) = notices.recv() => {
+                if events.send(event(worker_event::Event::Notice(notice))).await.is_err() {
+                    break Disconnect::Lost("the event stream closed".to_owned());
                 }
             }
             _ = reaper.tick() => {
@@ -308,3 +317,7 @@ async fn connect_once(
     )
     .await)
 }
+
+#[cfg(test)]
+#[path = "link_tests.rs"]
+mod tests;

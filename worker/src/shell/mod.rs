@@ -3,31 +3,49 @@
 //! exported and plain variables, functions, aliases and shell options persist
 //! (hermes re-spawns `bash -c` per call and keeps only cwd and exports).
 //!
-//! Protocol (see `README.md`): for each command the worker writes one line,
+//! Start-up (see `script.rs`): `bash --noprofile --norc` in the sandbox, then
+//! one script that gives it login-shell semantics once — `/etc/profile`, the
+//! first of `~/.bash_profile`/`~/.bash_login`/`~/.profile`, the configured
+//! init files (hermes: `terminal.shell_init_files`, or `~/.profile`,
+//! `~/.bash_profile`, `~/.bashrc` with `auto_source_bashrc`) — restores PATH
+//! entries the login files dropped, defines the sudo helper when a sudo
+//! password is configured, restores a previous shell's state, saves a state
+//! snapshot and prints a ready marker carrying `$$`. If the init files break
+//! the shell (an rc file that `exit`s), it is started again without them.
+//!
+//! Protocol: for each command the worker writes one line,
 //!
 //! ```text
-//! IFS= read -r -d '' __cad_c;eval "$__cad_c" </dev/null;__cad_e=$?;printf '\n\036%s %d %s\036\n' TOKEN "$__cad_e" "$PWD"
+//! IFS= builtin read -r -d '' __cad_c;builtin eval "$__cad_c" </dev/null;__cad_e=$?;…;builtin printf '\n\036%s %d %s\036\n' TOKEN "$__cad_e" "$PWD"
 //! ```
 //!
 //! followed by the command text and a NUL byte. bash reads its input from a
 //! pipe one byte at a time, so `read` consumes exactly the command, which then
 //! runs at top level (not in a function: `declare` stays global). stdin of the
 //! command is `/dev/null` (readers get EOF, never hang). The end marker carries
-//! a fresh random token per call, the exit code and the new cwd.
+//! a fresh random token per call, the exit code and the new cwd. Commands that
+//! may change shell state also save a snapshot (variables, functions, aliases,
+//! options) before the marker, written atomically: background processes start
+//! from it, and a replacement shell restores it.
 //!
 //! A timeout or cancel stops the command's process tree (INT, TERM, then KILL,
 //! to the shell's descendants and its session) and waits for the marker: the
 //! shell survives and keeps its state. If the shell itself is stuck (a builtin
 //! loop) or died, it is replaced; the new shell gets the last state snapshot
-//! (taken after commands that may change shell state) and the last cwd, and
-//! the caller is told.
+//! and the last cwd, and the caller is told.
+//!
+//! Each shell owns a private directory (`<tmp>/caduceus-<id>`, mode 0700) for
+//! its snapshot and the sudo helper; [`PersistentShell::close`] removes it.
 
 #[cfg(test)]
 #[path = "shell_tests.rs"]
 mod tests;
 
+pub(crate) mod marker;
+mod script;
+
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -40,6 +58,30 @@ use crate::sandbox::{
     BoxedReader, BoxedWriter, ProcessHandle, Sandbox, SandboxError, SpawnSpec, StopSignal,
 };
 
+use marker::{MarkerScanner, find};
+pub use script::{SNAPSHOT_END, shell_quote};
+use script::{Startup, frame_for, may_change_state, startup_script};
+
+/// A secret that must never show up in logs or `Debug` output.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Secret(value.into())
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
 /// How to start the shell.
 #[derive(Debug, Clone)]
 pub struct ShellConfig {
@@ -47,8 +89,16 @@ pub struct ShellConfig {
     pub env: Vec<(String, String)>,
     /// Directory the first shell starts in.
     pub cwd: String,
-    /// Extra commands run once when a shell starts (rc files, PATH tweaks).
+    /// Read the login files once at start, as `bash -l` would (hermes builds
+    /// its session snapshot with `bash -l`).
+    pub login: bool,
+    /// Files sourced once at start after the login files; `~/` is the
+    /// sandbox's home. Missing files are skipped.
+    pub init_files: Vec<String>,
+    /// Extra commands run once when a shell starts (after the files).
     pub init: Vec<String>,
+    /// Password `sudo` gets through an askpass helper (hermes `SUDO_PASSWORD`).
+    pub sudo_password: Option<Secret>,
     /// How long a shell may take to start and answer.
     pub start_timeout: Duration,
     /// After TERM, how long to wait for the command's tree before KILL.
@@ -60,7 +110,10 @@ impl Default for ShellConfig {
         ShellConfig {
             env: Vec::new(),
             cwd: "/".to_owned(),
+            login: false,
+            init_files: Vec::new(),
             init: Vec::new(),
+            sudo_password: None,
             start_timeout: Duration::from_secs(20),
             kill_grace: Duration::from_millis(500),
         }
@@ -95,9 +148,16 @@ pub enum ExecEnd {
 #[derive(Debug, Clone)]
 pub struct ExecOutcome {
     /// Output (stdout and stderr in order), bounded to `max_output_chars` with
-    /// the head/tail notice; not yet ANSI-stripped or redacted.
+    /// hermes' head/tail notice; not yet ANSI-stripped or redacted.
     pub output: String,
+    /// The same as hermes' terminal shows it: ending in `\n[Command timed out
+    /// after Ns]` or `\n[Command interrupted]` when it did (just the status
+    /// line when there was no output), still within `max_output_chars`.
+    pub output_with_status: String,
     pub total_chars: u64,
+    /// Bytes the output capture held at the end (bounded, whatever the
+    /// command printed).
+    pub retained_bytes: usize,
     pub exit_code: i32,
     pub end: ExecEnd,
     /// Working directory after the command.
@@ -131,6 +191,16 @@ struct Remembered {
     cwd: String,
     /// A snapshot file exists in the sandbox.
     snapshot_taken: bool,
+    /// Said once, on the first command after the init files failed.
+    init_note: Option<String>,
+}
+
+/// What a background process needs to start where the shell is.
+#[derive(Debug, Clone)]
+pub struct ShellState {
+    pub cwd: String,
+    /// The latest state snapshot, when one was saved.
+    pub snapshot: Option<String>,
 }
 
 pub struct PersistentShell {
@@ -138,15 +208,20 @@ pub struct PersistentShell {
     config: ShellConfig,
     live: Mutex<Option<LiveShell>>,
     remembered: std::sync::Mutex<Remembered>,
-    snapshot_path: String,
+    /// The shell's private directory in the sandbox (mode 0700).
+    dir: String,
+    dir_ready: AtomicBool,
     starts: AtomicU64,
+    /// Becomes true once a shell has started (background processes wait for
+    /// the first start to have a snapshot to start from).
+    started: tokio::sync::watch::Sender<bool>,
 }
 
 impl PersistentShell {
     pub fn new(sandbox: Arc<dyn Sandbox>, config: ShellConfig) -> Self {
-        let snapshot_path = format!(
-            "{}/caduceus-shell-{}.snap",
-            sandbox.temp_dir(),
+        let dir = format!(
+            "{}/caduceus-{}",
+            sandbox.temp_dir().trim_end_matches('/'),
             uuid::Uuid::new_v4().simple()
         );
         let cwd = config.cwd.clone();
@@ -157,9 +232,12 @@ impl PersistentShell {
             remembered: std::sync::Mutex::new(Remembered {
                 cwd,
                 snapshot_taken: false,
+                init_note: None,
             }),
-            snapshot_path,
+            dir,
+            dir_ready: AtomicBool::new(false),
             starts: AtomicU64::new(0),
+            started: tokio::sync::watch::Sender::new(false),
         }
     }
 
@@ -181,6 +259,51 @@ impl PersistentShell {
         &self.sandbox
     }
 
+    /// The shell's private directory inside the sandbox.
+    pub fn private_dir(&self) -> &str {
+        &self.dir
+    }
+
+    fn snapshot_path(&self) -> String {
+        format!("{}/state.sh", self.dir)
+    }
+
+    fn askpass_path(&self) -> String {
+        format!("{}/askpass", self.dir)
+    }
+
+    /// The cwd and state snapshot a background process starts from. Starts
+    /// the shell first if none ever ran, without waiting behind a running
+    /// command.
+    pub async fn state_for_background(&self) -> ShellState {
+        if self.starts() == 0 {
+            let mut started = self.started.subscribe();
+            match self.live.try_lock() {
+                Ok(mut live) => {
+                    if live.is_none()
+                        && let Err(err) = self.start(&mut live).await
+                    {
+                        tracing::warn!("shell start for a background process failed: {err}");
+                    }
+                }
+                // Someone else is starting it (the first command).
+                Err(_) => {
+                    let _ =
+                        tokio::time::timeout(self.config.start_timeout, started.wait_for(|s| *s))
+                            .await;
+                }
+            }
+        }
+        let remembered = self.remembered.lock();
+        let (cwd, taken) = remembered
+            .map(|r| (r.cwd.clone(), r.snapshot_taken))
+            .unwrap_or_else(|_| (self.config.cwd.clone(), false));
+        ShellState {
+            cwd,
+            snapshot: taken.then(|| self.snapshot_path()),
+        }
+    }
+
     /// Runs one command. Calls are queued: two commands never share the shell
     /// at once, so their outputs never interleave.
     pub async fn exec(&self, mut request: ExecRequest<'_>) -> Result<ExecOutcome, ShellError> {
@@ -193,15 +316,22 @@ impl PersistentShell {
             // A shell replaced after the previous command was reported there.
             self.start(&mut live).await?;
         }
+        if let Ok(mut remembered) = self.remembered.lock()
+            && let Some(note) = remembered.init_note.take()
+        {
+            replaced = Some(note);
+        }
         let Some(shell) = live.as_mut() else {
             return Err(ShellError::Start("no shell".to_owned()));
         };
 
         let token = uuid::Uuid::new_v4().simple().to_string();
+        let changes_state = may_change_state(request.command);
+        let snapshot_path = self.snapshot_path();
         let frame = frame_for(
             &token,
             request.workdir,
-            may_change_state(request.command).then_some(self.snapshot_path.as_str()),
+            changes_state.then_some(snapshot_path.as_str()),
         );
         let mut bytes = Vec::with_capacity(frame.len() + request.command.len() + 1);
         bytes.extend_from_slice(frame.as_bytes());
@@ -259,51 +389,9 @@ impl PersistentShell {
 
         // Phase 2: stop the command's tree and let the shell come back.
         if marker.is_none() && matches!(end, ExecEnd::TimedOut | ExecEnd::Cancelled) {
-            // INT first: most programs stop quietly on it and bash does not
-            // report it; then TERM, then KILL for the stubborn.
-            for signal in [
-                StopSignal::Interrupt,
-                StopSignal::Terminate,
-                StopSignal::Kill,
-            ] {
-                self.sandbox
-                    .signal_tree(shell.pid, signal, false)
-                    .await
-                    .ok();
-                let grace = tokio::time::sleep(self.config.kill_grace);
-                tokio::pin!(grace);
-                loop {
-                    tokio::select! {
-                        read = shell.output.read(&mut buf) => {
-                            match read {
-                                Ok(0) | Err(_) => break,
-                                Ok(n) => {
-                                    if let Some(found) = scanner.feed(&buf[..n], &mut |chunk| capture.push(chunk)) {
-                                        marker = Some(found);
-                                        break;
-                                    }
-                                }
-                            }
-                        }
-                        () = &mut grace => break,
-                    }
-                }
-                if marker.is_some() {
-                    break;
-                }
-            }
-            // The shell is back at its prompt (or about to be replaced): whatever
-            // still descends from it was started by the stopped command
-            // (background jobs ignore SIGINT), so it goes too.
-            self.sandbox
-                .signal_tree(shell.pid, StopSignal::Terminate, false)
-                .await
-                .ok();
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            self.sandbox
-                .signal_tree(shell.pid, StopSignal::Kill, false)
-                .await
-                .ok();
+            marker = self
+                .stop_command(shell, &mut scanner, &mut capture, &mut buf)
+                .await;
         }
 
         if marker.is_none() {
@@ -322,9 +410,6 @@ impl PersistentShell {
                 cwd = new_cwd;
                 if let Ok(mut remembered) = self.remembered.lock() {
                     remembered.cwd = cwd.clone();
-                    if may_change_state(request.command) {
-                        remembered.snapshot_taken = true;
-                    }
                 }
             }
             None => {
@@ -348,30 +433,38 @@ impl PersistentShell {
                 exit_code = code;
                 self.discard(&mut live).await;
                 cwd = self.cwd();
-                // `exit` ends the shell as the user asked; a replacement with
-                // the saved state takes over silently. A shell we had to kill
-                // is worth a word.
+                // `exit` (or errexit) ends the shell as the user asked; a
+                // replacement with the saved state takes over silently. A
+                // shell we had to kill is worth a word.
                 if end != ExecEnd::ShellExited {
-                    replaced = Some(format!(
-                        "The command did not stop when signalled, so its shell was killed and replaced; the working directory{} carry over.",
-                        if self
-                            .remembered
-                            .lock()
-                            .map(|r| r.snapshot_taken)
-                            .unwrap_or(false)
-                        {
-                            " and the last saved shell state (variables, functions, aliases, options)"
-                        } else {
-                            " and the environment the shell started with"
-                        }
-                    ));
+                    replaced = Some(
+                        "The command did not stop when signalled, so its shell was killed and replaced; the working directory and the last saved shell state (variables, functions, aliases, options) carry over."
+                            .to_owned(),
+                    );
                 }
             }
         }
 
+        let suffix = match end {
+            ExecEnd::TimedOut => {
+                format!("\n[Command timed out after {}s]", request.timeout.as_secs())
+            }
+            ExecEnd::Cancelled => "\n[Command interrupted]".to_owned(),
+            _ => String::new(),
+        };
+        let total_chars = capture.total_chars();
+        let retained_bytes = capture.retained_bytes();
+        let mut output_with_status = capture.render(&suffix);
+        if total_chars == 0 && !suffix.is_empty() {
+            // hermes: `[Command timed out after 1s]` alone, without the newline.
+            output_with_status = output_with_status.trim_start().to_owned();
+        }
+        let output = capture.finish();
         Ok(ExecOutcome {
-            total_chars: capture.total_chars() as u64,
-            output: capture.finish(),
+            total_chars: total_chars as u64,
+            retained_bytes,
+            output,
+            output_with_status,
             exit_code,
             end,
             cwd,
@@ -379,25 +472,139 @@ impl PersistentShell {
         })
     }
 
-    /// Kills the shell and everything it started.
+    /// INT, TERM, then KILL to the command's process tree, reading until the
+    /// marker comes back; then sweeps what is left below the shell.
+    async fn stop_command(
+        &self,
+        shell: &mut LiveShell,
+        scanner: &mut MarkerScanner,
+        capture: &mut HeadTailBuffer,
+        buf: &mut [u8],
+    ) -> Option<(i32, String)> {
+        let mut marker = None;
+        // INT first: most programs stop quietly on it and bash does not
+        // report it; then TERM, then KILL for the stubborn.
+        for signal in [
+            StopSignal::Interrupt,
+            StopSignal::Terminate,
+            StopSignal::Kill,
+        ] {
+            signal_tree(&self.sandbox, shell.pid, signal, false)
+                .await
+                .ok();
+            let grace = tokio::time::sleep(self.config.kill_grace);
+            tokio::pin!(grace);
+            loop {
+                tokio::select! {
+                    read = shell.output.read(buf) => {
+                        match read {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => {
+                                if let Some(found) = scanner.feed(&buf[..n], &mut |chunk| capture.push(chunk)) {
+                                    marker = Some(found);
+                                    break;
+                                }
+                            }
+                        }
+                    }
+                    () = &mut grace => break,
+                }
+            }
+            if marker.is_some() {
+                break;
+            }
+        }
+        // The shell is back at its prompt (or about to be replaced): whatever
+        // still descends from it was started by the stopped command
+        // (background jobs ignore SIGINT), so it goes too.
+        signal_tree(&self.sandbox, shell.pid, StopSignal::Terminate, false)
+            .await
+            .ok();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        signal_tree(&self.sandbox, shell.pid, StopSignal::Kill, false)
+            .await
+            .ok();
+        marker
+    }
+
+    /// Kills the shell and everything it started, and removes its private
+    /// directory.
     pub async fn close(&self) {
         let mut live = self.live.lock().await;
         self.discard(&mut live).await;
+        if self.dir_ready.swap(false, Ordering::Relaxed) {
+            let script = format!("rm -rf -- {}", shell_quote(&self.dir));
+            if let Err(err) = run_helper(&self.sandbox, &script, None).await {
+                tracing::debug!("removing {} failed: {err}", self.dir);
+            }
+        }
     }
 
     async fn discard(&self, live: &mut Option<LiveShell>) {
         if let Some(mut shell) = live.take() {
-            self.sandbox
-                .signal_tree(shell.pid, StopSignal::Kill, true)
+            signal_tree(&self.sandbox, shell.pid, StopSignal::Kill, true)
                 .await
                 .ok();
             shell.handle.kill().await;
         }
     }
 
+    /// Creates the private directory (and the sudo helper) once.
+    async fn prepare_dir(&self) {
+        if self.dir_ready.load(Ordering::Relaxed) {
+            return;
+        }
+        let dir = shell_quote(&self.dir);
+        let mut script = format!("umask 077 && mkdir -p -- {dir} && chmod 700 -- {dir}");
+        let mut stdin = None;
+        if let Some(password) = &self.config.sudo_password {
+            // The helper reads the password file with shell builtins only; the
+            // password reaches the file through stdin, never a command line.
+            let askpass = format!(
+                "#!/bin/sh\nIFS= read -r __p < {}/sudo-pass\nprintf '%s\\n' \"$__p\"\n",
+                shell_quote(&self.dir)
+            );
+            script.push_str(&format!(
+                " && cat > {dir}/sudo-pass && printf '%s' {} > {dir}/askpass && chmod 700 {dir}/askpass",
+                shell_quote(&askpass)
+            ));
+            stdin = Some(format!("{}\n", password.expose()));
+        }
+        match run_helper(&self.sandbox, &script, stdin.as_deref()).await {
+            Ok(()) => self.dir_ready.store(true, Ordering::Relaxed),
+            Err(err) => tracing::warn!("cannot create the shell directory {}: {err}", self.dir),
+        }
+    }
+
     /// Starts a shell, restoring the remembered state. Returns a description of
     /// what was restored.
     async fn start(&self, live: &mut Option<LiveShell>) -> Result<String, ShellError> {
+        self.prepare_dir().await;
+        let has_init =
+            self.config.login || !self.config.init_files.is_empty() || !self.config.init.is_empty();
+        match self.start_once(live, false).await {
+            Ok(restored) => Ok(restored),
+            Err(err) if has_init => {
+                tracing::warn!(
+                    "the shell did not start with its init files ({err}); starting it without them"
+                );
+                let restored = self.start_once(live, true).await?;
+                if let Ok(mut remembered) = self.remembered.lock() {
+                    remembered.init_note = Some(format!(
+                        "The shell's init files (login files, terminal.shell_init_files) broke its start-up ({err}); it runs without them."
+                    ));
+                }
+                Ok(restored)
+            }
+            Err(err) => Err(err),
+        }
+    }
+
+    async fn start_once(
+        &self,
+        live: &mut Option<LiveShell>,
+        skip_init: bool,
+    ) -> Result<String, ShellError> {
         let (cwd, snapshot) = {
             let r = self
                 .remembered
@@ -407,7 +614,7 @@ impl PersistentShell {
         };
         let spec = SpawnSpec {
             program: "bash".to_owned(),
-            args: vec!["--noprofile".to_owned(), "--norc".to_owned()],
+            args: vec!["-c".to_owned(), script::BOOT.to_owned()],
             cwd: Some(self.config.cwd.clone()),
             env: self.config.env.clone(),
         };
@@ -419,25 +626,30 @@ impl PersistentShell {
             handle: process.handle,
         };
         let token = uuid::Uuid::new_v4().simple().to_string();
-        let mut init = String::from(
-            "exec 2>&1\nset +m\nshopt -s expand_aliases\nPS1='' PS2='' PROMPT_COMMAND=''\n",
-        );
-        for line in &self.config.init {
-            init.push_str(line);
-            init.push('\n');
-        }
-        if snapshot {
-            init.push_str(&format!(
-                "source {} >/dev/null 2>&1\n",
-                shell_quote(&self.snapshot_path)
-            ));
-        }
-        init.push_str(&format!(
-            "builtin cd -- {} 2>/dev/null\n",
-            shell_quote(&cwd)
-        ));
-        init.push_str(&format!("printf '\\036READY {token} %s\\036\\n' \"$$\"\n"));
-        write_all(&mut shell.stdin, init.as_bytes()).await?;
+        let snapshot_path = self.snapshot_path();
+        let askpass = self.askpass_path();
+        let original_path = self
+            .config
+            .env
+            .iter()
+            .find(|(k, _)| k == "PATH")
+            .map(|(_, v)| v.as_str());
+        let dir_ready = self.dir_ready.load(Ordering::Relaxed);
+        let script = startup_script(&Startup {
+            login: self.config.login,
+            init_files: &self.config.init_files,
+            init_commands: &self.config.init,
+            original_path: original_path
+                .filter(|_| self.config.login || !self.config.init_files.is_empty()),
+            sudo_askpass: (self.config.sudo_password.is_some() && dir_ready)
+                .then_some(askpass.as_str()),
+            restore_snapshot: snapshot.then_some(snapshot_path.as_str()),
+            snapshot_path: &snapshot_path,
+            cwd: &cwd,
+            ready_token: &token,
+            skip_init,
+        });
+        write_all(&mut shell.stdin, script.as_bytes()).await?;
 
         let ready = format!("\x1eREADY {token} ");
         let mut seen = Vec::new();
@@ -446,9 +658,11 @@ impl PersistentShell {
             loop {
                 let n = shell.output.read(&mut buf).await?;
                 if n == 0 {
+                    let tail = String::from_utf8_lossy(&seen[seen.len().saturating_sub(500)..])
+                        .trim()
+                        .to_owned();
                     return Err(ShellError::Start(format!(
-                        "bash exited during start-up: {}",
-                        String::from_utf8_lossy(&seen).trim()
+                        "bash exited during start-up: {tail}"
                     )));
                 }
                 seen.extend_from_slice(&buf[..n]);
@@ -462,6 +676,10 @@ impl PersistentShell {
                             .ok_or_else(|| ShellError::Start("unreadable shell pid".to_owned()));
                     }
                 }
+                // Start-up chatter of rc files is dropped; keep memory bounded.
+                if seen.len() > 64 * 1024 {
+                    seen.drain(..seen.len() - 1024);
+                }
             }
         })
         .await;
@@ -470,6 +688,10 @@ impl PersistentShell {
                 shell.pid = pid;
                 *live = Some(shell);
                 self.starts.fetch_add(1, Ordering::Relaxed);
+                if let Ok(mut remembered) = self.remembered.lock() {
+                    remembered.snapshot_taken = dir_ready;
+                }
+                self.started.send_replace(true);
                 Ok(if snapshot {
                     format!("restored saved state, cwd {cwd}")
                 } else {
@@ -477,10 +699,16 @@ impl PersistentShell {
                 })
             }
             Ok(Err(err)) => {
+                signal_tree(&self.sandbox, shell.pid, StopSignal::Kill, true)
+                    .await
+                    .ok();
                 shell.handle.kill().await;
                 Err(err)
             }
             Err(_) => {
+                signal_tree(&self.sandbox, shell.pid, StopSignal::Kill, true)
+                    .await
+                    .ok();
                 shell.handle.kill().await;
                 Err(ShellError::Start(format!(
                     "bash did not answer within {}s",
@@ -496,124 +724,65 @@ async fn write_all(stdin: &mut BoxedWriter, bytes: &[u8]) -> std::io::Result<()>
     stdin.flush().await
 }
 
-/// The line that makes bash read and run one command.
-fn frame_for(token: &str, workdir: Option<&str>, snapshot: Option<&str>) -> String {
-    let run = match workdir {
-        Some(dir) => format!(
-            "builtin cd -- {} && eval \"$__cad_c\" </dev/null",
-            shell_quote(dir)
-        ),
-        None => "eval \"$__cad_c\" </dev/null".to_owned(),
+/// [`Sandbox::signal_tree`], never for pid 0 or 1: a backend that could not
+/// tell a pid must not make us signal the whole sandbox.
+pub async fn signal_tree(
+    sandbox: &Arc<dyn Sandbox>,
+    pid: u32,
+    signal: StopSignal,
+    include_root: bool,
+) -> Result<(), SandboxError> {
+    if pid <= 1 {
+        return Ok(());
+    }
+    sandbox.signal_tree(pid, signal, include_root).await
+}
+
+/// Runs a short helper script in the sandbox (`bash -c`), with `stdin` fed
+/// to it when given.
+pub async fn run_helper(
+    sandbox: &Arc<dyn Sandbox>,
+    script: &str,
+    stdin: Option<&str>,
+) -> Result<(), String> {
+    let spec = SpawnSpec {
+        program: "bash".to_owned(),
+        args: vec!["-c".to_owned(), script.to_owned()],
+        cwd: None,
+        env: vec![(
+            "PATH".to_owned(),
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_owned(),
+        )],
     };
-    let save = match snapshot {
-        // Saved after the command, before the marker: a replacement shell can
-        // inherit variables, functions, aliases and options.
-        Some(path) => format!(
-            "{{ builtin declare -p;builtin declare -f;builtin alias -p;builtin shopt -p;builtin set +o; }} >{} 2>/dev/null;",
-            shell_quote(path)
-        ),
-        None => String::new(),
+    let mut process = sandbox.spawn(spec).await.map_err(|e| e.to_string())?;
+    let written = match stdin {
+        Some(data) => {
+            tokio::time::timeout(
+                Duration::from_secs(30),
+                process.stdin.write_all(data.as_bytes()),
+            )
+            .await
+        }
+        None => Ok(Ok(())),
     };
-    format!(
-        "IFS= read -r -d '' __cad_c;{run};__cad_e=$?;{save}builtin printf '\\n\\036%s %d %s\\036\\n' {token} \"$__cad_e\" \"$PWD\"\n"
+    drop(process.stdin);
+    let mut output = Vec::new();
+    let _ = tokio::time::timeout(
+        Duration::from_secs(30),
+        process.output.read_to_end(&mut output),
     )
-}
-
-/// Could this command change shell state beyond the cwd? Cheap and
-/// conservative: a false positive costs one snapshot (~0.3 ms).
-fn may_change_state(command: &str) -> bool {
-    const WORDS: &[&str] = &[
-        "export", "declare", "typeset", "readonly", "alias", "unalias", "unset", "set", "shopt",
-        "source", "function", "local", "eval", "umask", "ulimit", "hash", "trap", "enable",
-        "builtin", "pushd", "popd", "cd", "exec",
-    ];
-    if command.contains('=') || command.contains("()") {
-        return true;
+    .await;
+    let code = tokio::time::timeout(Duration::from_secs(30), process.handle.wait())
+        .await
+        .ok()
+        .flatten();
+    match (written, code) {
+        (Ok(Ok(())), Some(0)) => Ok(()),
+        (Ok(Err(err)), _) => Err(format!("writing to the helper failed: {err}")),
+        (Err(_), _) => Err("the helper timed out".to_owned()),
+        (_, code) => Err(format!(
+            "exit {code:?}: {}",
+            String::from_utf8_lossy(&output).trim()
+        )),
     }
-    command
-        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.'))
-        .any(|word| word == "." || WORDS.contains(&word))
-}
-
-/// Single-quotes a string for bash.
-pub fn shell_quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "'\\''"))
-}
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    if needle.is_empty() || haystack.len() < needle.len() {
-        return None;
-    }
-    haystack.windows(needle.len()).position(|w| w == needle)
-}
-
-/// Finds the end marker `\n\x1e<token> <code> <cwd>\x1e\n` in a byte stream
-/// that arrives in arbitrary chunks, passing through everything before it.
-struct MarkerScanner {
-    prefix: Vec<u8>,
-    /// Bytes that might be the start of the marker, held back.
-    held: Vec<u8>,
-    /// Once the prefix is seen: the rest of the marker line.
-    tail: Option<Vec<u8>>,
-}
-
-impl MarkerScanner {
-    fn new(token: &str) -> Self {
-        MarkerScanner {
-            prefix: format!("\n\x1e{token} ").into_bytes(),
-            held: Vec::new(),
-            tail: None,
-        }
-    }
-
-    /// Emits whatever was held back (the stream ended without a marker).
-    fn flush(&mut self, emit: &mut dyn FnMut(&[u8])) {
-        if self.tail.is_none() && !self.held.is_empty() {
-            emit(&self.held);
-            self.held.clear();
-        }
-    }
-
-    /// Feeds bytes; output before the marker goes to `emit`. Returns the exit
-    /// code and cwd once the whole marker has arrived.
-    fn feed(&mut self, data: &[u8], emit: &mut dyn FnMut(&[u8])) -> Option<(i32, String)> {
-        if let Some(tail) = self.tail.as_mut() {
-            tail.extend_from_slice(data);
-            return parse_marker_tail(tail);
-        }
-        self.held.extend_from_slice(data);
-        if let Some(at) = find(&self.held, &self.prefix) {
-            emit(&self.held[..at]);
-            let tail = self.held[at + self.prefix.len()..].to_vec();
-            self.held.clear();
-            let parsed = parse_marker_tail(&tail);
-            self.tail = Some(tail);
-            return parsed;
-        }
-        // Keep back only what could still become the prefix.
-        let keep = longest_prefix_suffix(&self.held, &self.prefix);
-        let cut = self.held.len() - keep;
-        if cut > 0 {
-            emit(&self.held[..cut]);
-            self.held.drain(..cut);
-        }
-        None
-    }
-}
-
-/// Length of the longest suffix of `data` that is a proper prefix of `prefix`.
-fn longest_prefix_suffix(data: &[u8], prefix: &[u8]) -> usize {
-    let max = prefix.len().saturating_sub(1).min(data.len());
-    (1..=max)
-        .rev()
-        .find(|&k| data[data.len() - k..] == prefix[..k])
-        .unwrap_or(0)
-}
-
-/// Parses `<code> <cwd>\x1e\n` once complete.
-fn parse_marker_tail(tail: &[u8]) -> Option<(i32, String)> {
-    let end = tail.windows(2).position(|w| w == b"\x1e\n")?;
-    let text = String::from_utf8_lossy(&tail[..end]);
-    let (code, cwd) = text.split_once(' ')?;
-    Some((code.trim().parse().unwrap_or(1), cwd.to_owned()))
 }

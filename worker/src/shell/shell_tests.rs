@@ -1,6 +1,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::script::may_change_state;
 use super::*;
 use crate::backends::local::LocalSandbox;
 
@@ -50,6 +51,7 @@ async fn output_exit_code_and_cwd() {
     let out = run(&sh, "cd / && pwd").await;
     assert_eq!(out.cwd, "/");
     assert_eq!(sh.cwd(), "/");
+    sh.close().await;
 }
 
 #[tokio::test]
@@ -66,6 +68,7 @@ async fn state_persists_across_commands() {
     let pid2 = run(&sh, "echo $$").await.output;
     assert_eq!(pid1, pid2, "one live shell");
     assert_eq!(sh.starts(), 1);
+    sh.close().await;
 }
 
 #[tokio::test]
@@ -78,6 +81,7 @@ async fn declare_stays_global_and_multiline_commands_work() {
     .await;
     let out = run(&sh, "echo ${MAP[k]}").await;
     assert_eq!(out.output, "v\n");
+    sh.close().await;
 }
 
 #[tokio::test]
@@ -87,6 +91,7 @@ async fn stdin_readers_get_eof() {
     let out = run(&sh, "cat; read x; echo done").await;
     assert_eq!(out.output, "done\n");
     assert!(started.elapsed() < Duration::from_secs(5));
+    sh.close().await;
 }
 
 #[tokio::test]
@@ -122,6 +127,7 @@ async fn workdir_applies_and_bad_workdir_fails_cleanly() {
         "/usr\n",
         "the shell is fine afterwards"
     );
+    sh.close().await;
 }
 
 #[tokio::test]
@@ -132,12 +138,16 @@ async fn timeout_kills_the_tree_and_keeps_the_shell() {
     let out = run_with(
         &sh,
         &format!("bash -c 'sleep 300; : {marker}' & echo started; sleep 300"),
-        Duration::from_millis(500),
+        Duration::from_secs(1),
     )
     .await;
     assert_eq!(out.end, ExecEnd::TimedOut);
     assert_eq!(out.exit_code, 124);
     assert_eq!(out.output, "started\n");
+    assert_eq!(
+        out.output_with_status,
+        "started\n\n[Command timed out after 1s]"
+    );
     assert!(
         out.shell_replaced.is_none(),
         "the shell survived: {:?}",
@@ -149,6 +159,7 @@ async fn timeout_kills_the_tree_and_keeps_the_shell() {
     let out = run(&sh, "echo $KEEP; pwd").await;
     assert_eq!(out.output, "yes\n/usr\n");
     assert_eq!(sh.starts(), 1);
+    sh.close().await;
 }
 
 #[tokio::test]
@@ -161,6 +172,7 @@ async fn a_stuck_builtin_loop_replaces_the_shell_with_its_state() {
     let out = run(&sh, "echo $KEEP; f; pwd").await;
     assert_eq!(out.output, "yes\nf\n/usr\n");
     assert_eq!(sh.starts(), 2);
+    sh.close().await;
 }
 
 #[tokio::test]
@@ -173,6 +185,7 @@ async fn exit_reports_the_code_and_the_next_command_gets_a_new_shell() {
     assert_eq!(out.end, ExecEnd::ShellExited);
     let out = run(&sh, "pwd").await;
     assert_eq!(out.output, "/usr\n");
+    sh.close().await;
 }
 
 #[tokio::test]
@@ -198,7 +211,10 @@ async fn cancel_stops_the_command() {
         .unwrap();
     assert_eq!(out.end, ExecEnd::Cancelled);
     assert_eq!(out.exit_code, 130);
+    assert_eq!(out.output, "");
+    assert_eq!(out.output_with_status, "[Command interrupted]");
     assert!(started.elapsed() < Duration::from_secs(10));
+    sh.close().await;
 }
 
 #[tokio::test]
@@ -215,6 +231,7 @@ async fn concurrent_commands_never_interleave() {
     for (i, handle) in handles.into_iter().enumerate() {
         assert_eq!(handle.await.unwrap(), format!("{i}-1\n{i}-2\n{i}-3\n"));
     }
+    sh.close().await;
 }
 
 #[tokio::test]
@@ -223,6 +240,7 @@ async fn marker_lookalikes_in_output_are_just_output() {
     let out = run(&sh, r"printf '\n\036deadbeef 0 /\036\n'; echo after").await;
     assert_eq!(out.output, "\n\u{1e}deadbeef 0 /\u{1e}\nafter\n");
     assert_eq!(out.exit_code, 0);
+    sh.close().await;
 }
 
 #[tokio::test]
@@ -243,6 +261,225 @@ async fn streams_output_as_it_arrives() {
         .unwrap();
     assert_eq!(out.output, "one\ntwo\n");
     assert_eq!(String::from_utf8(seen).unwrap(), "one\ntwo\n");
+    sh.close().await;
+}
+
+#[tokio::test]
+async fn a_silent_timeout_reads_like_hermes() {
+    let sh = shell();
+    let out = run_with(&sh, "sleep 3", Duration::from_secs(1)).await;
+    assert_eq!(out.output_with_status, "[Command timed out after 1s]");
+    assert_eq!(out.exit_code, 124);
+    sh.close().await;
+}
+
+#[tokio::test]
+async fn ten_megabytes_of_output_stay_bounded() {
+    let sh = shell();
+    let out = run_with(
+        &sh,
+        "head -c 10000000 /dev/zero | tr '\\0' x; echo; echo END",
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_eq!(out.exit_code, 0);
+    assert_eq!(out.total_chars, 10_000_005);
+    assert_eq!(out.output.chars().count(), 50_000);
+    assert!(
+        out.output.contains("\n\n... [OUTPUT TRUNCATED - 9,950,"),
+        "{}",
+        &out.output[19_900..20_100]
+    );
+    assert!(out.output.ends_with("xxx\nEND\n"));
+    // The capture held a bounded window, not the 10 MB.
+    assert!(
+        out.retained_bytes < 300_000,
+        "retained {} bytes",
+        out.retained_bytes
+    );
+    sh.close().await;
+}
+
+#[tokio::test]
+async fn errexit_and_nounset_do_not_outlive_their_command() {
+    let sh = shell();
+    run(&sh, "KEEP=kept; cd /usr").await;
+    let out = run(&sh, "set -e; false; echo after").await;
+    assert_eq!(out.exit_code, 1);
+    assert_eq!(out.output, "");
+    // A later failure does not end anything, and the state is still there.
+    let out = run(
+        &sh,
+        "false; echo $KEEP $PWD; [[ -o errexit ]] || echo no-errexit",
+    )
+    .await;
+    assert_eq!(out.output, "kept /usr\nno-errexit\n");
+    run(&sh, "set -u").await;
+    assert_eq!(run(&sh, "echo ${UNSET_VAR}ok").await.output, "ok\n");
+    sh.close().await;
+}
+
+/// A shell whose HOME is `home`, reading login and init files.
+fn login_shell(home: &std::path::Path, init_files: Vec<String>, path: &str) -> PersistentShell {
+    let sandbox = Arc::new(LocalSandbox::new("test".into(), "/tmp".into()));
+    let env = vec![
+        ("PATH".to_owned(), path.to_owned()),
+        ("HOME".to_owned(), home.display().to_string()),
+    ];
+    PersistentShell::new(
+        sandbox,
+        ShellConfig {
+            env,
+            cwd: "/tmp".into(),
+            login: true,
+            init_files,
+            ..ShellConfig::default()
+        },
+    )
+}
+
+#[tokio::test]
+async fn login_and_init_files_are_read_once_at_start() {
+    let home = tempfile::tempdir().unwrap();
+    let log = home.path().join("sourced.log");
+    std::fs::write(
+        home.path().join(".profile"),
+        format!(
+            "echo profile >> {}\nexport FROM_PROFILE=yes\nPATH=/usr/bin:/bin\n",
+            log.display()
+        ),
+    )
+    .unwrap();
+    // Reads stdin (must not eat the protocol), prints (must not show), sets an alias.
+    std::fs::write(
+        home.path().join(".bashrc"),
+        format!(
+            "echo bashrc >> {}\nread -r x; echo noise\nalias hello='echo hi-from-alias'\nset -eu\n",
+            log.display()
+        ),
+    )
+    .unwrap();
+    let original_path = format!("/opt/caduceus-test-bin:{}", std::env::var("PATH").unwrap());
+    let sh = login_shell(
+        home.path(),
+        vec![
+            "~/.profile".into(),
+            "~/.bashrc".into(),
+            "~/missing-file".into(),
+        ],
+        &original_path,
+    );
+    let out = run(&sh, "echo $FROM_PROFILE; hello; false; echo still-here").await;
+    assert_eq!(out.output, "yes\nhi-from-alias\nstill-here\n");
+    run(&sh, "echo again").await;
+    // ~/.profile was the login file, so it is not read a second time.
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "profile\nbashrc\n");
+    // The login files reset PATH; the worker's entries come back after theirs.
+    let path = run(&sh, "echo $PATH").await.output;
+    assert!(path.starts_with("/usr/bin:/bin:"), "{path}");
+    assert!(path.contains("/opt/caduceus-test-bin"), "{path}");
+    sh.close().await;
+}
+
+#[tokio::test]
+async fn an_init_file_that_exits_does_not_break_the_shell() {
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(home.path().join(".bashrc"), "exit 7\n").unwrap();
+    let sh = login_shell(
+        home.path(),
+        vec!["~/.bashrc".into()],
+        &std::env::var("PATH").unwrap(),
+    );
+    let out = run(&sh, "echo works").await;
+    assert_eq!(out.output, "works\n");
+    let note = out
+        .shell_replaced
+        .expect("the first result says the init files failed");
+    assert!(note.contains("init files"), "{note}");
+    assert!(
+        run(&sh, "echo again").await.shell_replaced.is_none(),
+        "said once"
+    );
+    sh.close().await;
+}
+
+#[tokio::test]
+async fn the_private_directory_is_private_and_removed_on_close() {
+    let sh = shell();
+    run(&sh, "export A=1").await;
+    let dir = std::path::PathBuf::from(sh.private_dir());
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700);
+    let snapshot = std::fs::read_to_string(dir.join("state.sh")).unwrap();
+    assert!(snapshot.contains("declare -x A=\"1\""), "{snapshot}");
+    let state = sh.state_for_background().await;
+    assert_eq!(
+        state.snapshot.as_deref(),
+        Some(dir.join("state.sh").to_str().unwrap())
+    );
+    sh.close().await;
+    assert!(!dir.exists());
+}
+
+#[tokio::test]
+async fn state_for_background_starts_a_shell_that_never_ran() {
+    let sh = shell();
+    let state = sh.state_for_background().await;
+    assert_eq!(state.cwd, "/tmp");
+    assert!(std::path::Path::new(state.snapshot.as_deref().unwrap()).exists());
+    assert_eq!(sh.starts(), 1);
+    sh.close().await;
+}
+
+#[tokio::test]
+async fn sudo_gets_the_password_from_the_askpass_helper() {
+    // A stand-in sudo: with -A it asks the helper, as the real one does.
+    let bin = tempfile::tempdir().unwrap();
+    let fake = bin.path().join("sudo");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\nif [ \"$1\" = -A ]; then shift; pw=$(\"$SUDO_ASKPASS\"); \
+         if [ \"$pw\" = 's3cret-pass' ]; then \"$@\"; else echo 'sudo: 1 incorrect password attempt'; exit 1; fi; \
+         else echo 'sudo: a terminal is required to read the password'; exit 1; fi\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let sandbox = Arc::new(LocalSandbox::new("test".into(), "/tmp".into()));
+    let path = format!(
+        "{}:{}",
+        bin.path().display(),
+        std::env::var("PATH").unwrap()
+    );
+    let env = vec![
+        ("PATH".to_owned(), path),
+        ("HOME".to_owned(), "/tmp".to_owned()),
+    ];
+    let sh = PersistentShell::new(
+        sandbox,
+        ShellConfig {
+            env,
+            cwd: "/tmp".into(),
+            sudo_password: Some(Secret::new("s3cret-pass")),
+            ..ShellConfig::default()
+        },
+    );
+    let out = run(&sh, "sudo echo as-root; cat").await;
+    assert_eq!(
+        out.output, "as-root\n",
+        "the password never reaches the command's stdin"
+    );
+    // The password is in no variable and no function; the helper's path is
+    // not in the environment either.
+    let out = run(&sh, "declare -p; set").await;
+    assert!(!out.output.contains("s3cret-pass"));
+    assert!(!run(&sh, "env").await.output.contains("SUDO_ASKPASS"));
+    let pass_file = std::path::Path::new(sh.private_dir()).join("sudo-pass");
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(std::fs::metadata(&pass_file).unwrap().mode() & 0o777, 0o600);
+    sh.close().await;
+    assert!(!pass_file.exists());
 }
 
 #[test]

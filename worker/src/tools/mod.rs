@@ -2,6 +2,7 @@
 //! that keeps large results in the sandbox instead of the context.
 
 pub mod files;
+pub mod process;
 pub mod terminal;
 
 use std::sync::Arc;
@@ -47,6 +48,8 @@ impl Default for ToolSettings {
 /// One call of a worker tool.
 pub struct ToolCall {
     pub call_id: String,
+    /// The session that made the call (background-process notices go there).
+    pub session_id: String,
     pub tool: String,
     pub args: Map<String, Value>,
     pub env: Arc<Environment>,
@@ -67,22 +70,37 @@ pub async fn run(settings: &ToolSettings, mut call: ToolCall) -> String {
             files::run(&settings.files, &call.env, tool, &call.args).await
         }
         "terminal" => {
-            terminal::run(
-                settings,
-                &call.env,
-                &call.args,
-                &call.cancel,
-                call.output.take(),
-            )
-            .await
+            let terminal_call = terminal::TerminalCall {
+                env: &call.env,
+                args: &call.args,
+                cancel: &call.cancel,
+                output: call.output.take(),
+                session_id: &call.session_id,
+            };
+            terminal::run(settings, terminal_call).await
         }
         "__persist_result" => persist_result_tool(&call.env, &call.args).await,
         other => tool_error(format!("Tool '{other}' is not served by this worker")),
     };
-    if call.result_cap > 0 && result.chars().count() as u64 > call.result_cap {
-        return cap_result(&call.env, &call.call_id, result).await;
+    cap_if_needed(Some(&call.env), &call.call_id, result, call.result_cap).await
+}
+
+/// Persists `result` in the sandbox and returns hermes' preview when it is
+/// longer than `cap` characters (0 = never); without an environment the
+/// preview says it could not be saved.
+pub async fn cap_if_needed(
+    env: Option<&Environment>,
+    id: &str,
+    result: String,
+    cap: u64,
+) -> String {
+    if cap == 0 || result.len() as u64 <= cap || result.chars().count() as u64 <= cap {
+        return result;
     }
-    result
+    match env {
+        Some(env) => cap_result(env, id, result).await,
+        None => persist::unsaved_preview(&result),
+    }
 }
 
 /// Saves a too-large result inside the sandbox and returns hermes' preview.

@@ -1,22 +1,113 @@
-//! The `terminal` tool: hermes' schema and result shape over the live shell.
+//! The `terminal` tool: hermes' schema and result shapes over the live shell
+//! (foreground) and the process registry (background). See `README.md` for
+//! the results a model sees.
 
 use std::time::Duration;
 
-use serde_json::{Map, Value, json};
+use serde::Serialize;
+use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
-use caduceus_common::redact::{RedactMode, redact};
-use caduceus_common::text::strip_ansi;
+use caduceus_common::result::to_json;
+use caduceus_guard::hints;
 
 use super::{OutputSink, ToolSettings};
 use crate::env::Environment;
+use crate::process::SpawnRequest;
 use crate::shell::{ExecEnd, ExecRequest};
+
+/// One `terminal` call.
+pub struct TerminalCall<'a> {
+    pub env: &'a Environment,
+    pub args: &'a Map<String, Value>,
+    pub cancel: &'a CancellationToken,
+    pub output: Option<OutputSink>,
+    pub session_id: &'a str,
+}
 
 /// `{"output":"","exit_code":-1,"error":…,"status":…}` — hermes' shape for a
 /// command that did not run.
-fn refused(error: impl Into<String>, status: &str) -> String {
-    json!({"output": "", "exit_code": -1, "error": error.into(), "status": status}).to_string()
+#[derive(Serialize)]
+struct Refused<'a> {
+    output: &'a str,
+    exit_code: i32,
+    error: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status: Option<&'a str>,
 }
+
+fn refused(error: impl Into<String>, status: &str) -> String {
+    to_json(&Refused {
+        output: "",
+        exit_code: -1,
+        error: error.into(),
+        status: Some(status),
+    })
+}
+
+fn failed(error: impl Into<String>) -> String {
+    to_json(&Refused {
+        output: "",
+        exit_code: -1,
+        error: error.into(),
+        status: None,
+    })
+}
+
+/// The result of a foreground command.
+#[derive(Serialize)]
+struct Finished<'a> {
+    output: String,
+    exit_code: i32,
+    error: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    exit_code_meaning: Option<&'a str>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    sudo_auth_failed: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pty_note: Option<&'a str>,
+    /// The shell had to be replaced (or its init files failed); what carried over.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    shell_note: Option<String>,
+}
+
+/// The result of starting a background process.
+#[derive(Serialize)]
+struct Started<'a> {
+    output: &'a str,
+    session_id: &'a str,
+    pid: u32,
+    exit_code: i32,
+    error: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pty_note: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    hint: Option<&'a str>,
+    /// `false` when notifications were asked for but cannot be delivered.
+    #[serde(rename = "notify_on_complete", skip_serializing_if = "Option::is_none")]
+    notify_off: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    notify_unsupported: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    watch_patterns_ignored: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    notify_on_complete: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    watch_patterns: Option<&'a [String]>,
+}
+
+const SILENT_BACKGROUND_HINT: &str = "background=true without notify_on_complete=true means this process runs SILENTLY — you will not be told when it exits. If this is a bounded task (test suite, build, CI poller, deploy, anything with a defined end), you almost certainly wanted notify_on_complete=true so the system pings you on exit. Re-launch with notify_on_complete=true, or call process(action='poll') / process(action='wait') yourself to learn the outcome. Only ignore this hint for genuine long-lived processes that never exit (servers, watchers, daemons).";
+const NOTIFY_UNSUPPORTED: &str = "notify_on_complete / watch_patterns are not available in this session — it cannot receive an async completion after the turn ends (a one-shot `caduceus call`, or any caller without a session). The process is running in the background; retrieve its result with process(action='poll') or process(action='wait').";
+const WATCH_IGNORED: &str = "watch_patterns ignored because notify_on_complete=True; these two flags produce duplicate notifications when combined";
+const PIPE_STDIN_PTY_NOTE: &str = "PTY disabled for this command because it expects piped stdin/EOF (for example gh auth login --with-token). For local background processes, call process(action='close') after writing so it receives EOF.";
+const NO_PTY_NOTE: &str = "PTY requested but script(1) is not available in this sandbox; the process runs with plain pipes (write/submit/close still work).";
+const FOREGROUND_PTY_NOTE: &str = "pty applies to background processes; this foreground command ran without a terminal (its stdin is empty). Use background=true with pty=true for interactive programs.";
+const SUDO_WRONG_PASSWORD: &[&str] = &[
+    "sudo: authentication failed",
+    "sudo: incorrect password attempt",
+    "sudo: maximum 3 incorrect authentication attempts",
+    "sudo: 3 incorrect password attempts",
+];
 
 fn type_name(value: &Value) -> &'static str {
     match value {
@@ -46,13 +137,33 @@ fn python_repr(c: char) -> String {
     }
 }
 
-pub async fn run(
-    settings: &ToolSettings,
-    env: &Environment,
-    args: &Map<String, Value>,
-    cancel: &CancellationToken,
-    mut output: Option<OutputSink>,
-) -> String {
+/// hermes: PTY breaks CLIs that wait for piped stdin and EOF.
+fn requires_pipe_stdin(command: &str) -> bool {
+    let normalized = command
+        .to_lowercase()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    normalized.starts_with("gh auth login") && normalized.contains("--with-token")
+}
+
+/// A requested timeout in whole seconds: missing, zero or negative means the
+/// default (hermes: `timeout or default`); fractions round up.
+fn requested_timeout(args: &Map<String, Value>) -> Option<u64> {
+    let value = args.get("timeout")?;
+    if let Some(n) = value.as_u64() {
+        return (n > 0).then_some(n);
+    }
+    let f = value.as_f64().filter(|f| f.is_finite() && *f > 0.0)?;
+    Some(f.ceil() as u64)
+}
+
+fn flag(args: &Map<String, Value>, name: &str) -> bool {
+    args.get(name).and_then(Value::as_bool).unwrap_or(false)
+}
+
+pub async fn run(settings: &ToolSettings, call: TerminalCall<'_>) -> String {
+    let args = call.args;
     let command = match args.get("command") {
         Some(Value::String(c)) => c.clone(),
         Some(other) => {
@@ -63,30 +174,25 @@ pub async fn run(
         }
         None => return refused("Invalid command: expected string, got NoneType", "error"),
     };
-    let background = args
-        .get("background")
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
-    if background {
-        return refused(
-            "background processes are not available on this worker yet",
-            "error",
-        );
-    }
-    // hermes: a missing or zero timeout means the default.
-    let timeout = args
-        .get("timeout")
-        .and_then(Value::as_u64)
-        .filter(|t| *t > 0)
-        .unwrap_or(settings.terminal_timeout_secs);
-    if timeout > settings.max_foreground_timeout_secs {
-        return json!({
-            "error": format!(
-                "Foreground timeout {timeout}s exceeds the maximum of {}s. Use background=true with notify_on_complete=true for long-running commands.",
+    let background = flag(args, "background");
+    let explicit_timeout = requested_timeout(args);
+    let timeout = explicit_timeout.unwrap_or(settings.terminal_timeout_secs);
+    if !background
+        && let Some(asked) = explicit_timeout.filter(|t| *t > settings.max_foreground_timeout_secs)
+    {
+        #[derive(Serialize)]
+        struct OnlyError {
+            error: String,
+        }
+        return to_json(&OnlyError {
+            error: format!(
+                "Foreground timeout {asked}s exceeds the maximum of {}s. Use background=true with notify_on_complete=true for long-running commands.",
                 settings.max_foreground_timeout_secs
-            )
-        })
-        .to_string();
+            ),
+        });
+    }
+    if !background && let Some(guidance) = hints::long_lived_foreground(&command) {
+        return refused(guidance, "error");
     }
     let workdir = args
         .get("workdir")
@@ -98,44 +204,194 @@ pub async fn run(
     {
         return refused(problem, "blocked");
     }
+    let mut pty = flag(args, "pty");
+    let mut pty_note = None;
+    if pty && requires_pipe_stdin(&command) {
+        pty = false;
+        pty_note = Some(PIPE_STDIN_PTY_NOTE);
+    }
 
+    if background {
+        return start_background(
+            call.env,
+            args,
+            call.session_id,
+            command,
+            workdir,
+            pty,
+            pty_note,
+        )
+        .await;
+    }
+    if pty {
+        pty_note = Some(FOREGROUND_PTY_NOTE);
+    }
+    run_foreground(settings, call, &command, workdir, timeout, pty_note).await
+}
+
+async fn run_foreground(
+    settings: &ToolSettings,
+    call: TerminalCall<'_>,
+    command: &str,
+    workdir: Option<&str>,
+    timeout: u64,
+    pty_note: Option<&str>,
+) -> String {
+    let mut output = call.output;
     let mut forward = |chunk: &[u8]| {
         if let Some(sink) = output.as_mut() {
             sink(chunk);
         }
     };
     let request = ExecRequest {
-        command: &command,
+        command,
         timeout: Duration::from_secs(timeout),
         workdir,
         max_output_chars: settings.max_output_chars,
         on_output: Some(&mut forward),
-        cancel: Some(cancel),
+        cancel: Some(call.cancel),
     };
-    let outcome = match env.shell.exec(request).await {
+    let outcome = match call.env.shell.exec(request).await {
         Ok(outcome) => outcome,
-        Err(err) => {
-            return json!({"output": "", "exit_code": -1, "error": format!("Command execution failed: {err}")}).to_string();
-        }
+        Err(err) => return failed(format!("Command execution failed: {err}")),
     };
-
-    let mut text = outcome.output;
-    match outcome.end {
-        ExecEnd::TimedOut => text.push_str(&format!("\n[Command timed out after {timeout}s]")),
-        ExecEnd::Cancelled => text.push_str("\n[Command interrupted]"),
-        _ => {}
+    if outcome.end == ExecEnd::TimedOut {
+        tracing::debug!(task = %call.env.task_id, timeout, "foreground command timed out");
     }
-    let text = strip_ansi(&text).into_owned();
-    let text = redact(
-        text.trim(),
-        RedactMode::TerminalOutput {
-            command: Some(&command),
-        },
-    )
-    .into_owned();
-    let mut result = json!({"output": text, "exit_code": outcome.exit_code, "error": Value::Null});
-    if let Some(note) = outcome.shell_replaced {
-        result["shell_note"] = Value::String(note);
-    }
-    result.to_string()
+    // hermes strips ANSI and redacts after the cut, on the trimmed text.
+    let text = call
+        .env
+        .cleaner()
+        .output(outcome.output_with_status.trim(), command);
+    let lowered = text.to_lowercase();
+    let sudo_auth_failed = SUDO_WRONG_PASSWORD
+        .iter()
+        .any(|marker| lowered.contains(marker));
+    to_json(&Finished {
+        exit_code_meaning: hints::exit_code_meaning(command, outcome.exit_code),
+        output: text,
+        exit_code: outcome.exit_code,
+        error: None,
+        sudo_auth_failed,
+        pty_note,
+        shell_note: outcome.shell_replaced,
+    })
 }
+
+async fn start_background(
+    env: &Environment,
+    args: &Map<String, Value>,
+    session_id: &str,
+    command: String,
+    workdir: Option<&str>,
+    pty: bool,
+    pty_note: Option<&str>,
+) -> String {
+    let mut notify_on_complete = flag(args, "notify_on_complete");
+    let mut watch_patterns: Vec<String> = match args.get("watch_patterns") {
+        Some(Value::Array(items)) => items
+            .iter()
+            .filter_map(Value::as_str)
+            .filter(|p| !p.is_empty())
+            .map(str::to_owned)
+            .collect(),
+        Some(Value::String(one)) if !one.is_empty() => vec![one.clone()],
+        _ => Vec::new(),
+    };
+    // hermes: decided on the flags as asked.
+    let hint = (!notify_on_complete && watch_patterns.is_empty()).then_some(SILENT_BACKGROUND_HINT);
+    // Notices go to the session that started the process; without one nobody
+    // would get them (hermes refuses the promise for stateless sessions too).
+    let mut notify_unsupported = None;
+    if session_id.is_empty() && (notify_on_complete || !watch_patterns.is_empty()) {
+        notify_on_complete = false;
+        watch_patterns.clear();
+        notify_unsupported = Some(NOTIFY_UNSUPPORTED);
+    }
+    let mut watch_ignored = None;
+    if notify_on_complete && !watch_patterns.is_empty() {
+        watch_patterns.clear();
+        watch_ignored = Some(WATCH_IGNORED);
+    }
+    let state = env.shell.state_for_background().await;
+    let cwd = match workdir {
+        Some(dir) => resolve_workdir(dir, &state.cwd, &env.sandbox.home_dir()),
+        None => state.cwd.clone(),
+    };
+    let request = SpawnRequest {
+        command: without_trailing_ampersand(&command).to_owned(),
+        cwd,
+        snapshot: state.snapshot,
+        env: env.base_env.clone(),
+        session_id: session_id.to_owned(),
+        pty,
+        notify_on_complete,
+        watch_patterns: watch_patterns.clone(),
+    };
+    match env.processes.spawn(request).await {
+        Ok(started) => {
+            let pty_note = match (pty_note, started.pty_unavailable) {
+                (Some(note), _) => Some(note.to_owned()),
+                (None, true) => Some(NO_PTY_NOTE.to_owned()),
+                (None, false) => None,
+            };
+            to_json(&Started {
+                output: "Background process started",
+                session_id: &started.process.id,
+                pid: started.process.pid,
+                exit_code: 0,
+                error: None,
+                pty_note,
+                hint,
+                notify_off: notify_unsupported.map(|_| false),
+                notify_unsupported,
+                watch_patterns_ignored: watch_ignored,
+                notify_on_complete: notify_on_complete.then_some(true),
+                watch_patterns: (!watch_patterns.is_empty()).then_some(watch_patterns.as_slice()),
+            })
+        }
+        Err(err) => failed(format!("Failed to start background process: {err}")),
+    }
+}
+
+/// `cmd &` as a background command: the `&` would end the tracked process at
+/// once (and with it, everything it started), so it is dropped —
+/// background=true already runs the command in the background.
+fn without_trailing_ampersand(command: &str) -> &str {
+    let trimmed = command.trim_end();
+    match trimmed.strip_suffix('&') {
+        Some(rest)
+            if !rest.ends_with('&')
+                && !rest.ends_with('\\')
+                && !rest.ends_with('>')
+                && !rest.ends_with('|') =>
+        {
+            rest.trim_end()
+        }
+        _ => command,
+    }
+}
+
+/// A relative workdir is relative to the shell's cwd; `~` is the sandbox's home.
+fn resolve_workdir(dir: &str, shell_cwd: &str, home: &str) -> String {
+    let home = home.trim_end_matches('/');
+    if dir == "~" {
+        return if home.is_empty() {
+            "/".to_owned()
+        } else {
+            home.to_owned()
+        };
+    }
+    if let Some(rest) = dir.strip_prefix("~/") {
+        return format!("{home}/{rest}");
+    }
+    if dir.starts_with('/') {
+        dir.to_owned()
+    } else {
+        format!("{}/{dir}", shell_cwd.trim_end_matches('/'))
+    }
+}
+
+#[cfg(test)]
+#[path = "terminal_tests.rs"]
+mod tests;

@@ -1,0 +1,104 @@
+use std::time::Duration;
+
+use super::*;
+use crate::process::SpawnRequest;
+
+async fn start(env: &Environment, command: &str) -> Arc<BackgroundProcess> {
+    let state = env.shell.state_for_background().await;
+    let request = SpawnRequest {
+        command: command.to_owned(),
+        cwd: state.cwd,
+        snapshot: state.snapshot,
+        env: env.base_env.clone(),
+        session_id: "s".into(),
+        pty: false,
+        notify_on_complete: false,
+        watch_patterns: Vec::new(),
+    };
+    env.processes.spawn(request).await.unwrap().process
+}
+
+fn process_alive(needle: &str) -> bool {
+    std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+        std::fs::read(e.path().join("cmdline"))
+            .map(|raw| String::from_utf8_lossy(&raw).contains(needle))
+            .unwrap_or(false)
+    })
+}
+
+#[tokio::test]
+async fn releasing_an_environment_stops_everything_it_started() {
+    let (manager, _notices) = test_manager();
+    let env = test_env(&manager, "t1").await;
+    let mark = format!("caduceus-env-test-{}", uuid::Uuid::new_v4().simple());
+    let process = start(
+        &env,
+        &format!("bash -c 'sleep 300; : {mark}-bg' & sleep 300"),
+    )
+    .await;
+    let dir = env.shell.private_dir().to_owned();
+    assert_eq!(env.info().background_processes, 1);
+    assert_eq!(
+        manager
+            .find_process(&process.id)
+            .map(|(e, _)| e.task_id.clone()),
+        Some("t1".to_owned())
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(process_alive(&format!("{mark}-bg")));
+
+    assert!(manager.release("t1").await);
+    assert!(!process.is_running());
+    assert_eq!(process.status().termination_source, "environment_end");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !process_alive(&format!("{mark}-bg")),
+        "a background grandchild outlived its environment"
+    );
+    assert!(!std::path::Path::new(&dir).exists());
+    assert!(manager.get("t1").is_none());
+    assert!(!manager.release("t1").await);
+}
+
+#[tokio::test]
+async fn the_reaper_spares_environments_with_live_background_processes() {
+    let (manager, _notices) = test_manager();
+    let idle = test_env(&manager, "idle").await;
+    let busy = test_env(&manager, "busy").await;
+    idle.shell.state_for_background().await;
+    let process = start(&busy, "sleep 30").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let reaped = manager.reap_idle(Duration::from_millis(100)).await;
+    assert_eq!(reaped, vec!["idle".to_owned()]);
+    assert!(manager.get("busy").is_some());
+    assert_eq!(busy.idle_for(), Duration::ZERO);
+
+    // Once the process is gone, the environment idles from its exit on.
+    process.kill(busy.processes.sandbox(), "test", true).await;
+    assert!(busy.idle_for() < Duration::from_millis(100));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        manager.reap_idle(Duration::from_millis(100)).await,
+        vec!["busy".to_owned()]
+    );
+}
+
+#[tokio::test]
+async fn a_running_call_keeps_an_environment_busy() {
+    let (manager, _notices) = test_manager();
+    let env = test_env(&manager, "t").await;
+    let guard = env.begin_call();
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert!(
+        manager
+            .reap_idle(Duration::from_millis(100))
+            .await
+            .is_empty()
+    );
+    drop(guard);
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert_eq!(
+        manager.reap_idle(Duration::from_millis(100)).await,
+        vec!["t".to_owned()]
+    );
+}
