@@ -446,3 +446,47 @@ fn engine_timestamps_parse() {
     );
     assert!(parse_rfc3339("garbage").is_none());
 }
+
+#[tokio::test]
+async fn persistent_directories_outlive_the_container() {
+    let Some(plain) = provider().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let settings = DockerSettings {
+        persistent: true,
+        sandbox_dir: dir.path().to_path_buf(),
+        ..plain.settings().clone()
+    };
+    let provider = DockerProvider::new(settings, LeasePolicy::default());
+    assert_eq!(
+        provider.pool_key(&request("unit-persist")),
+        None,
+        "per-task mounts cannot be pooled"
+    );
+    let first = provider.create(&request("unit-persist")).await.unwrap();
+    assert_eq!(first.persistent_paths(), ["/root", "/workspace"]);
+    let shell = shell_for(first.clone());
+    let wrote = run(
+        &shell,
+        "echo kept > /workspace/a; echo home > /root/b; echo gone > /tmp/c",
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(wrote.exit_code, 0, "{}", wrote.output);
+    shell.close().await;
+    first.destroy().await.unwrap();
+
+    let second = provider.create(&request("unit-persist")).await.unwrap();
+    let shell = shell_for(second.clone());
+    let read = run(
+        &shell,
+        "cat /workspace/a /root/b; ls /tmp/c 2>&1 | grep -c 'No such'",
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(read.output.trim(), "kept\nhome\n1");
+    assert!(dir.path().join("docker/unit-persist/workspace/a").exists());
+    shell.close().await;
+    second.destroy().await.unwrap();
+}
