@@ -367,13 +367,9 @@ impl Worker {
             };
             let result = tools::process::run(&self.config.tools, process_call).await;
             let env = self.envs.get(&call.task_id);
-            let capped = tools::cap_if_needed(
-                env.as_deref(),
-                &call.call_id,
-                result,
-                call.result_cap_chars,
-            )
-            .await;
+            let capped =
+                tools::cap_if_needed(env.as_deref(), &call.call_id, result, call.result_cap_chars)
+                    .await;
             return (capped, None);
         }
         let spec = call.environment.clone().unwrap_or_default();
