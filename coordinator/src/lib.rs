@@ -281,9 +281,24 @@ impl Coordinator {
             return Err(Status::cancelled("the worker left before its welcome"));
         }
         let link = attached.link;
+        let calls = attached.calls;
         tokio::spawn(async move {
             let reason = loop {
                 match events.next().await {
+                    // Results and output go straight to their callers; the
+                    // link actor sees the rest (heartbeats, notices, releases).
+                    Some(Ok(WorkerEvent {
+                        event: Some(worker_event::Event::Result(result)),
+                    })) => {
+                        calls.shared().touch();
+                        calls.complete(result);
+                    }
+                    Some(Ok(WorkerEvent {
+                        event: Some(worker_event::Event::Output(chunk)),
+                    })) => {
+                        calls.shared().touch();
+                        calls.output(&chunk.call_id, chunk.chunk);
+                    }
                     Some(Ok(event)) => {
                         if link.cast(LinkMsg::Inbound(event)).is_err() {
                             break "the link stopped".to_owned();

@@ -384,6 +384,14 @@ impl Dispatcher {
         tool: &str,
         filter: &ToolFilter,
     ) -> Result<Arc<ToolEntry>, String> {
+        // The common case costs one lookup: an existing, available tool and a
+        // caller without toolset restrictions.
+        if filter.is_unrestricted()
+            && let Some(entry) = snapshot.get(tool)
+            && snapshot.is_available(entry)
+        {
+            return Ok(entry.clone());
+        }
         let available = match snapshot.available_names(filter) {
             Ok(names) => names,
             Err(err) => return Err(tool_error(err.to_string())),
@@ -437,7 +445,7 @@ impl Dispatcher {
             task_id: ctx.task_id.clone(),
             session_id: ctx.session_id.clone().unwrap_or_default(),
             tool: entry.name.clone(),
-            arguments_json: Value::Object(args.clone()).to_string(),
+            arguments_json: serde_json::to_string(args).unwrap_or_else(|_| "{}".to_owned()),
             backend: self.registry.snapshot().terminal_backend().to_owned(),
             settings_json: self.config.environment_settings.to_string(),
             owner: self.config.owner.clone(),
@@ -513,6 +521,11 @@ impl Dispatcher {
 /// `ok` unless the result is a JSON object with a truthy `error`.
 pub fn status_of(result: &str) -> CallStatus {
     if !result.trim_start().starts_with('{') {
+        return CallStatus::Ok;
+    }
+    // Most results say `"error":null` or have no error at all: settle those
+    // without parsing the whole (possibly large) document.
+    if !result.contains("\"error\"") && !result.contains("\"status\"") {
         return CallStatus::Ok;
     }
     match serde_json::from_str::<Value>(result) {

@@ -60,6 +60,15 @@ pub struct ToolFilter {
     pub blocked_tools: Vec<String>,
 }
 
+impl ToolFilter {
+    /// No toolset selection and nothing blocked: every tool.
+    pub fn is_unrestricted(&self) -> bool {
+        self.enabled_toolsets.is_empty()
+            && self.disabled_toolsets.is_empty()
+            && self.blocked_tools.is_empty()
+    }
+}
+
 /// Who is asking to change the registry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Caller {

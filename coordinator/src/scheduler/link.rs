@@ -1,7 +1,13 @@
-//! `WorkerLink`: one actor per attached worker. It owns the worker's command
-//! stream and the table of calls in flight on it. When the stream ends or the
-//! heartbeats stop, every call in flight gets an error and the actor stops; the
-//! Scheduler (its supervisor) then forgets the worker.
+//! `WorkerLink`: one actor per attached worker. It supervises the worker's
+//! stream: when the stream ends or the heartbeats stop, every call in flight
+//! gets an error and the actor stops; the Scheduler (its supervisor) then
+//! forgets the worker.
+//!
+//! The calls in flight live in a [`CallTable`] shared with the callers and the
+//! stream reader: a call is sent and its result delivered without a hop
+//! through the actor's mailbox (each hop is a thread wake-up, and the hot path
+//! of a tool call had four of them). The table's lock also orders a call
+//! against the link closing, so no call is ever left unanswered.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -52,6 +58,13 @@ impl WorkerShared {
             .unwrap_or_default()
     }
 
+    /// Records traffic from the worker: any event proves it alive.
+    pub fn touch(&self) {
+        if let Ok(mut at) = self.last_heartbeat.lock() {
+            *at = Instant::now();
+        }
+    }
+
     pub fn heartbeat_age(&self) -> Duration {
         self.last_heartbeat
             .lock()
@@ -75,24 +88,149 @@ pub type CallReply = oneshot::Sender<Result<CallResult, LinkFailure>>;
 pub type NoticeSink = mpsc::UnboundedSender<(String, caduceus_proto::EnvironmentNotice)>;
 
 pub enum LinkMsg {
-    Run {
-        call: RunCall,
-        output: Option<mpsc::Sender<Bytes>>,
-        reply: CallReply,
-    },
-    Cancel {
-        call_id: String,
-        reason: String,
-    },
-    Release {
-        task_id: String,
-    },
+    Release { task_id: String },
     Drain,
     Inbound(WorkerEvent),
-    StreamClosed {
-        reason: String,
-    },
+    StreamClosed { reason: String },
     CheckHeartbeat,
+}
+
+/// The calls in flight on one worker.
+pub struct CallTable {
+    name: String,
+    commands: mpsc::Sender<Result<WorkerCommand, Status>>,
+    shared: Arc<WorkerShared>,
+    state: Mutex<TableState>,
+}
+
+#[derive(Default)]
+struct TableState {
+    pending: HashMap<String, Pending>,
+    /// Why the link closed; no call is accepted after that.
+    closed: Option<String>,
+}
+
+impl CallTable {
+    pub fn new(
+        name: String,
+        commands: mpsc::Sender<Result<WorkerCommand, Status>>,
+        shared: Arc<WorkerShared>,
+    ) -> Self {
+        CallTable {
+            name,
+            commands,
+            shared,
+            state: Mutex::new(TableState::default()),
+        }
+    }
+
+    pub fn shared(&self) -> &Arc<WorkerShared> {
+        &self.shared
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, TableState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.lock().closed.is_some()
+    }
+
+    /// Sends a call to the worker; its result (or the link's failure) arrives
+    /// on `reply`.
+    pub fn run(&self, call: RunCall, output: Option<mpsc::Sender<Bytes>>, reply: CallReply) {
+        if self.shared.draining.load(Ordering::Relaxed) {
+            let _ = reply.send(Err(LinkFailure::Draining));
+            return;
+        }
+        let mut state = self.lock();
+        if let Some(reason) = &state.closed {
+            let _ = reply.send(Err(LinkFailure::Lost(reason.clone())));
+            return;
+        }
+        let call_id = call.call_id.clone();
+        // try_send: a worker that does not read its commands (64 queued) is
+        // as good as gone, and the caller must not wait on it here.
+        let sent = self.commands.try_send(Ok(WorkerCommand {
+            command: Some(worker_command::Command::Run(call)),
+        }));
+        if sent.is_ok() {
+            self.shared.running.fetch_add(1, Ordering::Relaxed);
+            state.pending.insert(call_id, Pending { reply, output });
+        } else {
+            let _ = reply.send(Err(LinkFailure::Lost(format!(
+                "worker '{}' is not reading its commands",
+                self.name
+            ))));
+        }
+    }
+
+    /// Asks the worker to stop a call still in flight.
+    pub fn cancel(&self, call_id: &str, reason: &str) {
+        if self.lock().pending.contains_key(call_id) {
+            self.send(worker_command::Command::Cancel(CancelCall {
+                call_id: call_id.to_owned(),
+                reason: reason.to_owned(),
+            }));
+        }
+    }
+
+    fn send(&self, command: worker_command::Command) -> bool {
+        self.commands
+            .try_send(Ok(WorkerCommand {
+                command: Some(command),
+            }))
+            .is_ok()
+    }
+
+    /// A result from the worker: answers its caller.
+    pub fn complete(&self, result: CallResult) {
+        let pending = self.lock().pending.remove(&result.call_id);
+        match pending {
+            Some(pending) => {
+                let _ =
+                    self.shared
+                        .running
+                        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                            Some(n.saturating_sub(1))
+                        });
+                let _ = pending.reply.send(Ok(result));
+            }
+            None => {
+                tracing::debug!(call_id = %result.call_id, "result for a call nobody waits for (cancelled or timed out)")
+            }
+        }
+    }
+
+    /// A piece of live output: best effort, a slow reader loses chunks, never
+    /// the final result.
+    pub fn output(&self, call_id: &str, chunk: Vec<u8>) {
+        let state = self.lock();
+        if let Some(Pending {
+            output: Some(output),
+            ..
+        }) = state.pending.get(call_id)
+        {
+            let _ = output.try_send(Bytes::from(chunk));
+        }
+    }
+
+    /// Fails every call in flight and refuses new ones.
+    pub fn close(&self, reason: &str) {
+        let drained: Vec<Pending> = {
+            let mut state = self.lock();
+            if state.closed.is_none() {
+                state.closed = Some(reason.to_owned());
+            }
+            state.pending.drain().map(|(_, p)| p).collect()
+        };
+        for pending in drained {
+            let _ = pending
+                .reply
+                .send(Err(LinkFailure::Lost(reason.to_owned())));
+        }
+        self.shared.running.store(0, Ordering::Relaxed);
+    }
 }
 
 pub struct WorkerLink;
@@ -102,6 +240,7 @@ pub struct LinkArgs {
     pub name: String,
     pub commands: mpsc::Sender<Result<WorkerCommand, Status>>,
     pub shared: Arc<WorkerShared>,
+    pub calls: Arc<CallTable>,
     pub heartbeat_interval: Duration,
     /// Tells the scheduler about backend changes and released environments.
     pub scheduler: ActorRef<super::SchedulerMsg>,
@@ -115,17 +254,11 @@ struct Pending {
 
 pub struct LinkState {
     args: LinkArgs,
-    pending: HashMap<String, Pending>,
 }
 
 impl LinkState {
     fn fail_all(&mut self, reason: &str) {
-        for (_, pending) in self.pending.drain() {
-            let _ = pending
-                .reply
-                .send(Err(LinkFailure::Lost(reason.to_owned())));
-        }
-        self.args.shared.running.store(0, Ordering::Relaxed);
+        self.args.calls.close(reason);
     }
 
     fn send(&self, command: worker_command::Command) -> bool {
@@ -152,10 +285,7 @@ impl Actor for WorkerLink {
     ) -> Result<LinkState, ActorProcessingErr> {
         let period = args.heartbeat_interval;
         myself.send_interval(period, || LinkMsg::CheckHeartbeat);
-        Ok(LinkState {
-            args,
-            pending: HashMap::new(),
-        })
+        Ok(LinkState { args })
     }
 
     async fn post_stop(
@@ -174,34 +304,6 @@ impl Actor for WorkerLink {
         state: &mut LinkState,
     ) -> Result<(), ActorProcessingErr> {
         match message {
-            LinkMsg::Run {
-                call,
-                output,
-                reply,
-            } => {
-                if state.args.shared.draining.load(Ordering::Relaxed) {
-                    let _ = reply.send(Err(LinkFailure::Draining));
-                    return Ok(());
-                }
-                let call_id = call.call_id.clone();
-                if state.send(worker_command::Command::Run(call)) {
-                    state.args.shared.running.fetch_add(1, Ordering::Relaxed);
-                    state.pending.insert(call_id, Pending { reply, output });
-                } else {
-                    let _ = reply.send(Err(LinkFailure::Lost(format!(
-                        "worker '{}' is not reading its commands",
-                        state.args.name
-                    ))));
-                }
-            }
-            LinkMsg::Cancel { call_id, reason } => {
-                if state.pending.contains_key(&call_id) {
-                    state.send(worker_command::Command::Cancel(CancelCall {
-                        call_id,
-                        reason,
-                    }));
-                }
-            }
             LinkMsg::Release { task_id } => {
                 state.send(worker_command::Command::Release(ReleaseEnvironment {
                     task_id,
@@ -245,32 +347,14 @@ impl Actor for WorkerLink {
 
 fn handle_event(state: &mut LinkState, event: WorkerEvent) {
     let shared = &state.args.shared;
-    // Any traffic proves the worker alive.
-    if let Ok(mut at) = shared.last_heartbeat.lock() {
-        *at = Instant::now();
-    }
+    shared.touch();
     match event.event {
+        // The stream reader hands these to the call table directly; they
+        // only arrive here from tests or older readers.
         Some(worker_event::Event::Output(chunk)) => {
-            if let Some(pending) = state.pending.get(&chunk.call_id)
-                && let Some(output) = &pending.output
-            {
-                // Live output is best effort: a slow reader loses chunks, never
-                // the final result.
-                let _ = output.try_send(Bytes::from(chunk.chunk));
-            }
+            state.args.calls.output(&chunk.call_id, chunk.chunk)
         }
-        Some(worker_event::Event::Result(result)) => {
-            if let Some(pending) = state.pending.remove(&result.call_id) {
-                let _ = shared
-                    .running
-                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-                        Some(n.saturating_sub(1))
-                    });
-                let _ = pending.reply.send(Ok(result));
-            } else {
-                tracing::debug!(call_id = %result.call_id, "result for a call nobody waits for (cancelled or timed out)");
-            }
-        }
+        Some(worker_event::Event::Result(result)) => state.args.calls.complete(result),
         Some(worker_event::Event::Heartbeat(heartbeat)) => {
             if let Ok(mut envs) = shared.environments.lock() {
                 *envs = heartbeat.environments;

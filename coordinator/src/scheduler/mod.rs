@@ -23,7 +23,7 @@ use tonic::Status;
 use caduceus_proto::{EnvironmentSpec, Hello, RunCall, WorkerCommand, WorkerStatus};
 
 use crate::registry::actor::RegistryHandle;
-pub use link::{LinkFailure, LinkMsg, NoticeSink, WorkerLink, WorkerShared};
+pub use link::{CallTable, LinkFailure, LinkMsg, NoticeSink, WorkerLink, WorkerShared};
 
 /// A call for a worker tool, as the dispatcher hands it over.
 #[derive(Debug)]
@@ -102,14 +102,20 @@ pub enum AttachError {
 pub struct Placement {
     pub worker_id: String,
     pub worker_name: String,
-    pub link: ActorRef<LinkMsg>,
+    pub calls: Arc<CallTable>,
     pub reset_from: Option<String>,
 }
 
 pub struct AttachedWorker {
     pub worker_id: String,
     pub link: ActorRef<LinkMsg>,
+    /// The worker's calls in flight; the stream reader completes them.
+    pub calls: Arc<CallTable>,
 }
+
+/// task id -> its placement, read by callers without a message to the
+/// scheduler (written only by the scheduler actor).
+type PlacementView = Arc<std::sync::RwLock<HashMap<String, Placement>>>;
 
 pub enum SchedulerMsg {
     Attach {
@@ -154,7 +160,19 @@ struct WorkerRecord {
     peer: String,
     attached_at: Instant,
     link: ActorRef<LinkMsg>,
+    calls: Arc<CallTable>,
     shared: Arc<WorkerShared>,
+}
+
+impl WorkerRecord {
+    fn placement(&self, reset_from: Option<String>) -> Placement {
+        Placement {
+            worker_id: self.worker_id.clone(),
+            worker_name: self.name.clone(),
+            calls: self.calls.clone(),
+            reset_from,
+        }
+    }
 }
 
 pub struct SchedulerConfig {
@@ -168,6 +186,7 @@ pub struct Scheduler;
 pub struct SchedulerArgs {
     pub registry: RegistryHandle,
     pub config: SchedulerConfig,
+    pub view: PlacementView,
 }
 
 pub struct SchedulerState {
@@ -179,9 +198,26 @@ pub struct SchedulerState {
     /// task id -> name of the worker that held its environment when it was lost
     lost: HashMap<String, String>,
     next_worker: u64,
+    view: PlacementView,
 }
 
 impl SchedulerState {
+    /// Republishes the placements callers read without a message. Placements
+    /// change when tasks start or workers come and go, not per call.
+    fn publish_placements(&self) {
+        let view: HashMap<String, Placement> = self
+            .placements
+            .iter()
+            .filter_map(|(task, worker_id)| {
+                let record = self.workers.get(worker_id)?;
+                Some((task.clone(), record.placement(None)))
+            })
+            .collect();
+        if let Ok(mut published) = self.view.write() {
+            *published = view;
+        }
+    }
+
     async fn publish_fleet(&self) {
         let backends: BTreeSet<String> = self
             .workers
@@ -207,6 +243,11 @@ impl SchedulerState {
             self.placements.remove(&task);
             self.lost.insert(task, record.name.clone());
         }
+        // Callers waiting on this worker are failed by its call table.
+        record
+            .calls
+            .close(&format!("worker '{}' left ({reason})", record.name));
+        self.publish_placements();
         self.publish_fleet().await;
     }
 
@@ -219,12 +260,7 @@ impl SchedulerState {
                     worker: record.name.clone(),
                 });
             }
-            return Ok(Placement {
-                worker_id: record.worker_id.clone(),
-                worker_name: record.name.clone(),
-                link: record.link.clone(),
-                reset_from: None,
-            });
+            return Ok(record.placement(None));
         }
         if backend.is_empty() {
             return Err(ScheduleError::NoWorker {
@@ -259,14 +295,11 @@ impl SchedulerState {
             .ok_or_else(|| ScheduleError::NoWorker {
                 backend: backend.to_owned(),
             })?;
+        let placement = chosen.placement(self.lost.remove(task_id));
         self.placements
-            .insert(task_id.to_owned(), chosen.worker_id.clone());
-        Ok(Placement {
-            worker_id: chosen.worker_id.clone(),
-            worker_name: chosen.name.clone(),
-            link: chosen.link.clone(),
-            reset_from: self.lost.remove(task_id),
-        })
+            .insert(task_id.to_owned(), placement.worker_id.clone());
+        self.publish_placements();
+        Ok(placement)
     }
 
     fn status(&self) -> Vec<WorkerStatus> {
@@ -316,6 +349,7 @@ impl Actor for Scheduler {
             placements: HashMap::new(),
             lost: HashMap::new(),
             next_worker: 0,
+            view: args.view,
         })
     }
 
@@ -345,6 +379,7 @@ impl Actor for Scheduler {
             SchedulerMsg::Unplace { task_id, worker_id } => {
                 if state.placements.get(&task_id) == Some(&worker_id) {
                     state.placements.remove(&task_id);
+                    state.publish_placements();
                 }
             }
             SchedulerMsg::Release { task_id, reply } => {
@@ -360,6 +395,7 @@ impl Actor for Scheduler {
                     None => false,
                 };
                 state.lost.remove(&task_id);
+                state.publish_placements();
                 let _ = reply.send(released);
             }
             SchedulerMsg::Status { reply } => {
@@ -373,6 +409,7 @@ impl Actor for Scheduler {
                 if state.placements.get(&task_id) == Some(&worker_id) {
                     tracing::debug!(%task_id, %reason, "environment released by its worker");
                     state.placements.remove(&task_id);
+                    state.publish_placements();
                     if reason == "sandbox_lost" {
                         let name = state
                             .workers
@@ -460,11 +497,17 @@ async fn attach(
         hello.backends.clone(),
         hello.environments.clone(),
     ));
+    let calls = Arc::new(CallTable::new(
+        name.clone(),
+        commands.clone(),
+        shared.clone(),
+    ));
     let args = link::LinkArgs {
         worker_id: worker_id.clone(),
         name: name.clone(),
         commands,
         shared: shared.clone(),
+        calls: calls.clone(),
         heartbeat_interval: state.config.heartbeat_interval,
         scheduler: myself.clone(),
         notices: state.config.notices.clone(),
@@ -492,17 +535,24 @@ async fn attach(
             peer,
             attached_at: Instant::now(),
             link: link.clone(),
+            calls: calls.clone(),
             shared,
         },
     );
+    state.publish_placements();
     state.publish_fleet().await;
-    Ok(AttachedWorker { worker_id, link })
+    Ok(AttachedWorker {
+        worker_id,
+        link,
+        calls,
+    })
 }
 
 /// Handle for the rest of the coordinator.
 #[derive(Clone)]
 pub struct SchedulerHandle {
     actor: ActorRef<SchedulerMsg>,
+    view: PlacementView,
 }
 
 impl SchedulerHandle {
@@ -510,9 +560,14 @@ impl SchedulerHandle {
         registry: RegistryHandle,
         config: SchedulerConfig,
     ) -> Result<(Self, tokio::task::JoinHandle<()>), ractor::SpawnErr> {
-        let (actor, join) =
-            Actor::spawn(None, Scheduler, SchedulerArgs { registry, config }).await?;
-        Ok((SchedulerHandle { actor }, join))
+        let view = PlacementView::default();
+        let args = SchedulerArgs {
+            registry,
+            config,
+            view: view.clone(),
+        };
+        let (actor, join) = Actor::spawn(None, Scheduler, args).await?;
+        Ok((SchedulerHandle { actor, view }, join))
     }
 
     pub async fn attach(
@@ -540,6 +595,19 @@ impl SchedulerHandle {
     }
 
     async fn place(&self, task_id: &str, backend: &str) -> Result<Placement, ScheduleError> {
+        // A placed task on a live, non-draining worker: read it without a
+        // message (the common case: every call after a task's first).
+        let known = self
+            .view
+            .read()
+            .ok()
+            .and_then(|view| view.get(task_id).cloned());
+        if let Some(placement) = known
+            && !placement.calls.is_closed()
+            && !placement.calls.shared().draining.load(Ordering::Relaxed)
+        {
+            return Ok(placement);
+        }
         match self
             .actor
             .call(
@@ -583,15 +651,7 @@ impl SchedulerHandle {
                 session_id: call.session_id.clone(),
             };
             let (reply, result) = oneshot::channel();
-            if placement
-                .link
-                .cast(LinkMsg::Run {
-                    call: run,
-                    output: call.output.clone(),
-                    reply,
-                })
-                .is_err()
-            {
+            if placement.calls.is_closed() {
                 let _ = self.actor.cast(SchedulerMsg::Unplace {
                     task_id: call.task_id.clone(),
                     worker_id: placement.worker_id.clone(),
@@ -604,13 +664,14 @@ impl SchedulerHandle {
                     reason: "its link is gone".to_owned(),
                 });
             }
+            placement.calls.run(run, call.output.clone(), reply);
             let mut guard = CancelOnDrop {
-                link: Some(placement.link.clone()),
+                calls: Some(placement.calls.clone()),
                 call_id,
             };
             return match tokio::time::timeout(call.deadline, result).await {
                 Ok(Ok(Ok(done))) => {
-                    guard.link = None;
+                    guard.calls = None;
                     Ok(WorkerCallDone {
                         result: done.result,
                         worker: placement.worker_name,
@@ -619,20 +680,20 @@ impl SchedulerHandle {
                     })
                 }
                 Ok(Ok(Err(LinkFailure::Draining))) => {
-                    guard.link = None;
+                    guard.calls = None;
                     Err(ScheduleError::Draining {
                         worker: placement.worker_name,
                     })
                 }
                 Ok(Ok(Err(LinkFailure::Lost(reason)))) => {
-                    guard.link = None;
+                    guard.calls = None;
                     Err(ScheduleError::WorkerLost {
                         worker: placement.worker_name,
                         reason,
                     })
                 }
                 Ok(Err(_)) => {
-                    guard.link = None;
+                    guard.calls = None;
                     Err(ScheduleError::WorkerLost {
                         worker: placement.worker_name,
                         reason: "its link stopped".to_owned(),
@@ -713,19 +774,16 @@ impl SchedulerHandle {
     }
 }
 
-/// Cancels the call on its worker unless disarmed (`link = None`).
+/// Cancels the call on its worker unless disarmed (`calls = None`).
 struct CancelOnDrop {
-    link: Option<ActorRef<LinkMsg>>,
+    calls: Option<Arc<CallTable>>,
     call_id: String,
 }
 
 impl Drop for CancelOnDrop {
     fn drop(&mut self) {
-        if let Some(link) = self.link.take() {
-            let _ = link.cast(LinkMsg::Cancel {
-                call_id: std::mem::take(&mut self.call_id),
-                reason: "the caller gave up".to_owned(),
-            });
+        if let Some(calls) = self.calls.take() {
+            calls.cancel(&self.call_id, "the caller gave up");
         }
     }
 }

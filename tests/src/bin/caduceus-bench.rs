@@ -91,6 +91,25 @@ async fn run(mode: &str, n: usize, work: &Path) -> Value {
             .await;
             samples(mode, &xs)
         }
+        "loopback_rpc_floor" => {
+            // One gRPC round trip to the coordinator that touches no worker:
+            // the floor every loopback call pays once per hop.
+            let fleet = Loopback::start(1);
+            let mut client = fleet.client().await;
+            let mut xs = Vec::with_capacity(n);
+            for _ in 0..n {
+                let t = Instant::now();
+                client
+                    .list_tools(caduceus_proto::ListToolsRequest {
+                        enabled_toolsets: vec!["todo".into()],
+                        disabled_toolsets: vec![],
+                    })
+                    .await
+                    .unwrap();
+                xs.push(t.elapsed().as_secs_f64() * 1e3);
+            }
+            samples(mode, &xs)
+        }
         m if m.starts_with("loopback_clients_") => {
             let k: usize = m["loopback_clients_".len()..].parse().unwrap();
             let fleet = Loopback::start(1);

@@ -178,12 +178,18 @@ pub enum ShellError {
     NulInCommand,
 }
 
+/// Bytes read from a shell's output per `read`.
+const READ_BUFFER: usize = 64 * 1024;
+
 struct LiveShell {
     stdin: BoxedWriter,
     output: BoxedReader,
     /// pid of bash inside the sandbox (from its own `$$`).
     pid: u32,
     handle: Box<dyn ProcessHandle>,
+    /// Read buffer, kept across commands (allocating 64 KiB per command
+    /// showed up in profiles).
+    buf: Vec<u8>,
 }
 
 /// State kept outside the shell process so that a replacement can inherit it.
@@ -360,7 +366,8 @@ impl PersistentShell {
         tokio::pin!(timeout);
         let never = CancellationToken::new();
         let cancel = request.cancel.unwrap_or(&never).clone();
-        let mut buf = vec![0u8; 64 * 1024];
+        let mut buf = std::mem::take(&mut shell.buf);
+        buf.resize(READ_BUFFER, 0);
         let mut end = ExecEnd::Completed;
         let mut marker: Option<(i32, String)> = None;
 
@@ -458,6 +465,9 @@ impl PersistentShell {
         if total_chars == 0 && !suffix.is_empty() {
             // hermes: `[Command timed out after 1s]` alone, without the newline.
             output_with_status = output_with_status.trim_start().to_owned();
+        }
+        if let Some(shell) = live.as_mut() {
+            shell.buf = buf;
         }
         let output = capture.finish();
         Ok(ExecOutcome {
@@ -624,6 +634,7 @@ impl PersistentShell {
             output: process.output,
             pid: process.pid.unwrap_or(0),
             handle: process.handle,
+            buf: Vec::new(),
         };
         let token = uuid::Uuid::new_v4().simple().to_string();
         let snapshot_path = self.snapshot_path();
