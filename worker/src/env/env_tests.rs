@@ -102,3 +102,56 @@ async fn a_running_call_keeps_an_environment_busy() {
         vec!["t".to_owned()]
     );
 }
+
+/// The init files run once per host: later shells restore their result.
+#[tokio::test]
+async fn init_files_run_once_and_later_shells_restore_their_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let counter = dir.path().join("runs");
+    let rc = dir.path().join("rc.sh");
+    std::fs::write(
+        &rc,
+        format!("echo x >> {}\nexport FROM_RC=yes\nrc_fn() {{ echo from-rc-fn; }}\nalias rcal='echo from-rc-alias'\n", counter.display()),
+    )
+    .unwrap();
+    let (backends, _) = Backends::new(&["local".to_owned()], "/tmp");
+    let (notices, _rx) = NoticeHub::new();
+    let settings = EnvSettings {
+        shell_env: vec![
+            ("PATH".to_owned(), std::env::var("PATH").unwrap_or_default()),
+            ("HOME".to_owned(), "/tmp".to_owned()),
+        ],
+        shell_init_files: vec![rc.display().to_string()],
+        notices,
+        ..EnvSettings::default()
+    };
+    let manager = EnvManager::new(backends, settings);
+    let mut outputs = Vec::new();
+    // Concurrent first calls: one runs the file, the others wait and restore.
+    let ids: Vec<String> = (0..3).map(|i| format!("rc-{i}")).collect();
+    let envs = futures::future::join_all(ids.iter().map(|id| test_env(&manager, id))).await;
+    for env in &envs {
+        let out = env
+            .shell
+            .exec(crate::shell::ExecRequest {
+                command: "echo $FROM_RC; rc_fn; rcal",
+                timeout: Duration::from_secs(10),
+                workdir: None,
+                max_output_chars: 1000,
+                on_output: None,
+                cancel: None,
+            })
+            .await
+            .unwrap();
+        outputs.push(out.output);
+    }
+    for out in &outputs {
+        assert_eq!(out, "yes\nfrom-rc-fn\nfrom-rc-alias\n");
+    }
+    assert_eq!(
+        std::fs::read_to_string(&counter).unwrap(),
+        "x\n",
+        "the init file ran once"
+    );
+    manager.shutdown().await;
+}

@@ -196,15 +196,30 @@ pub struct EnvManager {
     envs: std::sync::Mutex<HashMap<String, Arc<Environment>>>,
     /// Serializes creation per task so two first calls make one environment.
     creating: AsyncMutex<HashMap<String, Arc<AsyncMutex<()>>>>,
+    /// Login state shared by this host's local shells (see
+    /// `ShellConfig::login_cache`), in a private directory removed at shutdown.
+    login_cache: Option<(Arc<crate::shell::LoginCache>, std::path::PathBuf)>,
 }
 
 impl EnvManager {
     pub fn new(backends: Backends, settings: EnvSettings) -> Self {
+        let login_cache = (settings.login_shell || !settings.shell_init_files.is_empty())
+            .then(login_cache_dir)
+            .flatten()
+            .map(|dir| {
+                (
+                    Arc::new(crate::shell::LoginCache::new(
+                        dir.join("login.snap").display().to_string(),
+                    )),
+                    dir,
+                )
+            });
         EnvManager {
             backends,
             settings,
             envs: std::sync::Mutex::new(HashMap::new()),
             creating: AsyncMutex::new(HashMap::new()),
+            login_cache,
         }
     }
 
@@ -263,6 +278,10 @@ impl EnvManager {
                 init_files: self.settings.shell_init_files.clone(),
                 init: self.settings.shell_init.clone(),
                 sudo_password: self.settings.sudo_password.clone(),
+                // Only local shells share one file system with this worker.
+                login_cache: (backend == "local")
+                    .then(|| self.login_cache.as_ref().map(|(c, _)| c.clone()))
+                    .flatten(),
                 ..ShellConfig::default()
             },
         );
@@ -440,6 +459,9 @@ impl EnvManager {
             env.end().await;
         }
         self.backends.pools().drain().await;
+        if let Some((_, dir)) = &self.login_cache {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 }
 
@@ -485,3 +507,14 @@ pub(crate) async fn test_env(manager: &EnvManager, task_id: &str) -> Arc<Environ
 #[cfg(test)]
 #[path = "env_tests.rs"]
 mod tests;
+
+/// A private (0700) directory for this worker process's login cache.
+fn login_cache_dir() -> Option<std::path::PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    let base = std::env::var_os("TMPDIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    let dir = base.join(format!("caduceus-login-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::DirBuilder::new().mode(0o700).create(&dir).ok()?;
+    Some(dir)
+}

@@ -103,6 +103,40 @@ pub struct ShellConfig {
     pub start_timeout: Duration,
     /// After TERM, how long to wait for the command's tree before KILL.
     pub kill_grace: Duration,
+    /// The state the login and init files produce, shared by the shells of
+    /// one host (local backend): the first shell runs the files and saves the
+    /// result, later ones restore it instead of running them again (a
+    /// `.bashrc` with `pyenv init` costs ~200 ms per shell; concurrent children
+    /// of a delegation each paid it). hermes snapshots the same way.
+    pub login_cache: Option<Arc<LoginCache>>,
+}
+
+/// See [`ShellConfig::login_cache`].
+pub struct LoginCache {
+    /// A file the shells' host can read and write (mode 0600).
+    path: String,
+    ready: AtomicBool,
+    /// Held while the first shell runs the files, so that concurrent starts
+    /// wait for its result instead of all running them.
+    first: Mutex<()>,
+}
+
+impl LoginCache {
+    pub fn new(path: String) -> Self {
+        LoginCache {
+            path,
+            ready: AtomicBool::new(false),
+            first: Mutex::new(()),
+        }
+    }
+}
+
+impl std::fmt::Debug for LoginCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoginCache")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for ShellConfig {
@@ -116,6 +150,7 @@ impl Default for ShellConfig {
             sudo_password: None,
             start_timeout: Duration::from_secs(20),
             kill_grace: Duration::from_millis(500),
+            login_cache: None,
         }
     }
 }
@@ -622,6 +657,15 @@ impl PersistentShell {
                 .map_err(|_| ShellError::Start("state lock poisoned".to_owned()))?;
             (r.cwd.clone(), r.snapshot_taken)
         };
+        // A shell of a host whose login state is cached restores it instead
+        // of running the files; the first one runs them and fills the cache.
+        let cache = self.config.login_cache.as_ref().filter(|_| !skip_init);
+        let _first = match cache {
+            Some(cache) if !cache.ready.load(Ordering::Acquire) => Some(cache.first.lock().await),
+            _ => None,
+        };
+        let from_cache = cache.filter(|c| c.ready.load(Ordering::Acquire));
+        let skip_init = skip_init || from_cache.is_some();
         let spec = SpawnSpec {
             program: "bash".to_owned(),
             args: vec!["-c".to_owned(), script::BOOT.to_owned()],
@@ -654,7 +698,11 @@ impl PersistentShell {
                 .filter(|_| self.config.login || !self.config.init_files.is_empty()),
             sudo_askpass: (self.config.sudo_password.is_some() && dir_ready)
                 .then_some(askpass.as_str()),
-            restore_snapshot: snapshot.then_some(snapshot_path.as_str()),
+            restore_snapshot: if snapshot {
+                Some(snapshot_path.as_str())
+            } else {
+                from_cache.map(|c| c.path.as_str())
+            },
             snapshot_path: &snapshot_path,
             cwd: &cwd,
             ready_token: &token,
@@ -701,6 +749,18 @@ impl PersistentShell {
                 self.starts.fetch_add(1, Ordering::Relaxed);
                 if let Ok(mut remembered) = self.remembered.lock() {
                     remembered.snapshot_taken = dir_ready;
+                }
+                if let Some(cache) = cache
+                    && from_cache.is_none()
+                    && dir_ready
+                    && !snapshot
+                {
+                    // This shell just ran the files: its start-up snapshot is
+                    // the host's login state.
+                    match tokio::fs::copy(&snapshot_path, &cache.path).await {
+                        Ok(_) => cache.ready.store(true, Ordering::Release),
+                        Err(err) => tracing::debug!("login state not cached: {err}"),
+                    }
                 }
                 self.started.send_replace(true);
                 Ok(if snapshot {

@@ -101,6 +101,12 @@ pub fn startup_script(s: &Startup<'_>) -> String {
             ));
         }
     }
+    if let Some(snapshot) = s.restore_snapshot {
+        script.push_str(&format!(
+            "builtin source {} >/dev/null 2>&1 </dev/null\n",
+            shell_quote(snapshot)
+        ));
+    }
     if let Some(askpass) = s.sudo_askpass {
         // sudo asks the helper only when it needs a password, so the password
         // never lands on a command's stdin (hermes' `sudo -S` feeds it even
@@ -109,12 +115,6 @@ pub fn startup_script(s: &Startup<'_>) -> String {
             "sudo() {{ case \" $* \" in *\" -S \"*|*\" --stdin \"*|*\" -A \"*|*\" --askpass \"*) command sudo \"$@\";; \
              *) SUDO_ASKPASS={} command sudo -A \"$@\";; esac; }}\n",
             shell_quote(askpass)
-        ));
-    }
-    if let Some(snapshot) = s.restore_snapshot {
-        script.push_str(&format!(
-            "builtin source {} >/dev/null 2>&1 </dev/null\n",
-            shell_quote(snapshot)
         ));
     }
     // Whatever the rc files did: no job control, no prompts, aliases on,

@@ -1,0 +1,371 @@
+//! Environment start (cold and from a warm pool) and warm `terminal echo` per
+//! backend, beside the same operation done with the engine's own CLI, in one
+//! interleaved run.
+//!
+//! `caduceus-backend-bench [rounds]` (release build recommended) prints a
+//! markdown table. Backends: local; Docker (needs the engine and
+//! `caduceus-base:bookworm` from `deploy/base-image.sh`); SSH (starts its own
+//! sshd on 127.0.0.1, needs root and openssh-server); Singularity (the
+//! Apptainer stand-in, `tests/fake-apptainer`, needs root and its rootfs). A
+//! backend this machine lacks is reported and left out.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::print_stdout,
+    clippy::print_stderr
+)]
+
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use caduceus_proto::{EnvironmentSpec, RunCall};
+use caduceus_tests::standins::{FakeApptainer, Sshd};
+use caduceus_worker::backends::BackendOptions;
+use caduceus_worker::backends::docker::settings::DockerSettings;
+use caduceus_worker::backends::pool::PoolSpec;
+use caduceus_worker::backends::singularity::SingularitySettings;
+use caduceus_worker::backends::ssh::SshSettings;
+use caduceus_worker::{Worker, WorkerConfig};
+use serde_json::{Value, json};
+
+const WARM_CALLS: usize = 50;
+
+fn main() {
+    let rounds: usize = std::env::args()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(5);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(run(rounds));
+}
+
+struct Row {
+    backend: &'static str,
+    cold: Vec<f64>,
+    pool: Vec<f64>,
+    warm: Vec<f64>,
+    cli_label: &'static str,
+    cli: Vec<f64>,
+}
+
+fn worker(name: &str, backend: &str, options: BackendOptions) -> Arc<Worker> {
+    let env: Vec<(String, String)> = std::env::vars()
+        .filter(|(k, _)| k == "PATH" || k == "HOME")
+        .collect();
+    Worker::new(WorkerConfig {
+        name: name.to_owned(),
+        backends: vec![backend.to_owned()],
+        backend_options: options,
+        shell_env: env,
+        ..WorkerConfig::default()
+    })
+}
+
+async fn echo(worker: &Worker, backend: &str, task: &str) -> f64 {
+    let started = Instant::now();
+    let done = worker
+        .run_call(
+            RunCall {
+                call_id: format!("{task}-{}", uuid_like()),
+                task_id: task.to_owned(),
+                tool: "terminal".to_owned(),
+                arguments_json: json!({"command": "echo hi"}).to_string(),
+                environment: Some(EnvironmentSpec {
+                    backend: backend.to_owned(),
+                    settings_json: "{}".to_owned(),
+                    owner: "bench".to_owned(),
+                }),
+                result_cap_chars: 0,
+                stream_output: false,
+                session_id: String::new(),
+            },
+            None,
+        )
+        .await;
+    let ms = started.elapsed().as_secs_f64() * 1e3;
+    let result: Value = serde_json::from_str(&done.result).unwrap();
+    assert_eq!(result["output"], "hi", "{backend}: {}", done.result);
+    ms
+}
+
+fn uuid_like() -> u128 {
+    Instant::now().elapsed().as_nanos() ^ u128::from(std::process::id())
+}
+
+fn time_cli(command: &mut Command) -> f64 {
+    let started = Instant::now();
+    let out = command.stdin(Stdio::null()).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{:?}: {}",
+        command,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    started.elapsed().as_secs_f64() * 1e3
+}
+
+async fn wait_available(worker: &Worker, backend: &str) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        worker.environments().backends().refresh().await;
+        if worker
+            .environments()
+            .backends()
+            .available()
+            .iter()
+            .any(|b| b == backend)
+        {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    false
+}
+
+/// One backend: `rounds` cold starts, warm calls, and the CLI beside them.
+async fn measure(
+    row: &mut Row,
+    rounds: usize,
+    worker: &Worker,
+    pooled: Option<&Worker>,
+    mut cli: impl FnMut() -> f64,
+) {
+    let backend = row.backend;
+    echo(worker, backend, "warm").await;
+    for round in 0..rounds {
+        let task = format!("cold-{round}");
+        row.cold.push(echo(worker, backend, &task).await);
+        worker.environments().release(&task).await;
+        if let Some(pooled) = pooled {
+            // Hand out only from a full pool (it refills in the background).
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while pooled
+                .environments()
+                .backends()
+                .pools()
+                .sizes()
+                .iter()
+                .map(|s| s.2)
+                .sum::<usize>()
+                < 1
+            {
+                assert!(Instant::now() < deadline, "the pool did not refill");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let task = format!("pool-{round}");
+            row.pool.push(echo(pooled, backend, &task).await);
+            pooled.environments().release(&task).await;
+        }
+        for _ in 0..WARM_CALLS / rounds.max(1) {
+            row.warm.push(echo(worker, backend, "warm").await);
+            row.cli.push(cli());
+        }
+    }
+    worker.environments().release("warm").await;
+}
+
+async fn run(rounds: usize) {
+    let mut rows = Vec::new();
+
+    // local
+    let local = worker("bench-local", "local", BackendOptions::default());
+    let mut row = Row {
+        backend: "local",
+        cold: vec![],
+        pool: vec![],
+        warm: vec![],
+        cli_label: "`bash -c 'echo hi'`",
+        cli: vec![],
+    };
+    measure(&mut row, rounds, &local, None, || {
+        time_cli(Command::new("bash").args(["-c", "echo hi"]))
+    })
+    .await;
+    rows.push(row);
+
+    // docker
+    let docker_options = |pool: usize| BackendOptions {
+        docker: DockerSettings {
+            persistent: false,
+            ..DockerSettings::default()
+        },
+        warm_pools: if pool > 0 {
+            vec![PoolSpec {
+                backend: "docker".to_owned(),
+                settings: json!({}),
+                size: pool,
+            }]
+        } else {
+            Vec::new()
+        },
+        ..BackendOptions::default()
+    };
+    let docker = worker("bench-docker", "docker", docker_options(0));
+    if wait_available(&docker, "docker").await {
+        let pooled = worker("bench-docker-pool", "docker", docker_options(1));
+        wait_available(&pooled, "docker").await;
+        pooled
+            .start_housekeeping(tokio_util::sync::CancellationToken::new())
+            .await;
+        // A long-lived container for the CLI to exec into.
+        let id = String::from_utf8(
+            Command::new("docker")
+                .args([
+                    "run",
+                    "-d",
+                    "--rm",
+                    "caduceus-base:bookworm",
+                    "sleep",
+                    "600",
+                ])
+                .output()
+                .unwrap()
+                .stdout,
+        )
+        .unwrap()
+        .trim()
+        .to_owned();
+        let mut row = Row {
+            backend: "docker",
+            cold: vec![],
+            pool: vec![],
+            warm: vec![],
+            cli_label: "`docker exec <ctr> echo hi`",
+            cli: vec![],
+        };
+        measure(&mut row, rounds, &docker, Some(&pooled), || {
+            time_cli(Command::new("docker").args(["exec", &id, "echo", "hi"]))
+        })
+        .await;
+        let _ = Command::new("docker").args(["rm", "-f", &id]).output();
+        pooled.shutdown().await;
+        rows.push(row);
+    } else {
+        eprintln!("docker: the engine is not reachable; left out");
+    }
+
+    // ssh
+    if let Some(sshd) = Sshd::start("backend-bench") {
+        let mut settings = SshSettings::new("127.0.0.1");
+        settings.user = Some("root".to_owned());
+        settings.port = sshd.port;
+        settings.key = Some(sshd.key.clone());
+        settings.known_hosts = Some(sshd.known_hosts.clone());
+        settings.control_dir = sshd.control_dir.clone();
+        let ssh = worker(
+            "bench-ssh",
+            "ssh",
+            BackendOptions {
+                ssh: Some(settings),
+                ..BackendOptions::default()
+            },
+        );
+        if wait_available(&ssh, "ssh").await {
+            let mut row = Row {
+                backend: "ssh",
+                cold: vec![],
+                pool: vec![],
+                warm: vec![],
+                cli_label: "`ssh host echo hi` (new connection)",
+                cli: vec![],
+            };
+            measure(&mut row, rounds, &ssh, None, || {
+                let started = Instant::now();
+                let out = sshd.plain_ssh("echo hi");
+                assert!(out.status.success());
+                started.elapsed().as_secs_f64() * 1e3
+            })
+            .await;
+            rows.push(row);
+        }
+        ssh.shutdown().await;
+    }
+
+    // singularity (stand-in)
+    if let Some(fake) = FakeApptainer::find("backend-bench") {
+        let settings = SingularitySettings {
+            executable: Some(fake.exe.clone()),
+            image: "docker://debian:bookworm-slim".to_owned(),
+            scratch_dir: fake.state.path().join("scratch"),
+            persistent: false,
+            ..SingularitySettings::default()
+        };
+        let sing = worker(
+            "bench-sing",
+            "singularity",
+            BackendOptions {
+                singularity: settings,
+                ..BackendOptions::default()
+            },
+        );
+        if wait_available(&sing, "singularity").await {
+            // The stand-in's own `exec` of a started instance, as the CLI comparison.
+            let out = Command::new(&fake.exe)
+                .args([
+                    "instance",
+                    "start",
+                    "docker://debian:bookworm-slim",
+                    "benchcli",
+                ])
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let mut row = Row {
+                backend: "singularity (stand-in)",
+                cold: vec![],
+                pool: vec![],
+                warm: vec![],
+                cli_label: "stand-in `exec instance://… echo hi`",
+                cli: vec![],
+            };
+            let exe = fake.exe.clone();
+            measure(&mut row, rounds, &sing, None, || {
+                time_cli(Command::new(&exe).args(["exec", "instance://benchcli", "echo", "hi"]))
+            })
+            .await;
+            let _ = Command::new(&fake.exe)
+                .args(["instance", "stop", "benchcli"])
+                .output();
+            rows.push(row);
+        }
+        sing.shutdown().await;
+    }
+
+    println!(
+        "| backend | new environment, first `echo` (p50 ms) | from warm pool (p50 ms) | warm `terminal echo` (p50 ms) | engine CLI | CLI p50 ms | CLI / warm |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    for row in &rows {
+        let pool = if row.pool.is_empty() {
+            "—".to_owned()
+        } else {
+            format!("{:.1}", p50(&row.pool))
+        };
+        println!(
+            "| {} | {:.1} | {} | {:.3} | {} | {:.2} | {:.0}x |",
+            row.backend,
+            p50(&row.cold),
+            pool,
+            p50(&row.warm),
+            row.cli_label,
+            p50(&row.cli),
+            p50(&row.cli) / p50(&row.warm)
+        );
+    }
+}
+
+fn p50(xs: &[f64]) -> f64 {
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
