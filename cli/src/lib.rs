@@ -89,6 +89,13 @@ struct ServeArgs {
     /// Heartbeat interval workers are asked to keep, milliseconds.
     #[arg(long, default_value_t = 2000)]
     heartbeat_ms: u64,
+    /// Threads of the coordinator's runtime; 0 = automatic (one thread on
+    /// machines with up to 2 cores, else one per core). One thread answers
+    /// calls fastest (no thread hand-offs, ~50 µs less per call, measured) and
+    /// served 8 concurrent clients as fast as two threads on 2 cores; more
+    /// threads help CPU-heavy coordinators on bigger hosts.
+    #[arg(long, default_value_t = 0, env = "CADUCEUS_THREADS")]
+    threads: usize,
 }
 
 #[derive(Args)]
@@ -185,8 +192,25 @@ pub fn main() -> std::process::ExitCode {
     // crosses no thread boundary inside the worker (measured: ~50 µs less per
     // call on 2 cores). Everything else (coordinator, embedded fleets) is
     // multi-threaded.
-    let built = if matches!(cli.command, Command::Worker(_)) {
+    let threads = match &cli.command {
+        Command::Worker(_) => 1,
+        Command::Serve(args) if args.threads == 0 => {
+            if std::thread::available_parallelism().map_or(1, |n| n.get()) <= 2 {
+                1
+            } else {
+                0
+            }
+        }
+        Command::Serve(args) => args.threads,
+        _ => 0,
+    };
+    let built = if threads == 1 {
         tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    } else if threads > 1 {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
             .enable_all()
             .build()
     } else {

@@ -46,7 +46,10 @@ fn main() {
 }
 
 struct Row {
+    /// The backend's name (what environments are created on).
     backend: &'static str,
+    /// How the table names it.
+    label: &'static str,
     cold: Vec<f64>,
     pool: Vec<f64>,
     warm: Vec<f64>,
@@ -177,6 +180,7 @@ async fn run(rounds: usize) {
     let local = worker("bench-local", "local", BackendOptions::default());
     let mut row = Row {
         backend: "local",
+        label: "local",
         cold: vec![],
         pool: vec![],
         warm: vec![],
@@ -210,9 +214,8 @@ async fn run(rounds: usize) {
     if wait_available(&docker, "docker").await {
         let pooled = worker("bench-docker-pool", "docker", docker_options(1));
         wait_available(&pooled, "docker").await;
-        pooled
-            .start_housekeeping(tokio_util::sync::CancellationToken::new())
-            .await;
+        let housekeeping = tokio_util::sync::CancellationToken::new();
+        pooled.start_housekeeping(housekeeping.clone()).await;
         // A long-lived container for the CLI to exec into.
         let id = String::from_utf8(
             Command::new("docker")
@@ -233,6 +236,7 @@ async fn run(rounds: usize) {
         .to_owned();
         let mut row = Row {
             backend: "docker",
+            label: "docker",
             cold: vec![],
             pool: vec![],
             warm: vec![],
@@ -244,6 +248,8 @@ async fn run(rounds: usize) {
         })
         .await;
         let _ = Command::new("docker").args(["rm", "-f", &id]).output();
+        // Stop the refills before the drain.
+        housekeeping.cancel();
         pooled.shutdown().await;
         rows.push(row);
     } else {
@@ -269,6 +275,7 @@ async fn run(rounds: usize) {
         if wait_available(&ssh, "ssh").await {
             let mut row = Row {
                 backend: "ssh",
+                label: "ssh",
                 cold: vec![],
                 pool: vec![],
                 warm: vec![],
@@ -321,7 +328,8 @@ async fn run(rounds: usize) {
                 String::from_utf8_lossy(&out.stderr)
             );
             let mut row = Row {
-                backend: "singularity (stand-in)",
+                backend: "singularity",
+                label: "singularity (stand-in)",
                 cold: vec![],
                 pool: vec![],
                 warm: vec![],
@@ -353,7 +361,7 @@ async fn run(rounds: usize) {
         };
         println!(
             "| {} | {:.1} | {} | {:.3} | {} | {:.2} | {:.0}x |",
-            row.backend,
+            row.label,
             p50(&row.cold),
             pool,
             p50(&row.warm),

@@ -260,10 +260,18 @@ impl WarmPools {
 
     /// Removes every idle entry (worker shutdown).
     pub async fn drain(&self) {
+        // The pools go away with their entries: a refill still running finds
+        // no pool for what it started and removes it (see `refill`), so
+        // nothing is left behind after a drain.
         let all: Vec<Arc<dyn Sandbox>> = self
             .slots
             .lock()
-            .map(|mut slots| slots.iter_mut().flat_map(|s| s.idle.drain(..)).collect())
+            .map(|mut slots| {
+                std::mem::take(&mut *slots)
+                    .into_iter()
+                    .flat_map(|s| s.idle)
+                    .collect()
+            })
             .unwrap_or_default();
         for sandbox in all {
             let _ = sandbox.destroy().await;
