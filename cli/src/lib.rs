@@ -190,17 +190,12 @@ pub fn main() -> std::process::ExitCode {
     // A worker spends its time waiting on pipes and sockets (its commands run
     // as separate processes), so one thread serves it best: a tool call then
     // crosses no thread boundary inside the worker (measured: ~50 µs less per
-    // call on 2 cores). Everything else (coordinator, embedded fleets) is
-    // multi-threaded.
+    // call on 2 cores). A coordinator on a small host does the same (see
+    // `serve --threads`); embedded fleets are multi-threaded.
+    let small_host = std::thread::available_parallelism().map_or(1, |n| n.get()) <= 2;
     let threads = match &cli.command {
         Command::Worker(_) => 1,
-        Command::Serve(args) if args.threads == 0 => {
-            if std::thread::available_parallelism().map_or(1, |n| n.get()) <= 2 {
-                1
-            } else {
-                0
-            }
-        }
+        Command::Serve(args) if args.threads == 0 && small_host => 1,
         Command::Serve(args) => args.threads,
         _ => 0,
     };
