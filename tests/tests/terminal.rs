@@ -386,13 +386,21 @@ fn the_reaper_ends_idle_environments_but_not_ones_with_live_background_processes
         envs.sort();
         envs
     };
-    assert_eq!(
-        tasks(&fleet)
-            .iter()
-            .map(|(t, _)| t.as_str())
-            .collect::<Vec<_>>(),
-        ["busy", "idle"]
-    );
+    // Status shows environments as of the worker's last heartbeat.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while tasks(&fleet)
+        .iter()
+        .map(|(t, _)| t.as_str())
+        .collect::<Vec<_>>()
+        != ["busy", "idle"]
+    {
+        assert!(
+            Instant::now() < deadline,
+            "both environments never showed: {:?}",
+            tasks(&fleet)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let deadline = Instant::now() + Duration::from_secs(15);
     while tasks(&fleet).iter().any(|(t, _)| t == "idle") {
         assert!(

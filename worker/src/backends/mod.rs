@@ -8,6 +8,7 @@ pub mod docker;
 pub mod lease;
 pub mod local;
 pub mod pool;
+pub mod preamble;
 pub mod shell_fs;
 pub mod singularity;
 pub mod ssh;

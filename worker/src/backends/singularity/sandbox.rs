@@ -1,12 +1,13 @@
 //! One Singularity/Apptainer instance as a sandbox: processes run through
 //! `exec instance://<name>`, inside the instance's PID namespace.
 
-use std::io::Cursor;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+
+use crate::backends::preamble;
 use tokio::io::AsyncReadExt;
 use tokio::process::Child;
 
@@ -111,62 +112,25 @@ impl Sandbox for SingularitySandbox {
             .ok_or_else(|| fail("no stdout pipe".to_owned()))?;
         let mut stderr = child.stderr.take();
 
-        let mut head = Vec::new();
-        let reported = tokio::time::timeout(START_TIMEOUT, async {
-            let mut buf = [0u8; 1024];
-            loop {
-                if let Some(found) = crate::backends::ssh::parse_pid_line(&head) {
-                    return Ok(found);
-                }
-                let n = stdout.read(&mut buf).await?;
-                if n == 0 {
-                    return Err(std::io::Error::new(
-                        std::io::ErrorKind::UnexpectedEof,
-                        "no pid",
-                    ));
-                }
-                head.extend_from_slice(&buf[..n]);
-            }
-        })
-        .await;
-        let Ok(Ok((pid, consumed))) = reported else {
-            {
-                let mut text = Vec::new();
-                if let Some(stderr) = stderr.as_mut() {
-                    let _ =
-                        tokio::time::timeout(Duration::from_secs(2), stderr.read_to_end(&mut text))
-                            .await;
-                }
-                let _ = child.kill().await;
-                let text = String::from_utf8_lossy(&text).trim().to_owned();
-                if text.contains("no instance found") {
-                    return Err(SandboxError::Gone(format!(
-                        "instance {} is gone: {text}",
-                        self.name
-                    )));
-                }
-                return Err(fail(format!(
-                    "in instance {}: {}",
-                    self.name,
-                    if text.is_empty() { "no output" } else { &text }
+        let Some((pid, rest)) = preamble::read_pid(&mut stdout, START_TIMEOUT).await else {
+            let text = preamble::read_error(stderr.as_mut(), Duration::from_secs(2)).await;
+            let _ = child.kill().await;
+            if text.contains("no instance found") {
+                return Err(SandboxError::Gone(format!(
+                    "instance {} is gone: {text}",
+                    self.name
                 )));
             }
+            return Err(fail(format!(
+                "in instance {}: {}",
+                self.name,
+                if text.is_empty() { "no output" } else { &text }
+            )));
         };
-        if let Some(mut stderr) = stderr {
-            let name = self.name.clone();
-            tokio::spawn(async move {
-                let mut text = Vec::new();
-                let _ = stderr.read_to_end(&mut text).await;
-                let text = String::from_utf8_lossy(&text);
-                if !text.trim().is_empty() {
-                    tracing::debug!(instance = %name, "apptainer exec: {}", text.trim());
-                }
-            });
-        }
-        let rest = head.split_off(consumed);
+        preamble::drain_stderr(stderr, format!("apptainer exec {}", self.name));
         Ok(SpawnedProcess {
             stdin: Box::pin(stdin),
-            output: Box::pin(Cursor::new(rest).chain(stdout)),
+            output: Box::pin(rest.chain(stdout)),
             pid: Some(pid),
             handle: Box::new(InstanceProcess {
                 child,

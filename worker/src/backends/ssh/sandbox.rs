@@ -5,7 +5,6 @@
 #[path = "sandbox_tests.rs"]
 mod tests;
 
-use std::io::Cursor;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,6 +15,8 @@ use tokio::io::AsyncReadExt;
 use super::host::{SshHost, describe};
 use super::scripts;
 use super::{LeaseBook, portable_env};
+use crate::backends::preamble;
+pub use crate::backends::preamble::parse_pid_line;
 use crate::sandbox::{ProcessHandle, Sandbox, SandboxError, SpawnSpec, SpawnedProcess, StopSignal};
 
 /// How long a remote process may take to report its pid.
@@ -109,65 +110,24 @@ impl Sandbox for SshSandbox {
         let mut stderr = child.stderr().take();
 
         // The first thing the wrapper prints is its pid.
-        let mut head = Vec::new();
-        let reported = tokio::time::timeout(START_TIMEOUT, async {
-            let mut buf = [0u8; 1024];
-            loop {
-                if let Some(found) = parse_pid_line(&head) {
-                    return Ok(found);
-                }
-                let n = stdout.read(&mut buf).await?;
-                if n == 0 {
-                    return Err(std::io::Error::new(
-                        std::io::ErrorKind::UnexpectedEof,
-                        "no pid",
-                    ));
-                }
-                head.extend_from_slice(&buf[..n]);
+        let Some((pid, rest)) = preamble::read_pid(&mut stdout, START_TIMEOUT).await else {
+            let err_text = preamble::read_error(stderr.as_mut(), Duration::from_secs(2)).await;
+            let status = tokio::time::timeout(Duration::from_secs(2), child.wait()).await;
+            if matches!(status, Ok(Ok(s)) if s.code() == Some(125)) {
+                return Err(self.gone(&err_text));
             }
-        })
-        .await;
-        let Ok(Ok((pid, consumed))) = reported else {
-            {
-                let mut err_text = Vec::new();
-                if let Some(stderr) = stderr.as_mut() {
-                    let _ = tokio::time::timeout(
-                        Duration::from_secs(2),
-                        stderr.read_to_end(&mut err_text),
-                    )
-                    .await;
+            let why = if err_text.is_empty() {
+                match status {
+                    Ok(Err(err)) => describe(&err),
+                    _ => "the remote process ended before it started".to_owned(),
                 }
-                let status = tokio::time::timeout(Duration::from_secs(2), child.wait()).await;
-                let err_text = String::from_utf8_lossy(&err_text).trim().to_owned();
-                if matches!(status, Ok(Ok(s)) if s.code() == Some(125)) {
-                    return Err(self.gone(&err_text));
-                }
-                let why = if err_text.is_empty() {
-                    match status {
-                        Ok(Err(err)) => describe(&err),
-                        _ => "the remote process ended before it started".to_owned(),
-                    }
-                } else {
-                    err_text
-                };
-                return Err(fail(format!("on SSH host {}: {why}", self.host.target())));
-            }
+            } else {
+                err_text
+            };
+            return Err(fail(format!("on SSH host {}: {why}", self.host.target())));
         };
-        // Drain ssh's own stderr (the remote side merges into stdout) so it
-        // can never fill its pipe.
-        if let Some(mut stderr) = stderr {
-            let target = self.host.target();
-            tokio::spawn(async move {
-                let mut text = Vec::new();
-                let _ = stderr.read_to_end(&mut text).await;
-                let text = String::from_utf8_lossy(&text);
-                if !text.trim().is_empty() {
-                    tracing::debug!(%target, "ssh: {}", text.trim());
-                }
-            });
-        }
-        let rest = head.split_off(consumed);
-        let output = Cursor::new(rest).chain(stdout);
+        preamble::drain_stderr(stderr, format!("ssh {}", self.host.target()));
+        let output = rest.chain(stdout);
         Ok(SpawnedProcess {
             stdin: Box::pin(stdin),
             output: Box::pin(output),
@@ -227,30 +187,6 @@ impl Sandbox for SshSandbox {
         }
         Ok(())
     }
-}
-
-/// Finds `\x1ePID <n>\x1e\n` at the start of the output; returns the pid and
-/// how many bytes it took.
-pub fn parse_pid_line(head: &[u8]) -> Option<(u32, usize)> {
-    const PREFIX: &[u8] = b"\x1ePID ";
-    if head.len() < PREFIX.len() || !head.starts_with(PREFIX) {
-        return None;
-    }
-    let rest = &head[PREFIX.len()..];
-    let end = rest.iter().position(|b| *b == 0x1e)?;
-    let pid = std::str::from_utf8(&rest[..end])
-        .ok()?
-        .trim()
-        .parse()
-        .ok()?;
-    let mut consumed = PREFIX.len() + end + 1;
-    if head.get(consumed) == Some(&b'\n') {
-        consumed += 1;
-    } else if head.len() == consumed {
-        // The newline has not arrived yet.
-        return None;
-    }
-    Some((pid, consumed))
 }
 
 pub(super) async fn signal_remote_tree(
