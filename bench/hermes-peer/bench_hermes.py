@@ -335,6 +335,7 @@ def main():
         ("a.caduceus terminal 'echo hi' coordinator+worker loopback", lambda k: cad("loopback_echo", k)),
     ])
     # caduceus: K concurrent clients on one loopback worker (distinct tasks).
+    add("h.caduceus bare gRPC round trip to the coordinator (floor of one hop)", cad("loopback_rpc_floor", N))
     for clients in (1, 2, 4, 8):
         add(f"h.caduceus loopback {clients} clients (latency)", cad(f"loopback_clients_{clients}", max(20, N // 4)))
     pb.close()
@@ -549,6 +550,7 @@ def batch_e():
         add("e.raw rust 8 parallel spawn sleep 0.2", rust("parallel8_sleep", 1))
         add("e.caduceus agent loop 8x sleep 0.2 (embedded, replayed model)", cad("agent_batch8_sleep", 1))
         add("e.caduceus delegate 3 children x sleep 1 on 2 workers", cad("agent_fanout3", 1))
+        add("e.caduceus delegate 3 children x sleep 1 on 2 workers (login state cached)", cad("agent_fanout3_warm", 1))
     agent.tool_delay = 1.0
 
 

@@ -18,7 +18,10 @@
 //!   so hermes' planner runs them in order), embedded, replayed model; one sample =
 //!   the whole session
 //! - `agent_fanout3`: a parent delegating 3 children that each run `sleep 1`, on two
-//!   embedded workers; one sample = the whole session
+//!   embedded workers, in a fresh process (the workers' first shells run the login
+//!   files); one sample = the whole session. `agent_fanout3_warm`: the same after one
+//!   untimed fan-out (login state cached)
+//! - `loopback_rpc_floor`: one gRPC round trip to the coordinator that reaches no worker
 
 #![allow(
     clippy::unwrap_used,
@@ -75,9 +78,10 @@ async fn run(mode: &str, n: usize, work: &Path) -> Value {
         ),
         "persistent_bash" => samples(mode, &persistent_bash(n)),
         "agent_batch8_sleep" => samples(mode, &agent_batch8(n).await),
-        "agent_fanout3" => samples(mode, &agent_fanout3(n).await),
+        "agent_fanout3" => samples(mode, &agent_fanout3(n, false).await),
+        "agent_fanout3_warm" => samples(mode, &agent_fanout3(n, true).await),
         m if m.starts_with("embedded_") => {
-            let fleet = embedded().await;
+            let fleet = embedded_with(1).await;
             let op = &m["embedded_".len()..];
             let xs = measure(op, n, work, |tool, args, task| {
                 let fleet = fleet.clone();
@@ -273,17 +277,6 @@ where
         check(&result);
     }
     xs
-}
-
-async fn embedded() -> Arc<caduceus_coordinator::Coordinator> {
-    let config = caduceus::config::Config::load(None).unwrap();
-    let fleet = caduceus::target::Embedded::start(&config, Arc::new(OpenGate), 1)
-        .await
-        .unwrap();
-    let coordinator = fleet.coordinator.clone();
-    // Leak the fleet: it lives until the process exits.
-    std::mem::forget(fleet);
-    coordinator
 }
 
 type Client =
@@ -514,7 +507,9 @@ async fn agent_batch8(n: usize) -> Vec<f64> {
     xs
 }
 
-async fn agent_fanout3(n: usize) -> Vec<f64> {
+/// `warm`: one untimed fan-out first, so the worker's login state is cached
+/// and only the delegation itself is measured.
+async fn agent_fanout3(n: usize, warm: bool) -> Vec<f64> {
     let fleet = embedded_with(2).await;
     let tasks: Vec<Value> = (0..3)
         .map(|i| json!({"goal": format!("child {i}: sleep for a second")}))
@@ -532,6 +527,9 @@ async fn agent_fanout3(n: usize) -> Vec<f64> {
             )
         ));
     }
+    if warm {
+        run_session(&fleet, &script, "fan out", "").await;
+    }
     let mut xs = Vec::new();
     for _ in 0..n.max(1) {
         xs.push(run_session(&fleet, &script, "fan out", "").await);
@@ -545,8 +543,10 @@ fn with_match(line: &str, key: &str) -> String {
     v.to_string()
 }
 
+/// An embedded coordinator with `workers` local workers, configured from
+/// `$CADUCEUS_HOME` (run_all.sh points it at the bench dir, so sessions record
+/// there). The fleet is leaked: it lives until the process exits.
 async fn embedded_with(workers: usize) -> Arc<caduceus_coordinator::Coordinator> {
-    // Sessions record into $CADUCEUS_HOME/state.db (run_all.sh points it at the bench dir).
     let config = caduceus::config::Config::load(None).unwrap();
     let fleet = caduceus::target::Embedded::start(&config, Arc::new(OpenGate), workers)
         .await
