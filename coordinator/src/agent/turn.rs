@@ -59,8 +59,9 @@ use super::notices::notice_message;
 use super::planner::{MAX_PARALLEL_CALLS, PlanCall, plan_batch};
 use super::session::{
     EndStatus, SessionActor, SessionArgs, SessionMsg, SessionOutcome, SessionShared, SessionSpec,
+    conclude,
 };
-use super::store::{SessionEnd, SessionRow};
+use super::store::SessionRow;
 use super::todo::TodoStore;
 use crate::dispatch::coerce::coerce_arguments;
 use crate::dispatch::repair::repair_tool_name;
@@ -1069,55 +1070,25 @@ impl AgentLoop {
     }
 
     async fn finish(self, ending: Ending) -> SessionOutcome {
-        let duration = self.started.elapsed();
-        if self.spec.release_task {
-            self.hub
-                .dispatcher
-                .scheduler()
-                .release(&self.spec.task_id)
-                .await;
-        }
-        // The record is complete before the final event: a client that exits
-        // on `final` finds the whole transcript in the database.
-        if let Some(store) = self.hub.store() {
-            store.session_ended(SessionEnd {
-                id: self.spec.session_id.clone(),
-                state: ending.status.as_str().to_owned(),
-                api_calls: self.api_calls,
-                exit_reason: ending.exit_reason.to_owned(),
-                final_response: ending.text.clone(),
-                error: ending.error.clone(),
-                input_tokens: self.tokens.input,
-                output_tokens: self.tokens.output,
-            });
-            store.flush().await;
-        }
-        if let Some(error) = &ending.error {
-            self.emit(events::ERROR, &json!({"message": error}));
-        }
-        self.emit(
-            events::FINAL,
-            &json!({
-                "text": ending.text,
-                "status": ending.status.as_str(),
-                "exit_reason": ending.exit_reason,
-                "error": ending.error,
-                "api_calls": self.api_calls,
-                "duration_seconds": delegate::round2(duration.as_secs_f64()),
-                "tokens": self.tokens,
-                "workers": self.workers,
-            }),
-        );
-        SessionOutcome {
+        let outcome = SessionOutcome {
             status: ending.status,
             final_text: ending.text,
             error: ending.error,
             api_calls: self.api_calls,
-            duration,
+            duration: self.started.elapsed(),
             tokens: self.tokens,
             tool_trace: self.trace,
             workers: self.workers,
-        }
+        };
+        conclude(
+            &self.hub,
+            &self.spec,
+            &self.events,
+            &outcome,
+            ending.exit_reason,
+        )
+        .await;
+        outcome
     }
 }
 
