@@ -2,7 +2,7 @@
 //! — the `delegation:` configuration, argument checks and their error texts,
 //! the child's role, tool filter and system prompt, the result entries, the
 //! summary budget and the tool's live schema. Running the children is the
-//! session's business (`session::children`).
+//! agent loop's business (`turn::AgentLoop::delegate`).
 //!
 //! Unlike hermes, whose top-level delegations run in the background and come
 //! back as a later message (a source of "dispatched but never ran" reports,
@@ -265,7 +265,7 @@ pub fn parse_request(
             .map(str::to_owned)
             .filter(|c| !c.trim().is_empty());
         let role = match object.get("role") {
-            Some(Value::String(r)) if !r.is_empty() => Role::parse(Some(&Value::String(r.clone()))),
+            Some(Value::String(r)) if !r.is_empty() => Role::parse(object.get("role")),
             _ => top_role,
         };
         tasks.push(ChildTask {
