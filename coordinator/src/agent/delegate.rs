@@ -64,8 +64,11 @@ pub struct DelegationConfig {
     /// Endpoint and key for `model` (default: the parent's).
     pub base_url: Option<String>,
     pub api_key: Option<String>,
-    /// Read by the approval gate: children's dangerous commands are approved
-    /// once instead of denied.
+    /// hermes: children's dangerous commands are approved once instead of
+    /// denied. Accepted but not acted on yet: the agent loop gives children
+    /// neither `Approvals::auto_answer` nor a shared listener, so their
+    /// dangerous commands are held as `pending_approval` (coordinator README,
+    /// "Delegated children").
     pub subagent_auto_approve: Option<bool>,
 }
 
