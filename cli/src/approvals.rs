@@ -12,7 +12,7 @@ use caduceus_proto::{AnswerApprovalRequest, Approval, ListApprovalsRequest};
 
 use crate::config::Config;
 use crate::out;
-use crate::target::{Client, connect};
+use crate::target::{Client, Remote};
 
 #[derive(Subcommand)]
 pub enum ApprovalsCommand {
@@ -62,24 +62,19 @@ pub struct RemoteArgs {
 }
 
 async fn client(remote: &RemoteArgs, config: &Config) -> Result<Client> {
-    let url = remote
-        .coordinator
-        .clone()
-        .or_else(|| config.coordinator.clone())
-        .ok_or_else(|| {
-            anyhow!(
-                "approvals are answered on a running coordinator: pass --coordinator or set CADUCEUS_COORDINATOR (an embedded coordinator lives only as long as one command, so it never has approvals to answer)"
-            )
-        })?;
-    let token = remote
-        .token
-        .clone()
-        .or_else(|| config.token.clone())
-        .ok_or_else(|| {
-            anyhow!("--coordinator needs a token: pass --token or set CADUCEUS_TOKEN")
-        })?;
-    let ca = remote.tls_ca.clone().or_else(|| config.tls.ca.clone());
-    connect(&url, &token, ca.as_deref()).await
+    Remote::from_flags(
+        remote.coordinator.clone(),
+        remote.token.clone(),
+        remote.tls_ca.clone(),
+        config,
+    )
+    .client()
+    .await?
+    .ok_or_else(|| {
+        anyhow!(
+            "approvals are answered on a running coordinator: pass --coordinator or set CADUCEUS_COORDINATOR (an embedded coordinator lives only as long as one command, so it never has approvals to answer)"
+        )
+    })
 }
 
 pub async fn run(command: ApprovalsCommand, config: &Config) -> Result<()> {

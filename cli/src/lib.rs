@@ -273,14 +273,12 @@ fn gate(config: &Config) -> Arc<dyn Gate> {
 }
 
 fn remote(args: &ClientArgs, config: &Config) -> Remote {
-    Remote {
-        url: args
-            .coordinator
-            .clone()
-            .or_else(|| config.coordinator.clone()),
-        token: args.token.clone().or_else(|| config.token.clone()),
-        ca: args.tls_ca.clone().or_else(|| config.tls.ca.clone()),
-    }
+    Remote::from_flags(
+        args.coordinator.clone(),
+        args.token.clone(),
+        args.tls_ca.clone(),
+        config,
+    )
 }
 
 #[allow(clippy::print_stderr)] // the listening line scripts wait for
@@ -304,13 +302,8 @@ async fn serve(args: ServeArgs, config: &Config) -> Result<()> {
     };
     let coordinator = Coordinator::start(
         CoordinatorConfig {
-            token,
-            terminal_backend: config.terminal.backend.clone(),
-            terminal_timeout_secs: config.terminal.timeout,
             heartbeat_interval: Duration::from_millis(args.heartbeat_ms.max(100)),
-            environment_settings: config.terminal.environment_settings(),
-            agent: agent_settings::agent_settings(config)?,
-            ..CoordinatorConfig::default()
+            ..coordinator_config(config, token)?
         },
         gate(config),
     )
@@ -328,6 +321,18 @@ async fn serve(args: ServeArgs, config: &Config) -> Result<()> {
     caduceus_coordinator::server::serve(coordinator.clone(), listener, tls, shutdown).await?;
     coordinator.shutdown();
     Ok(())
+}
+
+/// Coordinator settings from the configuration (serve and embedded fleets).
+pub(crate) fn coordinator_config(config: &Config, token: String) -> Result<CoordinatorConfig> {
+    Ok(CoordinatorConfig {
+        token,
+        terminal_backend: config.terminal.backend.clone(),
+        terminal_timeout_secs: config.terminal.timeout,
+        environment_settings: config.terminal.environment_settings(),
+        agent: agent_settings::agent_settings(config)?,
+        ..CoordinatorConfig::default()
+    })
 }
 
 /// Worker settings from the configuration.
@@ -525,14 +530,14 @@ fn host_name() -> String {
 }
 
 async fn call(args: CallArgs, config: &Config) -> Result<()> {
-    let mut target = Target::open(&remote(&args.client, config), config, gate(config)).await?;
+    let mut target = Target::open(&remote(&args.client, config), config, gate(config), 1).await?;
     let reply = target.call(&args.tool, &args.arguments, &args.task).await;
     target.close().await;
     out(&reply?.result)
 }
 
 async fn tools(args: ToolsArgs, config: &Config) -> Result<()> {
-    let mut target = Target::open(&remote(&args.client, config), config, gate(config)).await?;
+    let mut target = Target::open(&remote(&args.client, config), config, gate(config), 1).await?;
     let filter = ToolFilter {
         enabled_toolsets: args.toolsets,
         disabled_toolsets: args.disable,
@@ -558,7 +563,7 @@ async fn tools(args: ToolsArgs, config: &Config) -> Result<()> {
 }
 
 async fn status(args: StatusArgs, config: &Config) -> Result<()> {
-    let mut target = Target::open(&remote(&args.client, config), config, gate(config)).await?;
+    let mut target = Target::open(&remote(&args.client, config), config, gate(config), 1).await?;
     let status = target.status().await;
     target.close().await;
     let status = status?;

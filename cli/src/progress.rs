@@ -13,6 +13,7 @@ use std::time::Instant;
 
 use serde_json::Value;
 
+use caduceus_coordinator::agent::events::preview;
 use caduceus_proto::SessionEvent;
 
 const SPINNER: &[&str] = &["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"];
@@ -366,10 +367,7 @@ pub fn summarize_arguments(tool: &str, arguments: &Value) -> String {
 /// The text on one line, cut to `max` characters with `…`.
 fn one_line(text: &str, max: usize) -> String {
     let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    match flat.char_indices().nth(max) {
-        Some((cut, _)) => format!("{}…", &flat[..cut]),
-        None => flat,
-    }
+    preview(&flat, max)
 }
 
 #[cfg(test)]

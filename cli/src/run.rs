@@ -17,10 +17,12 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
 use clap::Args;
+use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
 
 use caduceus_coordinator::agent::StartRequest;
+use caduceus_coordinator::guard::{Decision, Scope};
 use caduceus_proto::{
     AnswerApprovalRequest, AnswerClarifyRequest, CancelSessionRequest, SessionEvent,
     StartSessionRequest,
@@ -28,8 +30,8 @@ use caduceus_proto::{
 
 use crate::ClientArgs;
 use crate::config::Config;
-use crate::progress::Renderer;
-use crate::target::{Client, Embedded, connect};
+use crate::progress::{Renderer, RootFinal};
+use crate::target::Target;
 
 #[derive(Args)]
 pub(crate) struct RunArgs {
@@ -61,12 +63,6 @@ pub(crate) struct RunArgs {
     client: ClientArgs,
 }
 
-/// Where the session runs.
-enum Source {
-    Remote(Client),
-    Embedded(Embedded),
-}
-
 enum Events {
     Remote(Box<tonic::Streaming<SessionEvent>>),
     Local(mpsc::UnboundedReceiver<SessionEvent>),
@@ -84,10 +80,11 @@ impl Events {
     }
 }
 
-impl Source {
-    async fn start(&mut self, request: StartSessionRequest) -> Result<Events> {
+/// Sessions, on a remote or an embedded coordinator.
+impl Target {
+    async fn start_session(&mut self, request: StartSessionRequest) -> Result<Events> {
         match self {
-            Source::Remote(client) => {
+            Target::Remote(client) => {
                 let stream = client
                     .start_session(request)
                     .await
@@ -95,7 +92,7 @@ impl Source {
                     .into_inner();
                 Ok(Events::Remote(Box::new(stream)))
             }
-            Source::Embedded(embedded) => {
+            Target::Embedded(embedded) => {
                 let started = embedded
                     .coordinator
                     .sessions()
@@ -114,24 +111,24 @@ impl Source {
         }
     }
 
-    async fn cancel(&mut self, session_id: &str) {
+    async fn cancel_session(&mut self, session_id: &str) {
         match self {
-            Source::Remote(client) => {
+            Target::Remote(client) => {
                 let _ = client
                     .cancel_session(CancelSessionRequest {
                         session_id: session_id.to_owned(),
                     })
                     .await;
             }
-            Source::Embedded(embedded) => {
+            Target::Embedded(embedded) => {
                 embedded.coordinator.sessions().cancel(session_id);
             }
         }
     }
 
-    async fn answer(&mut self, session_id: &str, question_id: &str, answer: &str) -> bool {
+    async fn answer_clarify(&mut self, session_id: &str, question_id: &str, answer: &str) -> bool {
         match self {
-            Source::Remote(client) => client
+            Target::Remote(client) => client
                 .answer_clarify(AnswerClarifyRequest {
                     session_id: session_id.to_owned(),
                     question_id: question_id.to_owned(),
@@ -140,7 +137,7 @@ impl Source {
                 .await
                 .map(|r| r.into_inner().accepted)
                 .unwrap_or(false),
-            Source::Embedded(embedded) => {
+            Target::Embedded(embedded) => {
                 embedded
                     .coordinator
                     .sessions()
@@ -151,59 +148,42 @@ impl Source {
     }
 
     /// Answers an approval request the gate is waiting on.
-    async fn answer_approval(&mut self, id: &str, approve: bool, scope: &str) -> bool {
+    async fn answer_approval(&mut self, id: &str, decision: Decision) -> bool {
         match self {
-            Source::Remote(client) => client
-                .answer_approval(AnswerApprovalRequest {
-                    id: id.to_owned(),
-                    approve,
-                    scope: scope.to_owned(),
-                    reason: String::new(),
-                })
-                .await
-                .map(|r| r.into_inner().accepted)
-                .unwrap_or(false),
-            Source::Embedded(embedded) => {
-                use caduceus_coordinator::guard::{Decision, Scope};
-                let Some(approvals) = embedded.coordinator.approvals() else {
-                    return false;
+            Target::Remote(client) => {
+                let (approve, scope) = match decision {
+                    Decision::Approve(scope) => (true, scope.as_str()),
+                    Decision::Deny { .. } => (false, ""),
                 };
-                let decision = match (approve, scope) {
-                    (false, _) => Decision::Deny { reason: None },
-                    (true, "session") => Decision::Approve(Scope::Session),
-                    (true, "always") => Decision::Approve(Scope::Always),
-                    (true, _) => Decision::Approve(Scope::Once),
-                };
-                approvals.answer(id, decision).is_ok()
+                client
+                    .answer_approval(AnswerApprovalRequest {
+                        id: id.to_owned(),
+                        approve,
+                        scope: scope.to_owned(),
+                        reason: String::new(),
+                    })
+                    .await
+                    .map(|r| r.into_inner().accepted)
+                    .unwrap_or(false)
             }
-        }
-    }
-
-    async fn close(self) {
-        if let Source::Embedded(embedded) = self {
-            embedded.stop().await;
+            Target::Embedded(embedded) => embedded
+                .coordinator
+                .approvals()
+                .is_some_and(|approvals| approvals.answer(id, decision).is_ok()),
         }
     }
 }
 
 pub(crate) async fn run(args: RunArgs, config: &Config) -> Result<()> {
-    let remote = crate::remote(&args.client, config);
     let interactive =
         !args.json && std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
-    let mut source = match &remote.url {
-        Some(url) => {
-            let token = remote.token.clone().ok_or_else(|| {
-                anyhow!("--coordinator needs a token: pass --token or set CADUCEUS_TOKEN")
-            })?;
-            Source::Remote(connect(url, &token, remote.ca.as_deref()).await?)
-        }
-        None => {
-            let embedded =
-                Embedded::start(config, crate::gate(config), args.workers.max(1)).await?;
-            wait_for_local_backend(&embedded).await?;
-            Source::Embedded(embedded)
-        }
-    };
+    let mut target = Target::open(
+        &crate::remote(&args.client, config),
+        config,
+        crate::gate(config),
+        args.workers.max(1),
+    )
+    .await?;
     let request = StartSessionRequest {
         prompt: args.prompt,
         model: args.model.unwrap_or_default(),
@@ -213,11 +193,11 @@ pub(crate) async fn run(args: RunArgs, config: &Config) -> Result<()> {
         task_id: args.task.unwrap_or_default(),
         interactive,
     };
-    let outcome = match source.start(request).await {
-        Ok(events) => follow(&mut source, events, args.json, interactive).await,
+    let outcome = match target.start_session(request).await {
+        Ok(events) => follow(&mut target, events, args.json, interactive).await,
         Err(err) => Err(err),
     };
-    source.close().await;
+    target.close().await;
     let ending = outcome?;
     match ending.status.as_str() {
         "completed" | "max_iterations" => Ok(()),
@@ -234,11 +214,11 @@ pub(crate) async fn run(args: RunArgs, config: &Config) -> Result<()> {
 
 /// Shows the events until the root's final one.
 async fn follow(
-    source: &mut Source,
+    target: &mut Target,
     mut events: Events,
     json: bool,
     interactive: bool,
-) -> Result<crate::progress::RootFinal> {
+) -> Result<RootFinal> {
     let mut renderer = Renderer::new(
         json,
         std::io::stderr().is_terminal(),
@@ -251,29 +231,11 @@ async fn follow(
         tokio::select! {
             event = events.next() => match event {
                 Some(Ok(event)) => {
-                    let clarify = (event.kind == "clarify" && interactive).then(|| event.clone());
-                    // Requests the gate waits on carry `scopes`; the others
-                    // only report a pending approval.
-                    let approval = (event.kind == "approval_needed" && interactive && event.json.contains("\"scopes\""))
-                        .then(|| event.clone());
                     if let Some(ending) = renderer.event(&event) {
                         return Ok(ending);
                     }
-                    if let Some(request) = approval {
-                        let asked: serde_json::Value = serde_json::from_str(&request.json).unwrap_or_default();
-                        let (approve, scope) = ask_approval(&asked).await?;
-                        let id = asked["approval_id"].as_str().unwrap_or_default();
-                        if !source.answer_approval(id, approve, &scope).await {
-                            tracing::warn!("the approval was no longer pending");
-                        }
-                    }
-                    if let Some(question) = clarify {
-                        let answer = ask(&question).await?;
-                        let asked: serde_json::Value = serde_json::from_str(&question.json).unwrap_or_default();
-                        let question_id = asked["question_id"].as_str().unwrap_or_default();
-                        if !source.answer(&question.session_id, question_id, &answer).await {
-                            tracing::warn!("the session no longer waits for this answer");
-                        }
+                    if interactive {
+                        ask_and_answer(target, &event).await?;
                     }
                 }
                 Some(Err(err)) => return Err(err.context("the session's event stream failed")),
@@ -286,43 +248,65 @@ async fn follow(
                     bail!("interrupted");
                 }
                 if let Some(root) = renderer.root().map(str::to_owned) {
-                    source.cancel(&root).await;
+                    target.cancel_session(&root).await;
                 }
             }
         }
     }
 }
 
+/// Puts a clarify question, or an approval request the gate waits on, to the
+/// person at the terminal and sends the answer back. Other events ask nothing.
+async fn ask_and_answer(target: &mut Target, event: &SessionEvent) -> Result<()> {
+    if !matches!(event.kind.as_str(), "clarify" | "approval_needed") {
+        return Ok(());
+    }
+    let asked: Value = serde_json::from_str(&event.json).unwrap_or_default();
+    if event.kind == "clarify" {
+        let answer = ask_clarify(&asked).await?;
+        let question_id = asked["question_id"].as_str().unwrap_or_default();
+        if !target
+            .answer_clarify(&event.session_id, question_id, &answer)
+            .await
+        {
+            tracing::warn!("the session no longer waits for this answer");
+        }
+    } else if asked.get("scopes").is_some() {
+        // Only requests the gate waits on carry `scopes`; the others report a
+        // pending approval (answered with `caduceus approvals`).
+        let decision = ask_approval(&asked).await?;
+        let id = asked["approval_id"].as_str().unwrap_or_default();
+        if !target.answer_approval(id, decision).await {
+            tracing::warn!("the approval was no longer pending");
+        }
+    }
+    Ok(())
+}
+
 /// Asks the person at the terminal to approve a flagged command. Anything but
 /// an explicit yes is a deny (hermes' Enter-means-once is a known complaint).
-async fn ask_approval(asked: &serde_json::Value) -> Result<(bool, String)> {
+async fn ask_approval(asked: &Value) -> Result<Decision> {
     let permanent = asked["allow_permanent"].as_bool().unwrap_or(false);
-    let prompt = format!(
+    let line = read_answer(format!(
         "  approve {}? [o]nce, [s]ession{}, [d]eny (default deny): ",
         asked["command"].as_str().unwrap_or_default(),
         if permanent { ", [a]lways" } else { "" }
-    );
-    let line = tokio::task::spawn_blocking(move || -> std::io::Result<String> {
-        let mut stderr = std::io::stderr();
-        std::io::Write::write_all(&mut stderr, prompt.as_bytes())?;
-        std::io::Write::flush(&mut stderr)?;
-        let mut line = String::new();
-        std::io::stdin().lock().read_line(&mut line)?;
-        Ok(line)
-    })
-    .await
-    .context("reading the answer failed")??;
-    Ok(match line.trim().to_lowercase().as_str() {
-        "o" | "once" => (true, "once".to_owned()),
-        "s" | "session" => (true, "session".to_owned()),
-        "a" | "always" if permanent => (true, "always".to_owned()),
-        _ => (false, String::new()),
+    ))
+    .await?;
+    // `Scope::parse` reads an empty answer as once; here it denies.
+    let scope = Some(line.as_str())
+        .filter(|l| !l.is_empty())
+        .and_then(|l| Scope::parse(l).ok())
+        .filter(|scope| *scope != Scope::Always || permanent);
+    Ok(match scope {
+        Some(scope) => Decision::Approve(scope),
+        None => Decision::Deny { reason: None },
     })
 }
 
-/// Puts a clarify question to the person at the terminal.
-async fn ask(event: &SessionEvent) -> Result<String> {
-    let asked: serde_json::Value = serde_json::from_str(&event.json).unwrap_or_default();
+/// Puts a clarify question to the person at the terminal: a choice's number
+/// picks that choice, anything else is the answer itself.
+async fn ask_clarify(asked: &Value) -> Result<String> {
     let choices: Vec<String> = asked["choices"]
         .as_array()
         .map(|c| {
@@ -342,6 +326,16 @@ async fn ask(event: &SessionEvent) -> Result<String> {
         ));
     }
     prompt.push_str("> ");
+    let line = read_answer(prompt).await?;
+    Ok(match line.parse::<usize>() {
+        Ok(n) if n >= 1 && n <= choices.len() => choices[n - 1].clone(),
+        _ => line,
+    })
+}
+
+/// Shows `prompt` on stderr and reads one line from the terminal, trimmed
+/// (on a blocking thread: reading stdin blocks).
+async fn read_answer(prompt: String) -> Result<String> {
     let line = tokio::task::spawn_blocking(move || -> std::io::Result<String> {
         let mut stderr = std::io::stderr();
         std::io::Write::write_all(&mut stderr, prompt.as_bytes())?;
@@ -352,27 +346,5 @@ async fn ask(event: &SessionEvent) -> Result<String> {
     })
     .await
     .context("reading the answer failed")??;
-    let line = line.trim().to_owned();
-    Ok(match line.parse::<usize>() {
-        Ok(n) if n >= 1 && n <= choices.len() => choices[n - 1].clone(),
-        _ => line,
-    })
-}
-
-/// Embedded workers have joined; wait until the registry offers their tools.
-async fn wait_for_local_backend(embedded: &Embedded) -> Result<()> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while !embedded
-        .coordinator
-        .registry()
-        .snapshot()
-        .fleet_backends()
-        .contains("local")
-    {
-        if tokio::time::Instant::now() >= deadline {
-            bail!("the embedded workers did not come up within 10s");
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    Ok(())
+    Ok(line.trim().to_owned())
 }

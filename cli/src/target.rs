@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Context, Result, anyhow};
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
@@ -16,15 +16,15 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 use tonic::{Request, Status};
 
+use caduceus_coordinator::Coordinator;
 use caduceus_coordinator::dispatch::RawArguments;
 use caduceus_coordinator::guard::Gate;
 use caduceus_coordinator::registry::ToolFilter;
-use caduceus_coordinator::{Coordinator, CoordinatorConfig};
 use caduceus_proto::control_client::ControlClient;
 use caduceus_proto::{
     CallToolRequest, ListToolsRequest, StatusRequest, StatusResponse, bearer, worker_event,
 };
-use caduceus_worker::Worker;
+use caduceus_worker::{Worker, WorkerConfig};
 
 use crate::config::Config;
 
@@ -57,20 +57,47 @@ pub struct Remote {
     pub ca: Option<PathBuf>,
 }
 
-impl Target {
-    /// A remote coordinator when an address is given, else an embedded one.
-    pub async fn open(remote: &Remote, config: &Config, gate: Arc<dyn Gate>) -> Result<Self> {
-        match &remote.url {
-            Some(url) => {
-                let token = remote.token.clone().ok_or_else(|| {
-                    anyhow!("--coordinator needs a token: pass --token or set CADUCEUS_TOKEN")
-                })?;
-                Ok(Target::Remote(
-                    connect(url, &token, remote.ca.as_deref()).await?,
-                ))
-            }
-            None => Ok(Target::Embedded(Embedded::start(config, gate, 1).await?)),
+impl Remote {
+    /// Command-line flags over the configuration (which already holds
+    /// `CADUCEUS_COORDINATOR` and `CADUCEUS_TOKEN`).
+    pub fn from_flags(
+        url: Option<String>,
+        token: Option<String>,
+        ca: Option<PathBuf>,
+        config: &Config,
+    ) -> Self {
+        Remote {
+            url: url.or_else(|| config.coordinator.clone()),
+            token: token.or_else(|| config.token.clone()),
+            ca: ca.or_else(|| config.tls.ca.clone()),
         }
+    }
+
+    /// A client of the remote coordinator; `None` without an address.
+    pub async fn client(&self) -> Result<Option<Client>> {
+        let Some(url) = &self.url else {
+            return Ok(None);
+        };
+        let token = self.token.as_deref().ok_or_else(|| {
+            anyhow!("--coordinator needs a token: pass --token or set CADUCEUS_TOKEN")
+        })?;
+        Ok(Some(connect(url, token, self.ca.as_deref()).await?))
+    }
+}
+
+impl Target {
+    /// A remote coordinator when an address is given, else an embedded one
+    /// with `workers` local workers.
+    pub async fn open(
+        remote: &Remote,
+        config: &Config,
+        gate: Arc<dyn Gate>,
+        workers: usize,
+    ) -> Result<Self> {
+        Ok(match remote.client().await? {
+            Some(client) => Target::Remote(client),
+            None => Target::Embedded(Embedded::start(config, gate, workers).await?),
+        })
     }
 
     pub async fn call(&mut self, tool: &str, arguments: &str, task_id: &str) -> Result<CallReply> {
@@ -158,21 +185,26 @@ impl Target {
 
 impl Embedded {
     /// Starts a coordinator with `workers` local workers attached in-process,
-    /// and waits until they have joined.
+    /// and waits until they have joined (the registry then offers their
+    /// tools: attaching publishes a worker's backends before it returns).
     pub async fn start(config: &Config, gate: Arc<dyn Gate>, workers: usize) -> Result<Self> {
         let coordinator = Coordinator::start(
-            CoordinatorConfig {
-                token: uuid::Uuid::new_v4().simple().to_string(),
-                terminal_backend: config.terminal.backend.clone(),
-                terminal_timeout_secs: config.terminal.timeout,
-                environment_settings: config.terminal.environment_settings(),
-                agent: crate::agent_settings::agent_settings(config)?,
-                ..CoordinatorConfig::default()
-            },
+            crate::coordinator_config(config, uuid::Uuid::new_v4().simple().to_string())?,
             gate,
         )
         .await?;
         let shutdown = CancellationToken::new();
+        let mut backends = vec!["local".to_owned()];
+        if config.terminal.backend != "local" {
+            backends.push(config.terminal.backend.clone());
+        }
+        let settings = crate::worker_config(
+            config,
+            "local".to_owned(),
+            backends,
+            Default::default(),
+            None,
+        );
         let mut started = Vec::new();
         for index in 0..workers {
             let name = if workers == 1 {
@@ -180,17 +212,10 @@ impl Embedded {
             } else {
                 format!("local-{}", index + 1)
             };
-            let mut backends = vec!["local".to_owned()];
-            if config.terminal.backend != "local" {
-                backends.push(config.terminal.backend.clone());
-            }
-            let worker = Worker::new(crate::worker_config(
-                config,
+            let worker = Worker::new(WorkerConfig {
                 name,
-                backends,
-                Default::default(),
-                None,
-            ));
+                ..settings.clone()
+            });
             worker.start_housekeeping(shutdown.clone()).await;
             attach_in_process(&coordinator, worker.clone(), shutdown.clone()).await?;
             started.push(worker);
@@ -212,7 +237,7 @@ impl Embedded {
 }
 
 /// Connects a worker to a coordinator in the same process over channels.
-pub async fn attach_in_process(
+async fn attach_in_process(
     coordinator: &Arc<Coordinator>,
     worker: Arc<Worker>,
     shutdown: CancellationToken,
@@ -280,26 +305,4 @@ pub async fn connect(url: &str, token: &str, ca: Option<&std::path::Path>) -> Re
 
 fn status_error(status: &Status) -> anyhow::Error {
     anyhow!("{}", status.message())
-}
-
-/// Fails unless the embedded/remote fleet offers the backend within `wait`.
-pub async fn wait_for_backend(target: &mut Target, backend: &str, wait: Duration) -> Result<()> {
-    let deadline = tokio::time::Instant::now() + wait;
-    loop {
-        let status = target.status().await?;
-        if status
-            .workers
-            .iter()
-            .any(|w| w.backends.iter().any(|b| b == backend))
-        {
-            return Ok(());
-        }
-        if tokio::time::Instant::now() >= deadline {
-            bail!(
-                "no worker offering the '{backend}' backend attached within {}s",
-                wait.as_secs()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }

@@ -12,6 +12,7 @@
 pub mod conformance;
 pub mod standins;
 
+use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -378,6 +379,39 @@ pub fn peak_rss_kib(pid: u32) -> u64 {
         .find_map(|l| l.strip_prefix("VmHWM:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap()
+}
+
+/// The events `caduceus run --json` printed, one JSON object a line.
+pub fn json_lines(stdout: &[u8]) -> Vec<Value> {
+    String::from_utf8_lossy(stdout)
+        .lines()
+        .map(|line| {
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not a JSON line ({e}): {line}"))
+        })
+        .collect()
+}
+
+/// The `tool_finished` events of the sessions under `root` (its subagents').
+pub fn subagent_calls<'a>(events: &'a [Value], root: &str) -> Vec<&'a Value> {
+    events
+        .iter()
+        .filter(|e| e["kind"] == "tool_finished" && e["session_id"] != root)
+        .collect()
+}
+
+/// Whether finished calls all ran at one moment: the latest start came
+/// before the earliest finish.
+pub fn calls_overlapped(calls: &[&Value]) -> bool {
+    let at = |key: &'static str| calls.iter().map(move |e| e["data"][key].as_u64().unwrap());
+    at("started_at_ms").max() < at("finished_at_ms").min()
+}
+
+/// The workers that ran finished calls.
+pub fn call_workers(calls: &[&Value]) -> BTreeSet<String> {
+    calls
+        .iter()
+        .map(|e| e["data"]["worker"].as_str().unwrap().to_owned())
+        .collect()
 }
 
 /// Parses a tool result printed by `caduceus call`.

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use caduceus_llm::ToolCall;
 use caduceus_llm::testing::{ScriptedResponse, ScriptedServer};
-use caduceus_tests::{Fleet, Proc};
+use caduceus_tests::{Fleet, Proc, call_workers, calls_overlapped, json_lines, subagent_calls};
 use serde_json::{Value, json};
 
 /// A scripted server on a runtime of its own, alive as long as this value.
@@ -40,14 +40,19 @@ fn model(script: Vec<ScriptedResponse>) -> Model {
     }
 }
 
-/// A coordinator that asks `model`, with workers w1 and w2.
-fn fleet_with(model: &Model, stream: bool) -> (Fleet, Proc, Proc, Proc) {
+/// A fleet whose configuration asks `model`.
+fn fleet_asking(model: &Model, stream: bool) -> Fleet {
     let fleet = Fleet::new();
-    let config = format!(
+    fleet.write_config(&format!(
         "llm:\n  base_url: {}\n  model: scripted\n  stream: {stream}\n  max_retries: 0\n",
         model.server.base_url()
-    );
-    std::fs::write(fleet.home.path().join("config.yaml"), config).unwrap();
+    ));
+    fleet
+}
+
+/// A coordinator that asks `model`, with workers w1 and w2.
+fn fleet_with(model: &Model, stream: bool) -> (Fleet, Proc, Proc, Proc) {
+    let fleet = fleet_asking(model, stream);
     let coordinator = fleet.serve(&[]);
     let w1 = fleet.worker(&coordinator, "w1", &fleet.token, &[]);
     let w2 = fleet.worker(&coordinator, "w2", &fleet.token, &[]);
@@ -68,13 +73,6 @@ fn tool_names(request: &Value) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
-}
-
-fn parse_lines(stdout: &[u8]) -> Vec<Value> {
-    String::from_utf8_lossy(stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
-        .collect()
 }
 
 #[test]
@@ -108,37 +106,23 @@ fn delegated_children_run_in_parallel_on_two_worker_processes() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let events = parse_lines(&out.stdout);
+    let events = json_lines(&out.stdout);
     let root = events[0]["session_id"].as_str().unwrap();
     assert_eq!(events.last().unwrap()["data"]["text"], "All three written.");
     let seqs: Vec<u64> = events.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
     assert!(seqs.windows(2).all(|w| w[0] < w[1]));
 
     // The three `sleep 1` ran at the same time, on both workers.
-    let runs: Vec<&Value> = events
-        .iter()
-        .filter(|e| e["kind"] == "tool_finished" && e["session_id"] != root)
-        .collect();
+    let runs = subagent_calls(&events, root);
     assert_eq!(runs.len(), 3);
-    let latest_start = runs
-        .iter()
-        .map(|e| e["data"]["started_at_ms"].as_u64().unwrap())
-        .max()
-        .unwrap();
-    let earliest_end = runs
-        .iter()
-        .map(|e| e["data"]["finished_at_ms"].as_u64().unwrap())
-        .min()
-        .unwrap();
     assert!(
-        latest_start < earliest_end,
+        calls_overlapped(&runs),
         "children did not overlap: {runs:#?}"
     );
-    let workers: BTreeSet<&str> = runs
-        .iter()
-        .map(|e| e["data"]["worker"].as_str().unwrap())
-        .collect();
-    assert_eq!(workers, ["w1", "w2"].into_iter().collect());
+    assert_eq!(
+        call_workers(&runs),
+        BTreeSet::from(["w1".to_owned(), "w2".to_owned()])
+    );
     for key in ["alpha", "beta", "gamma"] {
         assert_eq!(
             std::fs::read_to_string(out_dir.path().join(format!("{key}.txt"))).unwrap(),
@@ -280,6 +264,7 @@ fn killing_a_childs_worker_fails_that_child_alone() {
         e["kind"] == "session_started" && e["data"]["prompt"] == "job alpha"
     });
     let alpha_session = alpha["session_id"].as_str().unwrap().to_owned();
+    let root = run.seen[0]["session_id"].as_str().unwrap().to_owned();
     let alpha_task = alpha["data"]["task_id"].as_str().unwrap().to_owned();
     run.until("alpha's command", |e| {
         e["kind"] == "tool_started" && e["session_id"] == alpha_session.as_str()
@@ -324,7 +309,7 @@ fn killing_a_childs_worker_fails_that_child_alone() {
 
     let done = run.until("the root's final", |e| {
         e["kind"] == "final"
-            && e["data"]["depth"].is_null()
+            && e["session_id"] == root.as_str()
             && e["data"]["text"] == "One child lost its worker; the other finished."
     });
     assert_eq!(done["data"]["status"], "completed");
@@ -401,12 +386,7 @@ fn embedded_session_with_terminal_and_file_tools(stream: bool) {
         )]),
         ScriptedResponse::text("main.rs now prints hi."),
     ]);
-    let fleet = Fleet::new();
-    let config = format!(
-        "llm:\n  base_url: {}\n  model: scripted\n  stream: {stream}\n  max_retries: 0\n",
-        model.server.base_url()
-    );
-    std::fs::write(fleet.home.path().join("config.yaml"), config).unwrap();
+    let fleet = fleet_asking(&model, stream);
     let mut cmd = fleet.command();
     cmd.current_dir(work.path())
         .env("CADUCEUS_LOG", "error")
@@ -417,7 +397,7 @@ fn embedded_session_with_terminal_and_file_tools(stream: bool) {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let events = parse_lines(&out.stdout);
+    let events = json_lines(&out.stdout);
     assert_eq!(
         events.last().unwrap()["data"]["text"],
         "main.rs now prints hi."

@@ -11,27 +11,38 @@
 )]
 
 use std::collections::BTreeSet;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use caduceus_tests::Fleet;
+use caduceus_tests::{Fleet, call_workers, calls_overlapped, json_lines, subagent_calls};
 use serde_json::{Value, json};
 
 fn tool_call(id: &str, name: &str, args: Value) -> Value {
     json!({"id": id, "type": "function", "function": {"name": name, "arguments": args.to_string()}})
 }
 
-/// A replay file: list the files, write one, answer.
-fn write_replay(dir: &Path) -> std::path::PathBuf {
-    let lines = [
-        json!({"content": "Looking around first.", "tool_calls": [tool_call("c1", "terminal", json!({"command": "echo hello > greeting.txt && ls"}))]}),
-        json!({"tool_calls": [tool_call("c2", "terminal", json!({"command": "cat greeting.txt"}))], "expect_contains": "greeting.txt"}),
-        json!({"content": "greeting.txt says hello.", "expect_contains": "hello"}),
-    ];
-    let path = dir.join("session.jsonl");
-    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
-    std::fs::write(&path, text).unwrap();
-    path
+/// A replay file of recorded model turns, one a line; its `--model` value.
+fn replay(dir: &Path, name: &str, turns: &[Value]) -> String {
+    let path: PathBuf = dir.join(name);
+    std::fs::write(
+        &path,
+        turns.iter().map(|t| format!("{t}\n")).collect::<String>(),
+    )
+    .unwrap();
+    format!("replay:{}", path.display())
+}
+
+/// A replay: list the files, write one, answer.
+fn write_replay(dir: &Path) -> String {
+    replay(
+        dir,
+        "session.jsonl",
+        &[
+            json!({"content": "Looking around first.", "tool_calls": [tool_call("c1", "terminal", json!({"command": "echo hello > greeting.txt && ls"}))]}),
+            json!({"tool_calls": [tool_call("c2", "terminal", json!({"command": "cat greeting.txt"}))], "expect_contains": "greeting.txt"}),
+            json!({"content": "greeting.txt says hello.", "expect_contains": "hello"}),
+        ],
+    )
 }
 
 fn run(fleet: &Fleet, cwd: &Path, args: &[&str]) -> Output {
@@ -43,21 +54,22 @@ fn run(fleet: &Fleet, cwd: &Path, args: &[&str]) -> Output {
     cmd.output().unwrap()
 }
 
-fn events(stdout: &[u8]) -> Vec<Value> {
-    String::from_utf8_lossy(stdout)
-        .lines()
-        .map(|line| {
-            serde_json::from_str(line).unwrap_or_else(|e| panic!("not a JSON line ({e}): {line}"))
-        })
-        .collect()
+/// `run` that must succeed.
+fn run_ok(fleet: &Fleet, cwd: &Path, args: &[&str]) -> Output {
+    let out = run(fleet, cwd, args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
 }
 
 #[test]
 fn run_shows_progress_and_prints_the_final_answer() {
     let fleet = Fleet::new();
     let work = tempfile::tempdir().unwrap();
-    let replay = write_replay(work.path());
-    let model = format!("replay:{}", replay.display());
+    let model = write_replay(work.path());
     let out = run(
         &fleet,
         work.path(),
@@ -126,23 +138,13 @@ fn run_shows_progress_and_prints_the_final_answer() {
 fn run_json_prints_one_event_per_line() {
     let fleet = Fleet::new();
     let work = tempfile::tempdir().unwrap();
-    let replay = write_replay(work.path());
-    let out = run(
+    let model = write_replay(work.path());
+    let out = run_ok(
         &fleet,
         work.path(),
-        &[
-            "--json",
-            "--model",
-            &format!("replay:{}", replay.display()),
-            "What does the greeting say?",
-        ],
+        &["--json", "--model", &model, "What does the greeting say?"],
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let events = events(&out.stdout);
+    let events = json_lines(&out.stdout);
     let kinds: Vec<&str> = events.iter().map(|e| e["kind"].as_str().unwrap()).collect();
     assert_eq!(
         kinds,
@@ -179,20 +181,12 @@ fn a_failing_model_fails_the_run() {
     let fleet = Fleet::new();
     let work = tempfile::tempdir().unwrap();
     // One turn, then the replay has nothing left for the second request.
-    let path = work.path().join("short.jsonl");
-    std::fs::write(
-        &path,
-        format!(
-            "{}\n",
-            json!({"tool_calls": [tool_call("c1", "terminal", json!({"command": "true"}))]})
-        ),
-    )
-    .unwrap();
-    let out = run(
-        &fleet,
+    let model = replay(
         work.path(),
-        &["--model", &format!("replay:{}", path.display()), "Do it"],
+        "short.jsonl",
+        &[json!({"tool_calls": [tool_call("c1", "terminal", json!({"command": "true"}))]})],
     );
+    let out = run(&fleet, work.path(), &["--model", &model, "Do it"]);
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("has no turn left"), "{stderr}");
@@ -207,7 +201,7 @@ fn the_demo_delegates_three_pages_to_subagents_on_two_embedded_workers() {
     let fleet = Fleet::new();
     let work = tempfile::tempdir().unwrap();
     let replay = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/delegate-demo.jsonl");
-    let out = run(
+    let out = run_ok(
         &fleet,
         work.path(),
         &[
@@ -217,12 +211,7 @@ fn the_demo_delegates_three_pages_to_subagents_on_two_embedded_workers() {
             "Build a small static site in demo-out: three pages written in parallel by subagents, then an index page.",
         ],
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let events = events(&out.stdout);
+    let events = json_lines(&out.stdout);
     let root = events[0]["session_id"].as_str().unwrap();
 
     // Three child sessions, each with its own environment.
@@ -238,30 +227,16 @@ fn the_demo_delegates_three_pages_to_subagents_on_two_embedded_workers() {
     assert_eq!(tasks.len(), 3);
 
     // Their commands ran at the same time, on both workers.
-    let runs: Vec<&Value> = events
-        .iter()
-        .filter(|e| e["kind"] == "tool_finished" && e["session_id"] != root)
-        .collect();
+    let runs = subagent_calls(&events, root);
     assert_eq!(runs.len(), 3);
-    let latest_start = runs
-        .iter()
-        .map(|e| e["data"]["started_at_ms"].as_u64().unwrap())
-        .max()
-        .unwrap();
-    let earliest_end = runs
-        .iter()
-        .map(|e| e["data"]["finished_at_ms"].as_u64().unwrap())
-        .min()
-        .unwrap();
     assert!(
-        latest_start < earliest_end,
+        calls_overlapped(&runs),
         "the subagents' commands did not overlap"
     );
-    let workers: BTreeSet<&str> = runs
-        .iter()
-        .map(|e| e["data"]["worker"].as_str().unwrap())
-        .collect();
-    assert_eq!(workers, ["local-1", "local-2"].into_iter().collect());
+    assert_eq!(
+        call_workers(&runs),
+        BTreeSet::from(["local-1".to_owned(), "local-2".to_owned()])
+    );
 
     // Real files.
     for page in ["alpha", "beta", "gamma"] {
@@ -301,28 +276,13 @@ fn file_tools_run_in_parallel_on_distinct_paths_and_in_order_on_one_path() {
         ], "expect_contains": "alpha"}),
         json!({"content": "out.txt says third.", "expect_tool_results": 3}),
     ];
-    let replay = work.path().join("files.jsonl");
-    std::fs::write(
-        &replay,
-        lines.iter().map(|l| format!("{l}\n")).collect::<String>(),
-    )
-    .unwrap();
-    let out = run(
+    let model = replay(work.path(), "files.jsonl", &lines);
+    let out = run_ok(
         &fleet,
         work.path(),
-        &[
-            "--json",
-            "--model",
-            &format!("replay:{}", replay.display()),
-            "Take notes",
-        ],
+        &["--json", "--model", &model, "Take notes"],
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let events = events(&out.stdout);
+    let events = json_lines(&out.stdout);
     let parallel = |id: &str| {
         events
             .iter()
@@ -394,26 +354,8 @@ fn a_turn_over_its_result_budget_saves_its_largest_result_in_the_sandbox() {
         json!({"tool_calls": calls}),
         json!({"content": "saw them", "expect_contains": "Full output saved to: "}),
     ];
-    let replay = work.path().join("big.jsonl");
-    std::fs::write(
-        &replay,
-        lines.iter().map(|l| format!("{l}\n")).collect::<String>(),
-    )
-    .unwrap();
-    let out = run(
-        &fleet,
-        work.path(),
-        &[
-            "--model",
-            &format!("replay:{}", replay.display()),
-            "Print a lot",
-        ],
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let model = replay(work.path(), "big.jsonl", &lines);
+    run_ok(&fleet, work.path(), &["--model", &model, "Print a lot"]);
 
     let db = fleet.home.path().join("state.db");
     let session = caduceus_coordinator::agent::store::read_sessions(&db)

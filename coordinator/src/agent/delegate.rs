@@ -2,7 +2,7 @@
 //! — the `delegation:` configuration, argument checks and their error texts,
 //! the child's role, tool filter and system prompt, the result entries, the
 //! summary budget and the tool's live schema. Running the children is the
-//! session's business (`session::children`).
+//! agent loop's business (`turn::AgentLoop::delegate`).
 //!
 //! Unlike hermes, whose top-level delegations run in the background and come
 //! back as a later message (a source of "dispatched but never ran" reports,
@@ -64,8 +64,11 @@ pub struct DelegationConfig {
     /// Endpoint and key for `model` (default: the parent's).
     pub base_url: Option<String>,
     pub api_key: Option<String>,
-    /// Read by the approval gate: children's dangerous commands are approved
-    /// once instead of denied.
+    /// hermes: children's dangerous commands are approved once instead of
+    /// denied. Accepted but not acted on yet: the agent loop gives children
+    /// neither `Approvals::auto_answer` nor a shared listener, so their
+    /// dangerous commands are held as `pending_approval` (coordinator README,
+    /// "Delegated children").
     pub subagent_auto_approve: Option<bool>,
 }
 
@@ -265,7 +268,7 @@ pub fn parse_request(
             .map(str::to_owned)
             .filter(|c| !c.trim().is_empty());
         let role = match object.get("role") {
-            Some(Value::String(r)) if !r.is_empty() => Role::parse(Some(&Value::String(r.clone()))),
+            Some(Value::String(r)) if !r.is_empty() => Role::parse(object.get("role")),
             _ => top_role,
         };
         tasks.push(ChildTask {

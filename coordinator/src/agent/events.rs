@@ -24,21 +24,6 @@ pub const NOTICE: &str = "notice";
 pub const FINAL: &str = "final";
 pub const ERROR: &str = "error";
 
-/// Every kind, in the order a reader meets them.
-pub const ALL_KINDS: &[&str] = &[
-    SESSION_STARTED,
-    ASSISTANT_TEXT,
-    TOOL_STARTED,
-    TOOL_FINISHED,
-    CHILD_STARTED,
-    CHILD_FINISHED,
-    APPROVAL_NEEDED,
-    CLARIFY,
-    NOTICE,
-    FINAL,
-    ERROR,
-];
-
 struct Inner {
     seq: u64,
     tx: mpsc::UnboundedSender<SessionEvent>,
@@ -79,6 +64,15 @@ impl EventStream {
     pub fn is_attached(&self) -> bool {
         let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         !inner.tx.is_closed()
+    }
+
+    /// Resolves once nobody reads the stream any more.
+    pub async fn closed(&self) {
+        let tx = {
+            let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+            inner.tx.clone()
+        };
+        tx.closed().await;
     }
 }
 

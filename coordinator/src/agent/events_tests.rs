@@ -31,3 +31,14 @@ fn previews_cut_on_characters() {
     assert_eq!(preview("héllo", 2), "hé…");
     assert_eq!(preview("hi", 2), "hi");
 }
+
+#[tokio::test]
+async fn closed_resolves_when_the_reader_goes_away() {
+    let (stream, rx) = EventStream::new();
+    let waiting = tokio::time::timeout(std::time::Duration::from_millis(50), stream.closed()).await;
+    assert!(waiting.is_err(), "the reader is still there");
+    drop(rx);
+    tokio::time::timeout(std::time::Duration::from_secs(5), stream.closed())
+        .await
+        .expect("closed after the reader left");
+}

@@ -176,7 +176,7 @@ impl SessionHub {
     }
 
     /// The model a request names.
-    pub fn resolve_model(&self, name: &str) -> Result<(Arc<dyn ChatModel>, String), SessionError> {
+    fn resolve_model(&self, name: &str) -> Result<(Arc<dyn ChatModel>, String), SessionError> {
         let mut config: LlmConfig = self.inner.settings.llm.clone();
         if !name.trim().is_empty() {
             config.model = name.trim().to_owned();
@@ -250,7 +250,7 @@ impl SessionHub {
         };
         let (events, rx) = EventStream::new();
         if spec.interactive {
-            self.forward_approvals(&session_id, &events);
+            self.forward_approvals(&spec, &events);
         }
         let args = SessionArgs {
             hub: self.inner.clone(),
@@ -271,27 +271,26 @@ impl SessionHub {
     /// A person follows this session: the gate's approval requests for it go
     /// to its event stream as `approval_needed` events and the call waits for
     /// the answer (AnswerApproval) instead of failing closed at once. The
-    /// forwarding ends when nobody reads the stream any more.
-    fn forward_approvals(&self, session_id: &str, events: &EventStream) {
+    /// forwarding ends with the session (its cancellation token is cancelled
+    /// when its actor stops), so the stream still ends after `final`, or
+    /// earlier when nobody reads the stream any more.
+    fn forward_approvals(&self, spec: &SessionSpec, events: &EventStream) {
         let Some(approvals) = self.inner.dispatcher.gate().approvals() else {
             return;
         };
-        let mut listener = approvals.attach_listener(session_id);
+        let mut listener = approvals.attach_listener(&spec.session_id);
         let events = events.clone();
-        let session_id = session_id.to_owned();
+        let session_id = spec.session_id.clone();
+        let ended = spec.cancel.clone();
         tokio::spawn(async move {
-            let mut check = tokio::time::interval(std::time::Duration::from_secs(1));
             loop {
                 tokio::select! {
                     request = listener.recv() => match request {
                         Some(request) => events.emit(&session_id, super::events::APPROVAL_NEEDED, &request.to_json()),
                         None => break,
                     },
-                    _ = check.tick() => {
-                        if !events.is_attached() {
-                            break;
-                        }
-                    }
+                    () = ended.cancelled() => break,
+                    () = events.closed() => break,
                 }
             }
         });
@@ -342,15 +341,6 @@ impl SessionHub {
             .collect();
         out.sort_by(|a, b| a.session_id.cmp(&b.session_id));
         out
-    }
-
-    /// The parent of a live session: `Some(parent)` for a delegated child,
-    /// `Some("")` for a top-level session, `None` when it is not running. (The
-    /// approval gate treats children's calls differently.)
-    pub fn parent_of(&self, session_id: &str) -> Option<String> {
-        let live = self.inner.live.lock().unwrap_or_else(|e| e.into_inner());
-        live.get(session_id)
-            .map(|s| s.parent_id.clone().unwrap_or_default())
     }
 
     /// Hands a worker's notice to the session that started the process.

@@ -19,7 +19,7 @@ use serde_json::{Map, Value, json};
 use super::*;
 use crate::agent::{AgentSettings, messages, store};
 use crate::dispatch::CallContext;
-use crate::guard::OpenGate;
+use crate::guard::{ApprovalSettings, CommandGate, Gate, OpenGate};
 use crate::registry::{Handler, LocalTool, ParallelClass, ToolEntry};
 use crate::{Coordinator, CoordinatorConfig};
 
@@ -115,10 +115,67 @@ struct Harness {
     db: std::path::PathBuf,
 }
 
+/// The coordinator-side test tools every harness registers.
+fn test_tools() -> Vec<ToolEntry> {
+    let entry = |name: &str, toolset: &str, properties: Value, tool: Arc<dyn LocalTool>| {
+        ToolEntry::new(
+            name,
+            toolset,
+            schema(name, properties),
+            Handler::Local(tool),
+        )
+    };
+    let path = json!({"path": {"type": "string"}, "ms": {"type": "integer"}});
+    vec![
+        entry("slow_read", "test", path.clone(), Arc::new(Sleepy))
+            .with_parallel(ParallelClass::PathScoped),
+        entry("slow_write", "test", path.clone(), Arc::new(Sleepy))
+            .with_parallel(ParallelClass::PathScoped),
+        entry("slow", "test", path, Arc::new(Sleepy)),
+        entry(
+            "echo",
+            "test",
+            json!({"n": {"type": "integer"}}),
+            Arc::new(Echo),
+        ),
+        entry(
+            "web_search",
+            "web",
+            json!({"query": {"type": "string"}}),
+            Arc::new(FakeWeb),
+        )
+        .with_parallel(ParallelClass::Safe),
+        entry(
+            "big",
+            "test",
+            json!({"fill": {"type": "string"}}),
+            Arc::new(Big),
+        ),
+        entry("which_task", "test", json!({}), Arc::new(WhichTask)),
+        entry("guarded", "test", json!({}), Arc::new(NeedsApproval)),
+        // A coordinator-side stand-in for the worker's terminal (same toolset: it replaces it).
+        entry(
+            "terminal",
+            "terminal",
+            json!({"command": {"type": "string"}}),
+            Arc::new(StartsBackground),
+        ),
+    ]
+}
+
 async fn harness(
     script: Vec<ScriptedResponse>,
     stream: bool,
     tune: impl FnOnce(&mut AgentSettings),
+) -> Harness {
+    harness_with_gate(script, stream, tune, Arc::new(OpenGate)).await
+}
+
+async fn harness_with_gate(
+    script: Vec<ScriptedResponse>,
+    stream: bool,
+    tune: impl FnOnce(&mut AgentSettings),
+    gate: Arc<dyn Gate>,
 ) -> Harness {
     let server = ScriptedServer::start(script).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -141,124 +198,13 @@ async fn harness(
             agent,
             ..CoordinatorConfig::default()
         },
-        Arc::new(OpenGate),
+        gate,
     )
     .await
     .unwrap();
-    let registry = coordinator.registry();
-    let path = json!({"path": {"type": "string"}, "ms": {"type": "integer"}});
-    registry
-        .register(
-            ToolEntry::new(
-                "slow_read",
-                "test",
-                schema("slow_read", path.clone()),
-                Handler::Local(Arc::new(Sleepy)),
-            )
-            .with_parallel(ParallelClass::PathScoped),
-            false,
-        )
-        .await
-        .unwrap();
-    registry
-        .register(
-            ToolEntry::new(
-                "slow_write",
-                "test",
-                schema("slow_write", path.clone()),
-                Handler::Local(Arc::new(Sleepy)),
-            )
-            .with_parallel(ParallelClass::PathScoped),
-            false,
-        )
-        .await
-        .unwrap();
-    registry
-        .register(
-            ToolEntry::new(
-                "slow",
-                "test",
-                schema("slow", path),
-                Handler::Local(Arc::new(Sleepy)),
-            ),
-            false,
-        )
-        .await
-        .unwrap();
-    registry
-        .register(
-            ToolEntry::new(
-                "echo",
-                "test",
-                schema("echo", json!({"n": {"type": "integer"}})),
-                Handler::Local(Arc::new(Echo)),
-            ),
-            false,
-        )
-        .await
-        .unwrap();
-    registry
-        .register(
-            ToolEntry::new(
-                "web_search",
-                "web",
-                schema("web_search", json!({"query": {"type": "string"}})),
-                Handler::Local(Arc::new(FakeWeb)),
-            )
-            .with_parallel(ParallelClass::Safe),
-            false,
-        )
-        .await
-        .unwrap();
-    registry
-        .register(
-            ToolEntry::new(
-                "big",
-                "test",
-                schema("big", json!({"fill": {"type": "string"}})),
-                Handler::Local(Arc::new(Big)),
-            ),
-            false,
-        )
-        .await
-        .unwrap();
-    registry
-        .register(
-            ToolEntry::new(
-                "which_task",
-                "test",
-                schema("which_task", json!({})),
-                Handler::Local(Arc::new(WhichTask)),
-            ),
-            false,
-        )
-        .await
-        .unwrap();
-    registry
-        .register(
-            ToolEntry::new(
-                "guarded",
-                "test",
-                schema("guarded", json!({})),
-                Handler::Local(Arc::new(NeedsApproval)),
-            ),
-            false,
-        )
-        .await
-        .unwrap();
-    // A coordinator-side stand-in for the worker's terminal (same toolset: it replaces it).
-    registry
-        .register(
-            ToolEntry::new(
-                "terminal",
-                "terminal",
-                schema("terminal", json!({"command": {"type": "string"}})),
-                Handler::Local(Arc::new(StartsBackground)),
-            ),
-            false,
-        )
-        .await
-        .unwrap();
+    for entry in test_tools() {
+        coordinator.registry().register(entry, false).await.unwrap();
+    }
     Harness {
         coordinator,
         server,
@@ -290,14 +236,30 @@ async fn collect(mut stream: SessionStream) -> Vec<Ev> {
     }
 }
 
-async fn run(h: &Harness, prompt: &str, tune: impl FnOnce(&mut StartRequest)) -> Vec<Ev> {
+async fn start(h: &Harness, prompt: &str, tune: impl FnOnce(&mut StartRequest)) -> SessionStream {
     let mut request = StartRequest {
         prompt: prompt.into(),
         ..StartRequest::default()
     };
     tune(&mut request);
-    let stream = h.coordinator.sessions().start(request).await.unwrap();
-    collect(stream).await
+    h.coordinator.sessions().start(request).await.unwrap()
+}
+
+async fn run(h: &Harness, prompt: &str, tune: impl FnOnce(&mut StartRequest)) -> Vec<Ev> {
+    collect(start(h, prompt, tune).await).await
+}
+
+/// Reads events until one of `kind` arrives (30 s at most between events).
+async fn next_of_kind(stream: &mut SessionStream, kind: &str) -> SessionEvent {
+    loop {
+        let event = tokio::time::timeout(Duration::from_secs(30), stream.events.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        if event.kind == kind {
+            return event;
+        }
+    }
 }
 
 fn call(id: &str, name: &str, args: Value) -> ToolCall {
@@ -661,34 +623,19 @@ async fn clarify_asks_the_client_and_without_one_is_an_error() {
     // Interactive: the question arrives as an event and the answer goes back.
     let h = harness(script(), true, |_| {}).await;
     let hub = h.coordinator.sessions().clone();
-    let mut stream = hub
-        .start(StartRequest {
-            prompt: "Deploy".into(),
-            interactive: true,
-            ..StartRequest::default()
-        })
-        .await
-        .unwrap();
+    let mut stream = start(&h, "Deploy", |r| r.interactive = true).await;
     let session = stream.session_id.clone();
-    loop {
-        let event = tokio::time::timeout(Duration::from_secs(30), stream.events.recv())
+    let event = next_of_kind(&mut stream, "clarify").await;
+    let asked: Value = serde_json::from_str(&event.json).unwrap();
+    assert_eq!(asked["choices"], json!(["staging", "prod"]));
+    assert!(
+        !hub.answer_clarify(&session, "q99", "x").await,
+        "an unknown question is refused"
+    );
+    assert!(
+        hub.answer_clarify(&session, asked["question_id"].as_str().unwrap(), "prod")
             .await
-            .unwrap()
-            .unwrap();
-        if event.kind == "clarify" {
-            let asked: Value = serde_json::from_str(&event.json).unwrap();
-            assert_eq!(asked["choices"], json!(["staging", "prod"]));
-            assert!(
-                !hub.answer_clarify(&session, "q99", "x").await,
-                "an unknown question is refused"
-            );
-            assert!(
-                hub.answer_clarify(&session, asked["question_id"].as_str().unwrap(), "prod")
-                    .await
-            );
-            break;
-        }
-    }
+    );
     let rest = collect(stream).await;
     assert_eq!(final_of(&rest, &session)["text"], "Deploying.");
     assert_eq!(
@@ -718,25 +665,11 @@ async fn cancelling_interrupts_a_running_call() {
     )
     .await;
     let hub = h.coordinator.sessions().clone();
-    let mut stream = hub
-        .start(StartRequest {
-            prompt: "Wait".into(),
-            ..StartRequest::default()
-        })
-        .await
-        .unwrap();
+    let mut stream = start(&h, "Wait", |_| {}).await;
     let session = stream.session_id.clone();
-    loop {
-        let event = tokio::time::timeout(Duration::from_secs(30), stream.events.recv())
-            .await
-            .unwrap()
-            .unwrap();
-        if event.kind == "tool_started" {
-            assert_eq!(hub.statuses().len(), 1);
-            assert!(hub.cancel(&session));
-            break;
-        }
-    }
+    next_of_kind(&mut stream, "tool_started").await;
+    assert_eq!(hub.statuses().len(), 1);
+    assert!(hub.cancel(&session));
     let rest = tokio::time::timeout(Duration::from_secs(10), collect(stream))
         .await
         .unwrap();
@@ -977,6 +910,28 @@ async fn a_panicking_child_is_a_failed_entry_and_the_parent_carries_on() {
             .json["status"],
         "completed"
     );
+    // The crashed child ended like any session: an `error`, a `final` with
+    // every field, and its record.
+    let child = crashed.json["child_session_id"].as_str().unwrap();
+    let child_final = final_of(&events, child);
+    assert_eq!(
+        (
+            child_final["status"].as_str(),
+            child_final["exit_reason"].as_str()
+        ),
+        (Some("crashed"), Some("error"))
+    );
+    assert_eq!(child_final["workers"], json!([]));
+    assert!(
+        events
+            .iter()
+            .any(|e| e.kind == "error" && e.session == child)
+    );
+    let stored = store::read_sessions(&h.db).unwrap();
+    assert_eq!(
+        stored.iter().find(|s| s.id == child).unwrap().state,
+        "crashed"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -1051,23 +1006,9 @@ async fn a_finished_background_process_starts_a_new_turn() {
     )
     .await;
     let hub = h.coordinator.sessions().clone();
-    let mut stream = hub
-        .start(StartRequest {
-            prompt: "Build it".into(),
-            ..StartRequest::default()
-        })
-        .await
-        .unwrap();
+    let mut stream = start(&h, "Build it", |_| {}).await;
     let session = stream.session_id.clone();
-    loop {
-        let event = tokio::time::timeout(Duration::from_secs(30), stream.events.recv())
-            .await
-            .unwrap()
-            .unwrap();
-        if event.kind == "assistant_text" {
-            break;
-        }
-    }
+    next_of_kind(&mut stream, "assistant_text").await;
     // The interim answer is not the end: the session waits for its process.
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(hub.statuses().len(), 1);
@@ -1144,4 +1085,27 @@ async fn a_turn_over_its_result_budget_gives_up_its_largest_results() {
     ));
     assert!(results[0].1.chars().count() < 2_000);
     assert_eq!((results[1].1.len(), results[2].1.len()), (90_000, 90_000));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_interactive_session_with_approvals_ends_its_stream_after_the_final_event() {
+    let h = harness_with_gate(
+        vec![ScriptedResponse::text("Nothing to approve.")],
+        true,
+        |_| {},
+        Arc::new(CommandGate::new(ApprovalSettings::default())),
+    )
+    .await;
+    // `collect` reads until the stream ends (and fails after 60 s): the
+    // approval forwarding must not hold the stream open past `final`.
+    let events = tokio::time::timeout(
+        Duration::from_secs(10),
+        run(&h, "Say something", |r| r.interactive = true),
+    )
+    .await
+    .expect("the stream ended after the final event");
+    assert_eq!(
+        final_of(&events, &root(&events))["text"],
+        "Nothing to approve."
+    );
 }

@@ -236,7 +236,7 @@ impl Actor for SessionActor {
             SessionMsg::LoopEnded(ended) => {
                 let outcome = match ended {
                     Ok(outcome) => outcome,
-                    Err(panic) => crashed(state, &panic),
+                    Err(panic) => crashed(state, &panic).await,
                 };
                 if let Some(report) = state.report.take() {
                     let _ = report.send(outcome);
@@ -274,56 +274,65 @@ impl Actor for SessionActor {
 }
 
 /// The outcome of a session whose loop panicked; tells the client.
-fn crashed(state: &SessionState, panic: &str) -> SessionOutcome {
+async fn crashed(state: &SessionState, panic: &str) -> SessionOutcome {
     let message = format!("The agent loop of this session crashed: {panic}");
     tracing::error!(session = %state.spec.session_id, "{message}");
-    let api_calls = state.shared.api_calls();
-    let duration = state.started.elapsed();
-    state.events.emit(
-        &state.spec.session_id,
-        events::ERROR,
-        &json!({"message": message}),
-    );
-    state.events.emit(
-        &state.spec.session_id,
-        events::FINAL,
-        &json!({
-            "text": null,
-            "status": EndStatus::Crashed.as_str(),
-            "exit_reason": "error",
-            "error": message,
-            "api_calls": api_calls,
-            "duration_seconds": super::delegate::round2(duration.as_secs_f64()),
-            "tokens": {"input": 0, "output": 0},
-        }),
-    );
-    if state.spec.release_task {
-        let hub = state.hub.clone();
-        let task_id = state.spec.task_id.clone();
-        tokio::spawn(async move {
-            hub.dispatcher.scheduler().release(&task_id).await;
-        });
-    }
-    if let Some(store) = state.hub.store() {
-        store.session_ended(SessionEnd {
-            id: state.spec.session_id.clone(),
-            state: EndStatus::Crashed.as_str().to_owned(),
-            api_calls,
-            exit_reason: "error".to_owned(),
-            final_response: None,
-            error: Some(message.clone()),
-            input_tokens: 0,
-            output_tokens: 0,
-        });
-    }
-    SessionOutcome {
+    let outcome = SessionOutcome {
         status: EndStatus::Crashed,
         final_text: None,
         error: Some(message),
-        api_calls,
-        duration,
+        api_calls: state.shared.api_calls(),
+        duration: state.started.elapsed(),
         tokens: Tokens::default(),
         tool_trace: Vec::new(),
         workers: BTreeSet::new(),
+    };
+    conclude(&state.hub, &state.spec, &state.events, &outcome, "error").await;
+    outcome
+}
+
+/// Ends a session the way its readers rely on, however it ended: the
+/// environment made for it is released, its record is complete on disk, and
+/// then `error` (when it failed) and `final` go out — a client that exits on
+/// `final` finds the whole transcript in the database.
+pub(crate) async fn conclude(
+    hub: &HubInner,
+    spec: &SessionSpec,
+    stream: &EventStream,
+    outcome: &SessionOutcome,
+    exit_reason: &str,
+) {
+    if spec.release_task {
+        hub.dispatcher.scheduler().release(&spec.task_id).await;
     }
+    if let Some(store) = hub.store() {
+        store.session_ended(SessionEnd {
+            id: spec.session_id.clone(),
+            state: outcome.status.as_str().to_owned(),
+            api_calls: outcome.api_calls,
+            exit_reason: exit_reason.to_owned(),
+            final_response: outcome.final_text.clone(),
+            error: outcome.error.clone(),
+            input_tokens: outcome.tokens.input,
+            output_tokens: outcome.tokens.output,
+        });
+        store.flush().await;
+    }
+    if let Some(error) = &outcome.error {
+        stream.emit(&spec.session_id, events::ERROR, &json!({"message": error}));
+    }
+    stream.emit(
+        &spec.session_id,
+        events::FINAL,
+        &json!({
+            "text": outcome.final_text,
+            "status": outcome.status.as_str(),
+            "exit_reason": exit_reason,
+            "error": outcome.error,
+            "api_calls": outcome.api_calls,
+            "duration_seconds": super::delegate::round2(outcome.duration.as_secs_f64()),
+            "tokens": outcome.tokens,
+            "workers": outcome.workers,
+        }),
+    );
 }

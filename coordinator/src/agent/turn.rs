@@ -59,8 +59,9 @@ use super::notices::notice_message;
 use super::planner::{MAX_PARALLEL_CALLS, PlanCall, plan_batch};
 use super::session::{
     EndStatus, SessionActor, SessionArgs, SessionMsg, SessionOutcome, SessionShared, SessionSpec,
+    conclude,
 };
-use super::store::{SessionEnd, SessionRow};
+use super::store::SessionRow;
 use super::todo::TodoStore;
 use crate::dispatch::coerce::coerce_arguments;
 use crate::dispatch::repair::repair_tool_name;
@@ -112,6 +113,24 @@ impl Ending {
             text: None,
             error: Some(error),
             exit_reason: "error",
+        }
+    }
+
+    /// hermes' ending after [`MAX_INVALID_TURNS`] turns whose calls all named
+    /// unknown tools; it names the first of the last turn.
+    fn invalid_tool_calls(calls: &[ToolCall]) -> Self {
+        let name = calls.first().map(|c| c.name.as_str()).unwrap_or_default();
+        let shown = if name.chars().count() > 80 {
+            format!("{}...", name.chars().take(80).collect::<String>())
+        } else {
+            name.to_owned()
+        };
+        let message = format!("Model generated invalid tool call: {shown}");
+        Ending {
+            status: EndStatus::Failed,
+            text: Some(message.clone()),
+            error: Some(message),
+            exit_reason: "invalid_tool_calls",
         }
     }
 }
@@ -422,19 +441,7 @@ impl AgentLoop {
             if all_invalid {
                 self.invalid_turns += 1;
                 if self.invalid_turns >= MAX_INVALID_TURNS {
-                    let name = calls.first().map(|c| c.name.as_str()).unwrap_or_default();
-                    let shown = if name.chars().count() > 80 {
-                        format!("{}...", name.chars().take(80).collect::<String>())
-                    } else {
-                        name.to_owned()
-                    };
-                    let message = format!("Model generated invalid tool call: {shown}");
-                    return Ending {
-                        status: EndStatus::Failed,
-                        text: Some(message.clone()),
-                        error: Some(message),
-                        exit_reason: "invalid_tool_calls",
-                    };
+                    return Ending::invalid_tool_calls(&calls);
                 }
             } else {
                 self.invalid_turns = 0;
@@ -605,18 +612,18 @@ impl AgentLoop {
             }
             let indices: Vec<usize> = segment.calls().iter().map(|&k| runnable[k]).collect();
             if segment.is_parallel() {
-                let mut futures = Vec::with_capacity(indices.len());
-                for &i in &indices {
-                    let site = site.clone();
-                    let call = calls[i].clone();
-                    let args = parsed[i].clone();
-                    futures.push(async move { site.dispatch(&call, args.as_ref(), true).await });
-                }
-                let mut stream = futures::stream::iter(futures).buffered(MAX_PARALLEL_CALLS);
-                let mut position = 0;
-                while let Some(done) = stream.next().await {
-                    results[indices[position]] = Some(done);
-                    position += 1;
+                let site = &site;
+                let dispatched: Vec<Finished> = futures::stream::iter(
+                    indices
+                        .iter()
+                        .copied()
+                        .map(|i| site.dispatch(&calls[i], parsed[i].as_ref(), true)),
+                )
+                .buffered(MAX_PARALLEL_CALLS)
+                .collect()
+                .await;
+                for (&i, done) in indices.iter().zip(dispatched) {
+                    results[i] = Some(done);
                 }
             } else {
                 for &i in &indices {
@@ -655,21 +662,18 @@ impl AgentLoop {
         if let Some(worker) = &done.worker {
             self.workers.insert(worker.clone());
         }
+        // One parse serves the trace, the awaited processes and the approval event.
+        let parsed = result_object(&done.content);
         self.trace.push(TraceEntry {
             tool: call.name.clone(),
             args_bytes: call.arguments.len(),
             result_bytes: Some(done.content.len()),
-            status: Some(if looks_like_error(&done.content) {
+            status: Some(if looks_like_error(&done.content, parsed.as_ref()) {
                 "error"
             } else {
                 "ok"
             }),
         });
-        let parsed: Option<Map<String, Value>> = match serde_json::from_str::<Value>(&done.content)
-        {
-            Ok(Value::Object(map)) => Some(map),
-            _ => None,
-        };
         if let Some(result) = &parsed {
             if call.name == "terminal"
                 && result.get("notify_on_complete").and_then(Value::as_bool) == Some(true)
@@ -832,13 +836,11 @@ impl AgentLoop {
     }
 
     /// `delegate_task`: runs the children as linked Session actors and waits
-    /// for all of them.
+    /// for all of them. (At the depth limit the call never gets here:
+    /// [`Self::route`] refuses it.)
     async fn delegate(&mut self, call_id: &str, args: &Map<String, Value>) -> String {
         let config = self.hub.settings.delegation.clone();
         let max_depth = config.max_spawn_depth();
-        if self.spec.depth >= max_depth {
-            return depth_limit_error(self.spec.depth, max_depth);
-        }
         let DelegateRequest {
             tasks,
             share_environment,
@@ -935,26 +937,22 @@ impl AgentLoop {
             waits.push((task, session_id, task_id, cancel, end));
         }
 
-        let parent_session = self.spec.session_id.clone();
-        let events = self.events.clone();
-        let label = model_label.clone();
-        let mut futures = Vec::with_capacity(waits.len());
-        for (task, session_id, task_id, cancel, wait) in waits {
-            let events = events.clone();
-            let parent_session = parent_session.clone();
-            let label = label.clone();
-            let call_id = call_id.to_owned();
-            futures.push(async move {
-                let end = wait.finish(timeout, &cancel).await;
-                let entry = child_entry(&task, &session_id, &task_id, &label, end);
-                events.emit(
-                    &parent_session,
-                    events::CHILD_FINISHED,
-                    &child_finished_json(&entry, &call_id),
-                );
-                entry
-            });
-        }
+        let parent_session = self.spec.session_id.as_str();
+        let events = &self.events;
+        let label = model_label.as_str();
+        let futures =
+            waits
+                .into_iter()
+                .map(|(task, session_id, task_id, cancel, wait)| async move {
+                    let end = wait.finish(timeout, &cancel).await;
+                    let entry = child_entry(&task, &session_id, &task_id, label, end);
+                    events.emit(
+                        parent_session,
+                        events::CHILD_FINISHED,
+                        &child_finished_json(&entry, call_id),
+                    );
+                    entry
+                });
         let mut entries: Vec<ChildEntry> = futures::future::join_all(futures).await;
         self.apply_summary_budget(&mut entries).await;
         for entry in &entries {
@@ -1069,55 +1067,25 @@ impl AgentLoop {
     }
 
     async fn finish(self, ending: Ending) -> SessionOutcome {
-        let duration = self.started.elapsed();
-        if self.spec.release_task {
-            self.hub
-                .dispatcher
-                .scheduler()
-                .release(&self.spec.task_id)
-                .await;
-        }
-        // The record is complete before the final event: a client that exits
-        // on `final` finds the whole transcript in the database.
-        if let Some(store) = self.hub.store() {
-            store.session_ended(SessionEnd {
-                id: self.spec.session_id.clone(),
-                state: ending.status.as_str().to_owned(),
-                api_calls: self.api_calls,
-                exit_reason: ending.exit_reason.to_owned(),
-                final_response: ending.text.clone(),
-                error: ending.error.clone(),
-                input_tokens: self.tokens.input,
-                output_tokens: self.tokens.output,
-            });
-            store.flush().await;
-        }
-        if let Some(error) = &ending.error {
-            self.emit(events::ERROR, &json!({"message": error}));
-        }
-        self.emit(
-            events::FINAL,
-            &json!({
-                "text": ending.text,
-                "status": ending.status.as_str(),
-                "exit_reason": ending.exit_reason,
-                "error": ending.error,
-                "api_calls": self.api_calls,
-                "duration_seconds": delegate::round2(duration.as_secs_f64()),
-                "tokens": self.tokens,
-                "workers": self.workers,
-            }),
-        );
-        SessionOutcome {
+        let outcome = SessionOutcome {
             status: ending.status,
             final_text: ending.text,
             error: ending.error,
             api_calls: self.api_calls,
-            duration,
+            duration: self.started.elapsed(),
             tokens: self.tokens,
             tool_trace: self.trace,
             workers: self.workers,
-        }
+        };
+        conclude(
+            &self.hub,
+            &self.spec,
+            &self.events,
+            &outcome,
+            ending.exit_reason,
+        )
+        .await;
+        outcome
     }
 }
 
@@ -1263,31 +1231,32 @@ fn child_finished_json(entry: &ChildEntry, call_id: &str) -> Value {
     })
 }
 
-/// hermes `_looks_like_error_output`: a JSON `error`, an error-ish `status`,
-/// or a first line that starts like an error.
-fn looks_like_error(content: &str) -> bool {
-    let head = content.trim_start();
-    if (head.starts_with('{') || head.starts_with('['))
-        && let Ok(Value::Object(map)) = serde_json::from_str::<Value>(content)
-    {
-        {
-            let truthy = match map.get("error") {
-                None | Some(Value::Null) | Some(Value::Bool(false)) => false,
-                Some(Value::String(s)) => !s.is_empty(),
-                Some(_) => true,
-            };
-            if truthy {
-                return true;
-            }
-            let status = map
-                .get("status")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .trim()
-                .to_lowercase();
-            if matches!(status.as_str(), "error" | "failed" | "failure" | "timeout") {
-                return true;
-            }
+/// A result that is a JSON object, parsed.
+fn result_object(content: &str) -> Option<Map<String, Value>> {
+    match serde_json::from_str::<Value>(content) {
+        Ok(Value::Object(map)) => Some(map),
+        _ => None,
+    }
+}
+
+/// hermes `_looks_like_error_output`: a JSON object result (`object`, see
+/// [`result_object`]) with a truthy `error` or an error-ish `status`, or a
+/// first line that starts like an error.
+fn looks_like_error(content: &str, object: Option<&Map<String, Value>>) -> bool {
+    if let Some(map) = object {
+        let truthy_error = match map.get("error") {
+            None | Some(Value::Null) | Some(Value::Bool(false)) => false,
+            Some(Value::String(s)) => !s.is_empty(),
+            Some(_) => true,
+        };
+        let status = map
+            .get("status")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .trim()
+            .to_lowercase();
+        if truthy_error || matches!(status.as_str(), "error" | "failed" | "failure" | "timeout") {
+            return true;
         }
     }
     let first = content

@@ -2,6 +2,8 @@ use super::*;
 
 #[test]
 fn error_looking_results() {
+    let looks_like_error =
+        |content: &str| looks_like_error(content, result_object(content).as_ref());
     assert!(looks_like_error(r#"{"error":"boom"}"#));
     assert!(looks_like_error(r#"{"status":"Failed","output":""}"#));
     assert!(looks_like_error("Error: no such file"));
