@@ -33,6 +33,9 @@ use caduceus_worker::{Worker, WorkerConfig};
 use config::Config;
 use target::{Remote, Target};
 
+/// Where `serve` listens when neither `--listen` nor the config says.
+const DEFAULT_LISTEN: &str = "127.0.0.1:7700";
+
 #[derive(Parser)]
 #[command(
     name = "caduceus",
@@ -75,9 +78,9 @@ enum Command {
 
 #[derive(Args)]
 struct ServeArgs {
-    /// Address to listen on.
-    #[arg(long, default_value = "127.0.0.1:7700")]
-    listen: String,
+    /// Address to listen on (default: the config's `listen`, else 127.0.0.1:7700).
+    #[arg(long)]
+    listen: Option<String>,
     /// Shared token workers and clients must present.
     #[arg(long, env = "CADUCEUS_TOKEN", hide_env_values = true)]
     token: Option<String>,
@@ -287,11 +290,10 @@ async fn serve(args: ServeArgs, config: &Config) -> Result<()> {
         .token
         .or_else(|| config.token.clone())
         .ok_or_else(|| anyhow!("serve needs a token: pass --token or set CADUCEUS_TOKEN (workers and clients must present it)"))?;
-    let listen = config
+    let listen = args
         .listen
-        .clone()
-        .filter(|_| args.listen == "127.0.0.1:7700")
-        .unwrap_or(args.listen);
+        .or_else(|| config.listen.clone())
+        .unwrap_or_else(|| DEFAULT_LISTEN.to_owned());
     let tls = match (
         args.tls_cert.or_else(|| config.tls.cert.clone()),
         args.tls_key.or_else(|| config.tls.key.clone()),
