@@ -11,9 +11,10 @@ pub mod server;
 
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::{Stream, StreamExt};
+use ractor::{ActorRef, Message, RpcReplyPort};
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tonic::Status;
@@ -27,7 +28,7 @@ use dispatch::{CallContext, CallOutcome, CallRequest, DispatchConfig, Dispatcher
 use guard::Gate;
 use registry::actor::RegistryHandle;
 use registry::{RegistryError, ToolFilter};
-use scheduler::{AttachError, LinkMsg, SchedulerConfig, SchedulerHandle};
+use scheduler::{AttachError, SchedulerConfig, SchedulerHandle};
 
 /// Everything a coordinator needs to start.
 #[derive(Debug, Clone)]
@@ -83,7 +84,6 @@ pub struct Coordinator {
     scheduler: SchedulerHandle,
     dispatcher: Arc<Dispatcher>,
     sessions: SessionHub,
-    started: Instant,
 }
 
 /// The events a worker sends, from gRPC or from an in-process worker.
@@ -114,7 +114,6 @@ impl Coordinator {
         let (scheduler, _) = SchedulerHandle::start(
             registry.clone(),
             SchedulerConfig {
-                coordinator_id: config.id.clone(),
                 heartbeat_interval: config.heartbeat_interval,
                 notices: Some(notices),
             },
@@ -143,7 +142,6 @@ impl Coordinator {
             scheduler,
             dispatcher,
             sessions,
-            started: Instant::now(),
         }))
     }
 
@@ -224,10 +222,6 @@ impl Coordinator {
         self.scheduler.release(task_id).await
     }
 
-    pub fn uptime(&self) -> Duration {
-        self.started.elapsed()
-    }
-
     /// Attaches a worker whose events arrive on `events` and whose commands go
     /// to `commands`. The first event must be its hello; the first command it
     /// receives is the welcome. Returns once the worker has joined; a task keeps
@@ -280,36 +274,11 @@ impl Coordinator {
                 .stop(Some("the worker left before its welcome".to_owned()));
             return Err(Status::cancelled("the worker left before its welcome"));
         }
-        let link = attached.link;
-        let calls = attached.calls;
-        tokio::spawn(async move {
-            let reason = loop {
-                match events.next().await {
-                    // Results and output go straight to their callers; the
-                    // link actor sees the rest (heartbeats, notices, releases).
-                    Some(Ok(WorkerEvent {
-                        event: Some(worker_event::Event::Result(result)),
-                    })) => {
-                        calls.shared().touch();
-                        calls.complete(result);
-                    }
-                    Some(Ok(WorkerEvent {
-                        event: Some(worker_event::Event::Output(chunk)),
-                    })) => {
-                        calls.shared().touch();
-                        calls.output(&chunk.call_id, chunk.chunk);
-                    }
-                    Some(Ok(event)) => {
-                        if link.cast(LinkMsg::Inbound(event)).is_err() {
-                            break "the link stopped".to_owned();
-                        }
-                    }
-                    Some(Err(status)) => break format!("stream error: {}", status.message()),
-                    None => break "stream closed".to_owned(),
-                }
-            };
-            let _ = link.cast(LinkMsg::StreamClosed { reason });
-        });
+        tokio::spawn(scheduler::link::read_events(
+            events,
+            attached.link,
+            attached.calls,
+        ));
         Ok(attached.worker_id)
     }
 
@@ -318,5 +287,17 @@ impl Coordinator {
         self.sessions.cancel_all();
         self.scheduler.stop();
         self.registry.stop();
+    }
+}
+
+/// Sends `message` to `actor` and waits for the reply; `None` when the actor
+/// is gone or dropped the reply port.
+pub(crate) async fn ask<M: Message, T: Send + 'static>(
+    actor: &ActorRef<M>,
+    message: impl FnOnce(RpcReplyPort<T>) -> M,
+) -> Option<T> {
+    match actor.call(message, None).await {
+        Ok(ractor::rpc::CallResult::Success(reply)) => Some(reply),
+        _ => None,
     }
 }

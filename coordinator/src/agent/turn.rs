@@ -37,9 +37,7 @@ use serde_json::{Map, Value, json};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use caduceus_common::persist::{
-    ResultBudget, ResultSize, TurnBudget, is_persisted, persisted_preview, unsaved_preview,
-};
+use caduceus_common::persist::{ResultBudget, ResultSize, TurnBudget, is_persisted};
 use caduceus_llm::{AssistantTurn, ChatMessage, ChatModel, ChatRequest, ToolCall};
 use caduceus_proto::EnvironmentNotice;
 
@@ -715,19 +713,13 @@ impl AgentLoop {
             })
             .collect();
         let mut plan = TurnBudget::new(&sizes, ResultBudget::default().per_turn);
-        let owner = self.hub.dispatcher.config().owner.clone();
         while let Some(index) = plan.next_to_persist() {
-            let content = &contents[index];
-            let saved = self
+            let content = std::mem::take(&mut contents[index]);
+            let replacement = self
                 .hub
                 .dispatcher
-                .scheduler()
-                .persist_result(&self.spec.task_id, &calls[index].id, content, &owner)
+                .previewed(&self.spec.task_id, &calls[index].id, content)
                 .await;
-            let replacement = match saved {
-                Some(path) => persisted_preview(content, &path),
-                None => unsaved_preview(content),
-            };
             plan.replaced(index, replacement.chars().count());
             contents[index] = replacement;
         }
@@ -967,7 +959,6 @@ impl AgentLoop {
         let Some(cap) = self.hub.settings.delegation.max_summary_chars() else {
             return;
         };
-        let owner = self.hub.dispatcher.config().owner.clone();
         for entry in entries.iter_mut() {
             let Some(summary) = entry.summary.as_ref().filter(|s| s.chars().count() > cap) else {
                 continue;
@@ -976,8 +967,7 @@ impl AgentLoop {
             let spill = self
                 .hub
                 .dispatcher
-                .scheduler()
-                .persist_result(&self.spec.task_id, &id, summary, &owner)
+                .persist_result(&self.spec.task_id, &id, summary)
                 .await;
             let trimmed = delegate::trim_summary(summary, cap, spill.as_deref());
             entry.summary = Some(trimmed);

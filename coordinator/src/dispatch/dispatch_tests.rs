@@ -102,7 +102,6 @@ async fn dispatcher(hook: Option<Arc<Recorder>>) -> Dispatcher {
     let (scheduler, _) = SchedulerHandle::start(
         registry.clone(),
         SchedulerConfig {
-            coordinator_id: "c".into(),
             heartbeat_interval: Duration::from_secs(5),
             notices: None,
         },
@@ -281,4 +280,57 @@ fn status_classification() {
         CallStatus::PendingApproval
     );
     assert_eq!(status_of("plain text"), CallStatus::Ok);
+}
+
+#[test]
+fn status_reads_only_the_top_level_fields_as_a_parsed_object_would() {
+    let cases = [
+        // An "error" inside the output is not the result's error.
+        (
+            r#"{"output": "{\"error\": \"x\"}", "error": null}"#,
+            CallStatus::Ok,
+        ),
+        (r#"{"output": {"error": "nested"}}"#, CallStatus::Ok),
+        (
+            r#"{"\u0065rror": "escaped key", "status": "done"}"#,
+            CallStatus::Error,
+        ),
+        // A repeated key keeps its last value.
+        (r#"{"error": "x", "error": null}"#, CallStatus::Ok),
+        (r#"{"error": null, "error": "boom"}"#, CallStatus::Error),
+        (r#"{"error": "x", "status": 500}"#, CallStatus::Error),
+        (r#"{"error": ""}"#, CallStatus::Ok),
+        (r#"{"error": "", "status": "blocked"}"#, CallStatus::Ok),
+        (
+            r#"{"error": false, "status": "blocked"}"#,
+            CallStatus::Blocked,
+        ),
+        (r#"{"error": 0}"#, CallStatus::Error),
+        (
+            r#"{"error": {"code": 1}, "output": [1, 2]}"#,
+            CallStatus::Error,
+        ),
+        // Not JSON after all.
+        (r#"{"error": "x""#, CallStatus::Ok),
+        (r#"{"error": "x"} trailing"#, CallStatus::Ok),
+    ];
+    for (result, expected) in cases {
+        assert_eq!(status_of(result), expected, "{result}");
+    }
+}
+
+#[tokio::test]
+async fn a_large_error_result_keeps_its_status_after_the_preview() {
+    let d = dispatcher(None).await;
+    let out = d
+        .call(request(
+            "echo_args",
+            &json!({"n": 1, "error": "x".repeat(150_000)}).to_string(),
+        ))
+        .await;
+    assert!(
+        out.result
+            .contains("Full output could not be saved to sandbox")
+    );
+    assert_eq!(out.status, CallStatus::Error);
 }

@@ -12,6 +12,7 @@
 pub mod coerce;
 pub mod hooks;
 pub mod repair;
+mod status;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -28,6 +29,7 @@ use crate::registry::actor::RegistryHandle;
 use crate::registry::{Handler, ToolEntry, ToolFilter, ToolRegistry};
 use crate::scheduler::{ScheduleError, SchedulerHandle, WorkerCall};
 pub use hooks::{HookDecision, PostToolCall, PreToolCall, ToolHook};
+pub use status::status_of;
 
 /// Who is calling and on behalf of which task.
 #[derive(Debug, Clone, Default)]
@@ -138,6 +140,8 @@ pub struct Dispatcher {
     gate: Arc<dyn Gate>,
     hooks: Vec<Arc<dyn ToolHook>>,
     config: DispatchConfig,
+    /// `config.environment_settings` as sent with every worker call.
+    settings_json: String,
 }
 
 impl Dispatcher {
@@ -152,6 +156,7 @@ impl Dispatcher {
             scheduler,
             gate,
             hooks: Vec::new(),
+            settings_json: config.environment_settings.to_string(),
             config,
         }
     }
@@ -286,7 +291,7 @@ impl Dispatcher {
         };
 
         // 7. Route.
-        let (mut result, worker, mut status) = match &entry.handler {
+        let (mut result, worker, status) = match &entry.handler {
             Handler::Local(tool_impl) => {
                 let tool_impl = tool_impl.clone();
                 let call_ctx = ctx.clone();
@@ -312,7 +317,10 @@ impl Dispatcher {
                     }
                 }
             }
-            Handler::Worker => self.run_on_worker(&entry, &args, &ctx, output).await,
+            Handler::Worker => {
+                self.run_on_worker(&entry, &args, &ctx, snapshot.terminal_backend(), output)
+                    .await
+            }
             Handler::Mcp { server, .. } => (
                 tool_error(format!("MCP server '{server}' is not connected")),
                 None,
@@ -328,21 +336,14 @@ impl Dispatcher {
         };
 
         // 9. Cap coordinator-side results (worker tools are capped on the worker,
-        // next to the sandbox that stores the full text).
+        // next to the sandbox that stores the full text). The status stays the
+        // full result's: a preview is never an error of its own.
         if !matches!(entry.handler, Handler::Worker) {
             let cap = self.result_cap(&entry);
             if cap > 0 && result.chars().count() as u64 > cap {
-                result = self
-                    .persist_result(
-                        &ctx,
-                        &ctx.tool_call_id.clone().unwrap_or_else(new_result_id),
-                        result,
-                    )
-                    .await;
+                let id = ctx.tool_call_id.clone().unwrap_or_else(new_result_id);
+                result = self.previewed(&ctx.task_id, &id, result).await;
             }
-        }
-        if status == CallStatus::Ok {
-            status = status_of(&result);
         }
         if let Some(note) = &admission.approval_note {
             result = crate::guard::texts::with_approval_note(&result, note);
@@ -439,6 +440,7 @@ impl Dispatcher {
         entry: &ToolEntry,
         args: &Map<String, Value>,
         ctx: &CallContext,
+        backend: &str,
         output: Option<mpsc::Sender<Bytes>>,
     ) -> (String, Option<String>, CallStatus) {
         let call = WorkerCall {
@@ -446,8 +448,8 @@ impl Dispatcher {
             session_id: ctx.session_id.clone().unwrap_or_default(),
             tool: entry.name.clone(),
             arguments_json: serde_json::to_string(args).unwrap_or_else(|_| "{}".to_owned()),
-            backend: self.registry.snapshot().terminal_backend().to_owned(),
-            settings_json: self.config.environment_settings.to_string(),
+            backend: backend.to_owned(),
+            settings_json: self.settings_json.clone(),
             owner: self.config.owner.clone(),
             result_cap_chars: self.result_cap(entry),
             output,
@@ -465,7 +467,6 @@ impl Dispatcher {
             Err(err) => {
                 let status = match err {
                     ScheduleError::Timeout { .. } => CallStatus::Timeout,
-                    ScheduleError::Cancelled => CallStatus::Cancelled,
                     _ => CallStatus::Error,
                 };
                 (
@@ -481,70 +482,51 @@ impl Dispatcher {
     /// the tool's own timeout plus a grace period, so the worker's timeout
     /// handling (which kills the process tree) always answers first.
     fn deadline_for(&self, tool: &str, args: &Map<String, Value>) -> Duration {
-        let grace = Duration::from_secs(30);
-        let timeout_arg = args
+        let waits_for_command = match tool {
+            "terminal" => args.get("background").and_then(Value::as_bool) != Some(true),
+            "process" => true,
+            _ => false,
+        };
+        if !waits_for_command {
+            return self.config.default_call_deadline;
+        }
+        let timeout = args
             .get("timeout")
             .and_then(Value::as_u64)
-            .filter(|t| *t > 0);
-        match tool {
-            "terminal" if args.get("background").and_then(Value::as_bool) != Some(true) => {
-                Duration::from_secs(
-                    timeout_arg
-                        .unwrap_or(self.config.terminal_timeout_secs)
-                        .min(86_400),
-                ) + grace
-            }
-            "process" => {
-                Duration::from_secs(
-                    timeout_arg
-                        .unwrap_or(self.config.terminal_timeout_secs)
-                        .min(86_400),
-                ) + grace
-            }
-            _ => self.config.default_call_deadline,
-        }
+            .filter(|t| *t > 0)
+            .unwrap_or(self.config.terminal_timeout_secs);
+        Duration::from_secs(timeout.min(86_400)) + Duration::from_secs(30)
     }
 
-    /// Saves a too-large result inside the task's sandbox and returns the preview.
-    async fn persist_result(&self, ctx: &CallContext, id: &str, result: String) -> String {
-        match self
-            .scheduler
-            .persist_result(&ctx.task_id, id, &result, &self.config.owner)
-            .await
-        {
+    /// Stores `content` inside the task's sandbox (the worker's internal
+    /// `__persist_result` tool) and returns its path there. Only where the
+    /// task already has an environment: persisting never creates one.
+    pub async fn persist_result(&self, task_id: &str, id: &str, content: &str) -> Option<String> {
+        let call = WorkerCall {
+            task_id: task_id.to_owned(),
+            session_id: String::new(),
+            tool: "__persist_result".to_owned(),
+            arguments_json: json!({"id": id, "content": content}).to_string(),
+            // Empty: only where the task already has an environment.
+            backend: String::new(),
+            settings_json: "{}".to_owned(),
+            owner: self.config.owner.clone(),
+            result_cap_chars: 0,
+            output: None,
+            deadline: Duration::from_secs(30),
+        };
+        let done = self.scheduler.run_call(call).await.ok()?;
+        let value: Value = serde_json::from_str(&done.result).ok()?;
+        value.get("path").and_then(Value::as_str).map(str::to_owned)
+    }
+
+    /// A too-large result saved inside the task's sandbox, as the model reads
+    /// it: the persisted preview, or a truncated one when it could not be saved.
+    pub async fn previewed(&self, task_id: &str, id: &str, result: String) -> String {
+        match self.persist_result(task_id, id, &result).await {
             Some(path) => caduceus_common::persist::persisted_preview(&result, &path),
             None => caduceus_common::persist::unsaved_preview(&result),
         }
-    }
-}
-
-/// `ok` unless the result is a JSON object with a truthy `error`.
-pub fn status_of(result: &str) -> CallStatus {
-    if !result.trim_start().starts_with('{') {
-        return CallStatus::Ok;
-    }
-    // Most results say `"error":null` or have no error at all: settle those
-    // without parsing the whole (possibly large) document.
-    if !result.contains("\"error\"") && !result.contains("\"status\"") {
-        return CallStatus::Ok;
-    }
-    match serde_json::from_str::<Value>(result) {
-        Ok(Value::Object(map)) => match map.get("error") {
-            Some(Value::Null) | Some(Value::Bool(false)) | None => {
-                match map.get("status").and_then(Value::as_str) {
-                    Some("blocked") => CallStatus::Blocked,
-                    Some("pending_approval") => CallStatus::PendingApproval,
-                    _ => CallStatus::Ok,
-                }
-            }
-            Some(Value::String(s)) if s.is_empty() => CallStatus::Ok,
-            Some(_) => match map.get("status").and_then(Value::as_str) {
-                Some("blocked") => CallStatus::Blocked,
-                Some("pending_approval") => CallStatus::PendingApproval,
-                _ => CallStatus::Error,
-            },
-        },
-        _ => CallStatus::Ok,
     }
 }
 

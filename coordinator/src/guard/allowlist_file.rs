@@ -48,16 +48,7 @@ impl AllowlistFile {
     /// Adds `entry` to the file's `command_allowlist` (creating the file and
     /// the key when missing). Returns false when the entry was already there.
     pub fn append(&self, entry: &str) -> Result<bool, AllowlistFileError> {
-        let text = match std::fs::read_to_string(&self.path) {
-            Ok(text) => text,
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => String::new(),
-            Err(source) => {
-                return Err(AllowlistFileError::Read {
-                    path: self.path.clone(),
-                    source,
-                });
-            }
-        };
+        let text = self.read()?;
         let mut document = self.parse(&text)?;
         let mut entries = self.entries(&document)?;
         if entries.iter().any(|e| e == entry) {
@@ -83,17 +74,19 @@ impl AllowlistFile {
 
     /// The entries the file lists now.
     pub fn read_entries(&self) -> Result<Vec<String>, AllowlistFileError> {
-        let text = match std::fs::read_to_string(&self.path) {
-            Ok(text) => text,
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(source) => {
-                return Err(AllowlistFileError::Read {
-                    path: self.path.clone(),
-                    source,
-                });
-            }
-        };
-        self.entries(&self.parse(&text)?)
+        self.entries(&self.parse(&self.read()?)?)
+    }
+
+    /// The file's text; a missing file reads as empty.
+    fn read(&self) -> Result<String, AllowlistFileError> {
+        match std::fs::read_to_string(&self.path) {
+            Ok(text) => Ok(text),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
+            Err(source) => Err(AllowlistFileError::Read {
+                path: self.path.clone(),
+                source,
+            }),
+        }
     }
 
     fn parse(&self, text: &str) -> Result<Mapping, AllowlistFileError> {
@@ -115,22 +108,20 @@ impl AllowlistFile {
     }
 
     fn entries(&self, document: &Mapping) -> Result<Vec<String>, AllowlistFileError> {
+        let not_strings = || AllowlistFileError::Shape {
+            path: self.path.clone(),
+            message: format!("{ALLOWLIST_KEY} must be a list of strings"),
+        };
         match document.get(ALLOWLIST_KEY) {
             None | Some(Value::Null) => Ok(Vec::new()),
             Some(Value::Sequence(items)) => items
                 .iter()
                 .map(|item| match item {
                     Value::String(s) => Ok(s.clone()),
-                    _ => Err(AllowlistFileError::Shape {
-                        path: self.path.clone(),
-                        message: format!("{ALLOWLIST_KEY} must be a list of strings"),
-                    }),
+                    _ => Err(not_strings()),
                 })
                 .collect(),
-            Some(_) => Err(AllowlistFileError::Shape {
-                path: self.path.clone(),
-                message: format!("{ALLOWLIST_KEY} must be a list of strings"),
-            }),
+            Some(_) => Err(not_strings()),
         }
     }
 

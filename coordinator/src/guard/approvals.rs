@@ -574,33 +574,9 @@ impl Approvals {
                 _ => None,
             };
             let display_command = redact(query.command, RedactMode::General).into_owned();
-            let allow_permanent = may_be_permanent(query.pattern_key);
 
             let Some(listener) = listener else {
-                // Nobody to ask now: hold the call. A retry while the request
-                // is still open gets the same request back.
-                if let Some((id, pending)) = state.pending.iter().find(|(_, p)| {
-                    p.waiter.is_none() && p.scope_key == key && p.command == query.command
-                }) {
-                    return Ruling::Pending {
-                        id: id.clone(),
-                        command: pending.display_command.clone(),
-                        expires_in: pending.expires.saturating_duration_since(now),
-                        allow_permanent: pending.allow_permanent,
-                    };
-                }
-                let id = new_id();
-                state.pending.insert(
-                    id.clone(),
-                    self.pending_entry(&query, &key, &display_command, now, None),
-                );
-                tracing::info!(%id, command = %display_command, description = query.description, "approval pending");
-                return Ruling::Pending {
-                    id,
-                    command: display_command,
-                    expires_in: self.settings.timeout,
-                    allow_permanent,
-                };
+                return self.hold(&mut state, &query, &key, &display_command, now);
             };
 
             let id = new_id();
@@ -614,20 +590,11 @@ impl Approvals {
                 task_id: query.task_id.to_owned(),
                 session_id: query.session_id.map(str::to_owned),
                 timeout: self.settings.timeout,
-                allow_permanent,
+                allow_permanent: may_be_permanent(query.pattern_key),
             };
             if listener.send(request).is_err() {
                 // The listener went away between the check and the send.
-                state.pending.insert(
-                    id.clone(),
-                    self.pending_entry(&query, &key, &display_command, now, None),
-                );
-                return Ruling::Pending {
-                    id,
-                    command: display_command,
-                    expires_in: self.settings.timeout,
-                    allow_permanent,
-                };
+                return self.hold(&mut state, &query, &key, &display_command, now);
             }
             state.pending.insert(
                 id.clone(),
@@ -656,6 +623,32 @@ impl Approvals {
         }
     }
 
+    /// Nobody can answer now: the call returns `pending_approval` and its
+    /// request waits for an operator. A retry while the request is still
+    /// open gets the same request back.
+    fn hold(
+        &self,
+        state: &mut State,
+        query: &Query<'_>,
+        key: &str,
+        display_command: &str,
+        now: Instant,
+    ) -> Ruling {
+        if let Some((id, pending)) = state
+            .pending
+            .iter()
+            .find(|(_, p)| p.waiter.is_none() && p.scope_key == key && p.command == query.command)
+        {
+            return pending_ruling(id.clone(), pending, now);
+        }
+        let id = new_id();
+        let pending = self.pending_entry(query, key, display_command, now, None);
+        let ruling = pending_ruling(id.clone(), &pending, now);
+        state.pending.insert(id.clone(), pending);
+        tracing::info!(%id, command = %display_command, description = query.description, "approval pending");
+        ruling
+    }
+
     fn pending_entry(
         &self,
         query: &Query<'_>,
@@ -678,6 +671,15 @@ impl Approvals {
             allow_permanent: may_be_permanent(query.pattern_key),
             waiter,
         }
+    }
+}
+
+fn pending_ruling(id: String, pending: &Pending, now: Instant) -> Ruling {
+    Ruling::Pending {
+        id,
+        command: pending.display_command.clone(),
+        expires_in: pending.expires.saturating_duration_since(now),
+        allow_permanent: pending.allow_permanent,
     }
 }
 

@@ -65,15 +65,6 @@ impl CommandGate {
         }
     }
 
-    pub fn with_approvals(approvals: Arc<Approvals>) -> Self {
-        CommandGate { approvals }
-    }
-
-    /// The approval state this gate decides with.
-    pub fn approvals_state(&self) -> &Arc<Approvals> {
-        &self.approvals
-    }
-
     async fn check_command(
         &self,
         call: &GateCall<'_>,

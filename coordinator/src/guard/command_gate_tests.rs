@@ -185,12 +185,12 @@ async fn dangerous_commands_are_held_for_approval_when_nobody_listens() {
     assert_eq!(value["pattern_key"], "recursive delete");
     assert_eq!(value["expires_in_s"], 60);
     let id = value["approval_id"].as_str().unwrap().to_owned();
-    let listed = gate.approvals_state().list();
+    let listed = gate.approvals.list();
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].id, id);
     assert_eq!(listed[0].tool, "terminal");
 
-    gate.approvals_state()
+    gate.approvals
         .answer(&id, Decision::Approve(Scope::Once))
         .unwrap();
     assert_eq!(
@@ -239,10 +239,7 @@ async fn mode_off_runs_and_mode_deny_refuses_dangerous_commands() {
         blocked_error(run(&deny, "rm -rf build").await),
         texts::mode_deny("recursive delete")
     );
-    assert!(
-        deny.approvals_state().list().is_empty(),
-        "no request in deny mode"
-    );
+    assert!(deny.approvals.list().is_empty(), "no request in deny mode");
     assert!(run(&deny, "git reset --hard").await.is_ok());
 }
 
@@ -309,7 +306,7 @@ async fn a_listening_session_answers_inline() {
         timeout: Duration::from_secs(30),
         ..settings()
     }));
-    let approvals = gate.approvals_state().clone();
+    let approvals = gate.approvals.clone();
     let mut listener = approvals.attach_listener("s1");
     let call = {
         let gate = gate.clone();

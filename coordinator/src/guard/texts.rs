@@ -83,7 +83,7 @@ pub fn approval_note(description: &str) -> String {
 
 /// The `error` of a `pending_approval` result: what happened, and how the
 /// approval turns into a run.
-pub fn pending(description: &str, id: &str, expires_in_secs: u64) -> String {
+fn pending(description: &str, id: &str, expires_in_secs: u64) -> String {
     format!(
         "Approval required: this command was flagged as dangerous ({description}) and did NOT run. Approval request {id} is waiting for the user (it expires in {expires_in_secs}s). Tell the user what you want to run and why. Once they approve it (caduceus approvals approve {id}), run exactly the same command again and it will run. Until then do NOT retry it, do NOT rephrase it, and do NOT attempt the same outcome via a different command."
     )
@@ -109,20 +109,20 @@ pub fn blocked_result(message: &str) -> String {
 }
 
 /// A call held for approval, as the model reads it.
-#[derive(Debug, Clone, Serialize)]
-pub struct PendingResult<'a> {
-    pub output: &'a str,
-    pub exit_code: i32,
-    pub error: &'a str,
-    pub status: &'a str,
-    pub approval_pending: bool,
-    pub approval_id: &'a str,
-    pub command: &'a str,
-    pub description: &'a str,
-    pub pattern_key: &'a str,
-    pub smart_denied: bool,
-    pub allow_permanent: bool,
-    pub expires_in_s: u64,
+#[derive(Serialize)]
+struct PendingResult<'a> {
+    output: &'a str,
+    exit_code: i32,
+    error: &'a str,
+    status: &'a str,
+    approval_pending: bool,
+    approval_id: &'a str,
+    command: &'a str,
+    description: &'a str,
+    pattern_key: &'a str,
+    smart_denied: bool,
+    allow_permanent: bool,
+    expires_in_s: u64,
 }
 
 /// hermes' pending shape plus the approval id and its expiry.

@@ -9,6 +9,7 @@ use arc_swap::ArcSwap;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
 use super::{Caller, RegistryError, ToolEntry, ToolRegistry};
+use crate::ask;
 
 /// Messages the registry actor accepts. Every write replies once applied, so
 /// a caller that awaits the reply sees its change in the next snapshot.
@@ -36,7 +37,7 @@ pub enum RegistryMsg {
     /// once the new snapshot is published.
     SetFleetBackends {
         backends: BTreeSet<String>,
-        reply: Option<RpcReplyPort<()>>,
+        reply: RpcReplyPort<()>,
     },
     InvalidateChecks,
 }
@@ -126,9 +127,7 @@ impl Actor for Registry {
                     tracing::debug!(backends = ?state.current.fleet_backends(), "fleet backends changed");
                     state.publish();
                 }
-                if let Some(reply) = reply {
-                    let _ = reply.send(());
-                }
+                let _ = reply.send(());
             }
             RegistryMsg::InvalidateChecks => state.current.invalidate_checks(),
         }
@@ -172,72 +171,43 @@ impl RegistryHandle {
         entry: ToolEntry,
         override_existing: bool,
     ) -> Result<(), RegistryError> {
-        let outcome = self
-            .actor
-            .call(
-                |reply| RegistryMsg::Register {
-                    entry: Box::new(entry),
-                    override_existing,
-                    reply,
-                },
-                None,
-            )
-            .await;
-        match outcome {
-            Ok(ractor::rpc::CallResult::Success(result)) => result,
-            _ => Err(RegistryError::Unavailable),
-        }
+        ask(&self.actor, |reply| RegistryMsg::Register {
+            entry: Box::new(entry),
+            override_existing,
+            reply,
+        })
+        .await
+        .unwrap_or(Err(RegistryError::Unavailable))
     }
 
     pub async fn deregister(&self, name: &str, caller: Caller) -> Result<bool, RegistryError> {
-        let outcome = self
-            .actor
-            .call(
-                |reply| RegistryMsg::Deregister {
-                    name: name.to_owned(),
-                    caller,
-                    reply,
-                },
-                None,
-            )
-            .await;
-        match outcome {
-            Ok(ractor::rpc::CallResult::Success(result)) => result,
-            _ => Err(RegistryError::Unavailable),
-        }
+        ask(&self.actor, |reply| RegistryMsg::Deregister {
+            name: name.to_owned(),
+            caller,
+            reply,
+        })
+        .await
+        .unwrap_or(Err(RegistryError::Unavailable))
     }
 
     pub async fn register_alias(&self, alias: &str, toolset: &str) -> Result<(), RegistryError> {
-        let outcome = self
-            .actor
-            .call(
-                |reply| RegistryMsg::RegisterAlias {
-                    alias: alias.to_owned(),
-                    toolset: toolset.to_owned(),
-                    reply,
-                },
-                None,
-            )
-            .await;
-        match outcome {
-            Ok(ractor::rpc::CallResult::Success(())) => Ok(()),
-            _ => Err(RegistryError::Unavailable),
-        }
+        ask(&self.actor, |reply| RegistryMsg::RegisterAlias {
+            alias: alias.to_owned(),
+            toolset: toolset.to_owned(),
+            reply,
+        })
+        .await
+        .ok_or(RegistryError::Unavailable)
     }
 
     /// Publishes the fleet's backends and waits until the snapshot shows them,
     /// so that a worker that has joined is usable by the very next call.
     pub async fn set_fleet_backends(&self, backends: BTreeSet<String>) {
-        let _ = self
-            .actor
-            .call(
-                |reply| RegistryMsg::SetFleetBackends {
-                    backends,
-                    reply: Some(reply),
-                },
-                None,
-            )
-            .await;
+        ask(&self.actor, |reply| RegistryMsg::SetFleetBackends {
+            backends,
+            reply,
+        })
+        .await;
     }
 
     pub fn set_plugin_override_policy(&self, plugin: &str, allowed: bool) {

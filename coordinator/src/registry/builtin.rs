@@ -101,16 +101,6 @@ const BUILTINS: &[Builtin] = &[
     },
 ];
 
-/// Names of the tools that run on workers.
-pub const WORKER_TOOLS: &[&str] = &[
-    "terminal",
-    "process",
-    "read_file",
-    "write_file",
-    "patch",
-    "search_files",
-];
-
 /// Builds the entry of one built-in tool.
 fn entry_of(builtin: &Builtin) -> Result<ToolEntry, RegistryError> {
     let schema: Value =

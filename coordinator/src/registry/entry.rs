@@ -48,17 +48,6 @@ impl fmt::Debug for Handler {
     }
 }
 
-impl Handler {
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Handler::Local(_) => "coordinator",
-            Handler::AgentLoop => "agent-loop",
-            Handler::Worker => "worker",
-            Handler::Mcp { .. } => "mcp",
-        }
-    }
-}
-
 /// A zero-argument probe: is the tool usable right now?
 pub type CheckFn = Arc<dyn Fn() -> bool + Send + Sync>;
 /// Returns fields merged over the static schema at definition time (e.g. a

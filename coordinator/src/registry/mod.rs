@@ -119,10 +119,6 @@ impl ToolRegistry {
         self.tools.get(name)
     }
 
-    pub fn entries(&self) -> impl Iterator<Item = &Arc<ToolEntry>> {
-        self.tools.values()
-    }
-
     /// Registers a tool with hermes' collision rules: a clash with a tool of a
     /// different toolset is refused unless both are MCP toolsets (a server
     /// refresh) or `override_existing` is set (plugins also need the operator's

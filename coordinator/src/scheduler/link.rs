@@ -8,6 +8,9 @@
 //! through the actor's mailbox (each hop is a thread wake-up, and the hot path
 //! of a tool call had four of them). The table's lock also orders a call
 //! against the link closing, so no call is ever left unanswered.
+//!
+//! [`read_events`] is the stream reader: results and output go to the table,
+//! everything else (heartbeats, notices, releases) to the link actor.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -16,39 +19,36 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use futures::StreamExt;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::sync::{mpsc, oneshot};
 use tonic::Status;
 
 use caduceus_proto::{
-    CallResult, CancelCall, Drain, EnvironmentInfo, ReleaseEnvironment, RunCall, WorkerCommand,
-    WorkerEvent, worker_command, worker_event,
+    CallResult, CancelCall, EnvironmentInfo, RunCall, WorkerCommand, WorkerEvent, worker_command,
+    worker_event,
 };
 
 /// State of a worker shared with the Scheduler for placement and status,
-/// updated by the link without a message round trip.
+/// updated by the link and the call table without a message round trip.
+/// (The worker's backends change only with a heartbeat and are sent to the
+/// scheduler, which owns them.)
 #[derive(Debug)]
 pub struct WorkerShared {
     pub running: AtomicU32,
     pub draining: AtomicBool,
     pub last_heartbeat: Mutex<Instant>,
     pub environments: Mutex<Vec<EnvironmentInfo>>,
-    pub backends: Mutex<Vec<String>>,
 }
 
 impl WorkerShared {
-    pub fn new(backends: Vec<String>, environments: Vec<EnvironmentInfo>) -> Self {
+    pub fn new(environments: Vec<EnvironmentInfo>) -> Self {
         WorkerShared {
             running: AtomicU32::new(0),
             draining: AtomicBool::new(false),
             last_heartbeat: Mutex::new(Instant::now()),
             environments: Mutex::new(environments),
-            backends: Mutex::new(backends),
         }
-    }
-
-    pub fn backends(&self) -> Vec<String> {
-        self.backends.lock().map(|b| b.clone()).unwrap_or_default()
     }
 
     pub fn environments(&self) -> Vec<EnvironmentInfo> {
@@ -88,10 +88,11 @@ pub type CallReply = oneshot::Sender<Result<CallResult, LinkFailure>>;
 pub type NoticeSink = mpsc::UnboundedSender<(String, caduceus_proto::EnvironmentNotice)>;
 
 pub enum LinkMsg {
-    Release { task_id: String },
-    Drain,
+    /// A heartbeat, notice or release from the worker.
     Inbound(WorkerEvent),
-    StreamClosed { reason: String },
+    StreamClosed {
+        reason: String,
+    },
     CheckHeartbeat,
 }
 
@@ -149,12 +150,7 @@ impl CallTable {
             return;
         }
         let call_id = call.call_id.clone();
-        // try_send: a worker that does not read its commands (64 queued) is
-        // as good as gone, and the caller must not wait on it here.
-        let sent = self.commands.try_send(Ok(WorkerCommand {
-            command: Some(worker_command::Command::Run(call)),
-        }));
-        if sent.is_ok() {
+        if self.send(worker_command::Command::Run(call)) {
             self.shared.running.fetch_add(1, Ordering::Relaxed);
             state.pending.insert(call_id, Pending { reply, output });
         } else {
@@ -175,7 +171,9 @@ impl CallTable {
         }
     }
 
-    fn send(&self, command: worker_command::Command) -> bool {
+    /// try_send: a worker that does not read its commands (64 queued) is as
+    /// good as gone, and neither a caller nor the link actor may wait on it.
+    pub(crate) fn send(&self, command: worker_command::Command) -> bool {
         self.commands
             .try_send(Ok(WorkerCommand {
                 command: Some(command),
@@ -238,13 +236,20 @@ pub struct WorkerLink;
 pub struct LinkArgs {
     pub worker_id: String,
     pub name: String,
-    pub commands: mpsc::Sender<Result<WorkerCommand, Status>>,
-    pub shared: Arc<WorkerShared>,
+    /// The worker's calls in flight; also its command channel and shared state.
     pub calls: Arc<CallTable>,
+    /// The backends the worker offers, as last reported.
+    pub backends: Vec<String>,
     pub heartbeat_interval: Duration,
     /// Tells the scheduler about backend changes and released environments.
     pub scheduler: ActorRef<super::SchedulerMsg>,
     pub notices: Option<NoticeSink>,
+}
+
+impl LinkArgs {
+    fn shared(&self) -> &WorkerShared {
+        self.calls.shared()
+    }
 }
 
 struct Pending {
@@ -252,48 +257,26 @@ struct Pending {
     output: Option<mpsc::Sender<Bytes>>,
 }
 
-pub struct LinkState {
-    args: LinkArgs,
-}
-
-impl LinkState {
-    fn fail_all(&mut self, reason: &str) {
-        self.args.calls.close(reason);
-    }
-
-    fn send(&self, command: worker_command::Command) -> bool {
-        // try_send keeps the actor responsive: a worker that does not read its
-        // commands (64 queued) is as good as gone.
-        self.args
-            .commands
-            .try_send(Ok(WorkerCommand {
-                command: Some(command),
-            }))
-            .is_ok()
-    }
-}
-
 impl Actor for WorkerLink {
     type Msg = LinkMsg;
-    type State = LinkState;
+    type State = LinkArgs;
     type Arguments = LinkArgs;
 
     async fn pre_start(
         &self,
         myself: ActorRef<LinkMsg>,
         args: LinkArgs,
-    ) -> Result<LinkState, ActorProcessingErr> {
-        let period = args.heartbeat_interval;
-        myself.send_interval(period, || LinkMsg::CheckHeartbeat);
-        Ok(LinkState { args })
+    ) -> Result<LinkArgs, ActorProcessingErr> {
+        myself.send_interval(args.heartbeat_interval, || LinkMsg::CheckHeartbeat);
+        Ok(args)
     }
 
     async fn post_stop(
         &self,
         _myself: ActorRef<LinkMsg>,
-        state: &mut LinkState,
+        state: &mut LinkArgs,
     ) -> Result<(), ActorProcessingErr> {
-        state.fail_all("the worker's link was closed");
+        state.calls.close("the worker's link was closed");
         Ok(())
     }
 
@@ -301,41 +284,31 @@ impl Actor for WorkerLink {
         &self,
         myself: ActorRef<LinkMsg>,
         message: LinkMsg,
-        state: &mut LinkState,
+        state: &mut LinkArgs,
     ) -> Result<(), ActorProcessingErr> {
         match message {
-            LinkMsg::Release { task_id } => {
-                state.send(worker_command::Command::Release(ReleaseEnvironment {
-                    task_id,
-                }));
-            }
-            LinkMsg::Drain => {
-                state.args.shared.draining.store(true, Ordering::Relaxed);
-                state.send(worker_command::Command::Drain(Drain {}));
-            }
             LinkMsg::Inbound(event) => handle_event(state, event),
             LinkMsg::StreamClosed { reason } => {
                 // A worker that closes its stream is leaving (shutdown, embedded
                 // fleet stopping); a broken stream is worth a warning.
                 if reason == "stream closed" {
-                    tracing::info!(worker = %state.args.name, "worker left");
+                    tracing::info!(worker = %state.name, "worker left");
                 } else {
-                    tracing::warn!(worker = %state.args.name, %reason, "worker stream closed");
+                    tracing::warn!(worker = %state.name, %reason, "worker stream closed");
                 }
-                state.fail_all(&format!(
-                    "worker '{}' disconnected ({reason})",
-                    state.args.name
-                ));
+                state
+                    .calls
+                    .close(&format!("worker '{}' disconnected ({reason})", state.name));
                 myself.stop(Some(reason));
             }
             LinkMsg::CheckHeartbeat => {
-                let age = state.args.shared.heartbeat_age();
-                if age > state.args.heartbeat_interval * 3 {
+                let age = state.shared().heartbeat_age();
+                if age > state.heartbeat_interval * 3 {
                     let reason = format!("no heartbeat for {:.1}s", age.as_secs_f64());
-                    tracing::warn!(worker = %state.args.name, %reason, "worker presumed dead");
-                    state.fail_all(&format!(
+                    tracing::warn!(worker = %state.name, %reason, "worker presumed dead");
+                    state.calls.close(&format!(
                         "worker '{}' stopped answering ({reason})",
-                        state.args.name
+                        state.name
                     ));
                     myself.stop(Some(reason));
                 }
@@ -345,34 +318,27 @@ impl Actor for WorkerLink {
     }
 }
 
-fn handle_event(state: &mut LinkState, event: WorkerEvent) {
-    let shared = &state.args.shared;
+/// Everything but results and output, which [`read_events`] hands to the
+/// call table itself.
+fn handle_event(state: &mut LinkArgs, event: WorkerEvent) {
+    let shared = state.shared();
     shared.touch();
     match event.event {
-        // The stream reader hands these to the call table directly; they
-        // only arrive here from tests or older readers.
-        Some(worker_event::Event::Output(chunk)) => {
-            state.args.calls.output(&chunk.call_id, chunk.chunk)
-        }
-        Some(worker_event::Event::Result(result)) => state.args.calls.complete(result),
         Some(worker_event::Event::Heartbeat(heartbeat)) => {
             if let Ok(mut envs) = shared.environments.lock() {
                 *envs = heartbeat.environments;
             }
-            let changed = match shared.backends.lock() {
-                Ok(mut backends) if *backends != heartbeat.backends => {
-                    *backends = heartbeat.backends;
-                    true
-                }
-                _ => false,
-            };
-            if changed {
-                let _ = state.args.scheduler.cast(super::SchedulerMsg::FleetChanged);
+            if state.backends != heartbeat.backends {
+                state.backends = heartbeat.backends;
+                let _ = state.scheduler.cast(super::SchedulerMsg::BackendsChanged {
+                    worker_id: state.worker_id.clone(),
+                    backends: state.backends.clone(),
+                });
             }
         }
         Some(worker_event::Event::Notice(notice)) => {
-            if let Some(sink) = &state.args.notices {
-                let _ = sink.send((state.args.name.clone(), notice));
+            if let Some(sink) = &state.notices {
+                let _ = sink.send((state.name.clone(), notice));
             }
         }
         Some(worker_event::Event::Released(released)) => {
@@ -380,17 +346,50 @@ fn handle_event(state: &mut LinkState, event: WorkerEvent) {
                 envs.retain(|e| e.task_id != released.task_id);
             }
             let _ = state
-                .args
                 .scheduler
                 .cast(super::SchedulerMsg::EnvironmentReleased {
-                    worker_id: state.args.worker_id.clone(),
+                    worker_id: state.worker_id.clone(),
                     task_id: released.task_id,
                     reason: released.reason,
                 });
         }
         Some(worker_event::Event::Hello(_)) => {
-            tracing::warn!(worker = %state.args.name, "duplicate hello ignored");
+            tracing::warn!(worker = %state.name, "duplicate hello ignored");
         }
-        None => {}
+        Some(worker_event::Event::Result(_) | worker_event::Event::Output(_)) | None => {}
     }
+}
+
+/// Reads a worker's events until its stream ends: results and output go
+/// straight to their callers through the call table; the link actor sees the
+/// rest and, at the end, why the stream closed.
+pub async fn read_events(
+    mut events: crate::WorkerEventStream,
+    link: ActorRef<LinkMsg>,
+    calls: Arc<CallTable>,
+) {
+    let reason = loop {
+        match events.next().await {
+            Some(Ok(WorkerEvent {
+                event: Some(worker_event::Event::Result(result)),
+            })) => {
+                calls.shared().touch();
+                calls.complete(result);
+            }
+            Some(Ok(WorkerEvent {
+                event: Some(worker_event::Event::Output(chunk)),
+            })) => {
+                calls.shared().touch();
+                calls.output(&chunk.call_id, chunk.chunk);
+            }
+            Some(Ok(event)) => {
+                if link.cast(LinkMsg::Inbound(event)).is_err() {
+                    break "the link stopped".to_owned();
+                }
+            }
+            Some(Err(status)) => break format!("stream error: {}", status.message()),
+            None => break "stream closed".to_owned(),
+        }
+    };
+    let _ = link.cast(LinkMsg::StreamClosed { reason });
 }

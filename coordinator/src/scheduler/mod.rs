@@ -11,8 +11,8 @@
 pub mod link;
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, PoisonError, RwLock, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -20,8 +20,12 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent
 use tokio::sync::{mpsc, oneshot};
 use tonic::Status;
 
-use caduceus_proto::{EnvironmentSpec, Hello, RunCall, WorkerCommand, WorkerStatus};
+use caduceus_proto::{
+    Drain, EnvironmentSpec, Hello, ReleaseEnvironment, RunCall, WorkerCommand, WorkerStatus,
+    worker_command,
+};
 
+use crate::ask;
 use crate::registry::actor::RegistryHandle;
 pub use link::{CallTable, LinkFailure, LinkMsg, NoticeSink, WorkerLink, WorkerShared};
 
@@ -48,7 +52,6 @@ pub struct WorkerCallDone {
     /// Set when the task's environment was lost with this worker (name given)
     /// and the call ran in a fresh one.
     pub reset_from: Option<String>,
-    pub duration_us: u64,
 }
 
 #[derive(Debug, Clone, thiserror::Error)]
@@ -67,8 +70,6 @@ pub enum ScheduleError {
         "The call did not finish within {after_secs}s on worker '{worker}'; it was cancelled there."
     )]
     Timeout { worker: String, after_secs: u64 },
-    #[error("The call was cancelled.")]
-    Cancelled,
     #[error("The scheduler is not running.")]
     Unavailable,
 }
@@ -113,9 +114,9 @@ pub struct AttachedWorker {
     pub calls: Arc<CallTable>,
 }
 
-/// task id -> its placement, read by callers without a message to the
-/// scheduler (written only by the scheduler actor).
-type PlacementView = Arc<std::sync::RwLock<HashMap<String, Placement>>>;
+/// task id -> its placement: the scheduler's placement table, read by callers
+/// without a message to the scheduler (written only by the scheduler actor).
+type Placements = Arc<RwLock<HashMap<String, Placement>>>;
 
 pub enum SchedulerMsg {
     Attach {
@@ -129,11 +130,6 @@ pub enum SchedulerMsg {
         backend: String,
         reply: RpcReplyPort<Result<Placement, ScheduleError>>,
     },
-    /// A placement turned out dead (the link refused the call): forget it.
-    Unplace {
-        task_id: String,
-        worker_id: String,
-    },
     Release {
         task_id: String,
         reply: RpcReplyPort<bool>,
@@ -146,7 +142,11 @@ pub enum SchedulerMsg {
         task_id: String,
         reason: String,
     },
-    FleetChanged,
+    /// A worker's heartbeat reported other backends than before.
+    BackendsChanged {
+        worker_id: String,
+        backends: Vec<String>,
+    },
     DrainAll,
 }
 
@@ -156,15 +156,28 @@ struct WorkerRecord {
     version: String,
     instance_id: String,
     labels: HashMap<String, String>,
+    backends: Vec<String>,
     capacity: u32,
     peer: String,
     attached_at: Instant,
     link: ActorRef<LinkMsg>,
     calls: Arc<CallTable>,
-    shared: Arc<WorkerShared>,
 }
 
 impl WorkerRecord {
+    fn shared(&self) -> &WorkerShared {
+        self.calls.shared()
+    }
+
+    fn is_draining(&self) -> bool {
+        self.shared().draining.load(Ordering::Relaxed)
+    }
+
+    /// Takes new tasks: not draining, and its link is still up.
+    fn takes_new_tasks(&self) -> bool {
+        !self.is_draining() && !self.calls.is_closed()
+    }
+
     fn placement(&self, reset_from: Option<String>) -> Placement {
         Placement {
             worker_id: self.worker_id.clone(),
@@ -176,7 +189,6 @@ impl WorkerRecord {
 }
 
 pub struct SchedulerConfig {
-    pub coordinator_id: String,
     pub heartbeat_interval: Duration,
     pub notices: Option<NoticeSink>,
 }
@@ -186,44 +198,33 @@ pub struct Scheduler;
 pub struct SchedulerArgs {
     pub registry: RegistryHandle,
     pub config: SchedulerConfig,
-    pub view: PlacementView,
+    pub placements: Placements,
 }
 
 pub struct SchedulerState {
     registry: RegistryHandle,
     config: SchedulerConfig,
     workers: HashMap<String, WorkerRecord>,
-    /// task id -> worker id
-    placements: HashMap<String, String>,
+    /// Shared with [`SchedulerHandle`]; changes when tasks start or workers
+    /// come and go, not per call.
+    placements: Placements,
     /// task id -> name of the worker that held its environment when it was lost
     lost: HashMap<String, String>,
     next_worker: u64,
-    view: PlacementView,
+}
+
+/// The placement table for writing (a poisoned lock still holds a usable map).
+fn write(placements: &Placements) -> RwLockWriteGuard<'_, HashMap<String, Placement>> {
+    placements.write().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl SchedulerState {
-    /// Republishes the placements callers read without a message. Placements
-    /// change when tasks start or workers come and go, not per call.
-    fn publish_placements(&self) {
-        let view: HashMap<String, Placement> = self
-            .placements
-            .iter()
-            .filter_map(|(task, worker_id)| {
-                let record = self.workers.get(worker_id)?;
-                Some((task.clone(), record.placement(None)))
-            })
-            .collect();
-        if let Ok(mut published) = self.view.write() {
-            *published = view;
-        }
-    }
-
     async fn publish_fleet(&self) {
         let backends: BTreeSet<String> = self
             .workers
             .values()
-            .filter(|w| !w.shared.draining.load(Ordering::Relaxed))
-            .flat_map(|w| w.shared.backends())
+            .filter(|w| !w.is_draining())
+            .flat_map(|w| w.backends.iter().cloned())
             .collect();
         self.registry.set_fleet_backends(backends).await;
     }
@@ -233,34 +234,37 @@ impl SchedulerState {
             return;
         };
         tracing::info!(worker = %record.name, %reason, "worker left");
-        let lost: Vec<String> = self
-            .placements
-            .iter()
-            .filter(|(_, w)| *w == worker_id)
-            .map(|(t, _)| t.clone())
-            .collect();
-        for task in lost {
-            self.placements.remove(&task);
-            self.lost.insert(task, record.name.clone());
-        }
+        write(&self.placements).retain(|task, placement| {
+            if placement.worker_id != worker_id {
+                return true;
+            }
+            self.lost.insert(task.clone(), record.name.clone());
+            false
+        });
         // Callers waiting on this worker are failed by its call table.
         record
             .calls
             .close(&format!("worker '{}' left ({reason})", record.name));
-        self.publish_placements();
         self.publish_fleet().await;
     }
 
     fn place(&mut self, task_id: &str, backend: &str) -> Result<Placement, ScheduleError> {
-        if let Some(worker_id) = self.placements.get(task_id)
-            && let Some(record) = self.workers.get(worker_id)
+        let mut placements = write(&self.placements);
+        if let Some(placed) = placements.get(task_id)
+            && let Some(record) = self.workers.get(&placed.worker_id)
         {
-            if record.shared.draining.load(Ordering::Relaxed) {
+            if record.is_draining() {
                 return Err(ScheduleError::Draining {
                     worker: record.name.clone(),
                 });
             }
-            return Ok(record.placement(None));
+            if !record.calls.is_closed() {
+                return Ok(placed.clone());
+            }
+            // The worker's link is gone (the scheduler has not heard yet): so
+            // is the task's environment, and the caller must learn it.
+            self.lost.insert(task_id.to_owned(), record.name.clone());
+            placements.remove(task_id);
         }
         if backend.is_empty() {
             return Err(ScheduleError::NoWorker {
@@ -270,17 +274,16 @@ impl SchedulerState {
         // A new task (or one whose worker went away): least-loaded worker that
         // offers the backend.
         let mut pinned: HashMap<&str, usize> = HashMap::new();
-        for worker_id in self.placements.values() {
-            *pinned.entry(worker_id.as_str()).or_default() += 1;
+        for placed in placements.values() {
+            *pinned.entry(placed.worker_id.as_str()).or_default() += 1;
         }
         let chosen = self
             .workers
             .values()
-            .filter(|w| !w.shared.draining.load(Ordering::Relaxed))
-            .filter(|w| w.shared.backends().iter().any(|b| b == backend))
+            .filter(|w| w.takes_new_tasks() && w.backends.iter().any(|b| b == backend))
             .min_by(|a, b| {
                 let load = |w: &WorkerRecord| {
-                    f64::from(w.shared.running.load(Ordering::Relaxed))
+                    f64::from(w.shared().running.load(Ordering::Relaxed))
                         / f64::from(w.capacity.max(1))
                 };
                 load(a)
@@ -295,11 +298,8 @@ impl SchedulerState {
             .ok_or_else(|| ScheduleError::NoWorker {
                 backend: backend.to_owned(),
             })?;
-        let placement = chosen.placement(self.lost.remove(task_id));
-        self.placements
-            .insert(task_id.to_owned(), placement.worker_id.clone());
-        self.publish_placements();
-        Ok(placement)
+        placements.insert(task_id.to_owned(), chosen.placement(None));
+        Ok(chosen.placement(self.lost.remove(task_id)))
     }
 
     fn status(&self) -> Vec<WorkerStatus> {
@@ -311,19 +311,14 @@ impl SchedulerState {
                 name: w.name.clone(),
                 version: w.version.clone(),
                 labels: w.labels.clone(),
-                backends: w.shared.backends(),
+                backends: w.backends.clone(),
                 capacity: w.capacity,
-                running_calls: w.shared.running.load(Ordering::Relaxed),
-                state: if w.shared.draining.load(Ordering::Relaxed) {
-                    "draining"
-                } else {
-                    "ready"
-                }
-                .to_owned(),
+                running_calls: w.shared().running.load(Ordering::Relaxed),
+                state: if w.is_draining() { "draining" } else { "ready" }.to_owned(),
                 attached_ms: u64::try_from(w.attached_at.elapsed().as_millis()).unwrap_or(u64::MAX),
-                last_heartbeat_ms: u64::try_from(w.shared.heartbeat_age().as_millis())
+                last_heartbeat_ms: u64::try_from(w.shared().heartbeat_age().as_millis())
                     .unwrap_or(u64::MAX),
-                environments: w.shared.environments(),
+                environments: w.shared().environments(),
                 peer: w.peer.clone(),
             })
             .collect();
@@ -346,10 +341,9 @@ impl Actor for Scheduler {
             registry: args.registry,
             config: args.config,
             workers: HashMap::new(),
-            placements: HashMap::new(),
+            placements: args.placements,
             lost: HashMap::new(),
             next_worker: 0,
-            view: args.view,
         })
     }
 
@@ -376,27 +370,20 @@ impl Actor for Scheduler {
             } => {
                 let _ = reply.send(state.place(&task_id, &backend));
             }
-            SchedulerMsg::Unplace { task_id, worker_id } => {
-                if state.placements.get(&task_id) == Some(&worker_id) {
-                    state.placements.remove(&task_id);
-                    state.publish_placements();
-                }
-            }
             SchedulerMsg::Release { task_id, reply } => {
-                let released = match state.placements.remove(&task_id) {
-                    Some(worker_id) => {
-                        if let Some(record) = state.workers.get(&worker_id) {
-                            let _ = record.link.cast(LinkMsg::Release {
-                                task_id: task_id.clone(),
-                            });
-                        }
-                        true
-                    }
-                    None => false,
-                };
+                let placed = write(&state.placements).remove(&task_id);
+                if let Some(record) = placed
+                    .as_ref()
+                    .and_then(|p| state.workers.get(&p.worker_id))
+                {
+                    record
+                        .calls
+                        .send(worker_command::Command::Release(ReleaseEnvironment {
+                            task_id: task_id.clone(),
+                        }));
+                }
                 state.lost.remove(&task_id);
-                state.publish_placements();
-                let _ = reply.send(released);
+                let _ = reply.send(placed.is_some());
             }
             SchedulerMsg::Status { reply } => {
                 let _ = reply.send(state.status());
@@ -406,10 +393,13 @@ impl Actor for Scheduler {
                 task_id,
                 reason,
             } => {
-                if state.placements.get(&task_id) == Some(&worker_id) {
+                let mut placements = write(&state.placements);
+                if placements
+                    .get(&task_id)
+                    .is_some_and(|p| p.worker_id == worker_id)
+                {
                     tracing::debug!(%task_id, %reason, "environment released by its worker");
-                    state.placements.remove(&task_id);
-                    state.publish_placements();
+                    placements.remove(&task_id);
                     if reason == "sandbox_lost" {
                         let name = state
                             .workers
@@ -420,10 +410,20 @@ impl Actor for Scheduler {
                     }
                 }
             }
-            SchedulerMsg::FleetChanged => state.publish_fleet().await,
+            SchedulerMsg::BackendsChanged {
+                worker_id,
+                backends,
+            } => {
+                if let Some(record) = state.workers.get_mut(&worker_id) {
+                    record.backends = backends;
+                    state.publish_fleet().await;
+                }
+            }
             SchedulerMsg::DrainAll => {
+                // Marked here, before the fleet is republished without them.
                 for record in state.workers.values() {
-                    let _ = record.link.cast(LinkMsg::Drain);
+                    record.shared().draining.store(true, Ordering::Relaxed);
+                    record.calls.send(worker_command::Command::Drain(Drain {}));
                 }
                 state.publish_fleet().await;
             }
@@ -493,21 +493,13 @@ async fn attach(
     }
     state.next_worker += 1;
     let worker_id = format!("{}-{}", name, state.next_worker);
-    let shared = Arc::new(WorkerShared::new(
-        hello.backends.clone(),
-        hello.environments.clone(),
-    ));
-    let calls = Arc::new(CallTable::new(
-        name.clone(),
-        commands.clone(),
-        shared.clone(),
-    ));
+    let shared = Arc::new(WorkerShared::new(hello.environments.clone()));
+    let calls = Arc::new(CallTable::new(name.clone(), commands, shared));
     let args = link::LinkArgs {
         worker_id: worker_id.clone(),
         name: name.clone(),
-        commands,
-        shared: shared.clone(),
         calls: calls.clone(),
+        backends: hello.backends.clone(),
         heartbeat_interval: state.config.heartbeat_interval,
         scheduler: myself.clone(),
         notices: state.config.notices.clone(),
@@ -515,31 +507,29 @@ async fn attach(
     let (link, _join) = Actor::spawn_linked(None, WorkerLink, args, myself.get_cell())
         .await
         .map_err(|_| AttachError::Unavailable)?;
-    // Environments that survived a reconnect stay pinned to this worker.
-    for env in &hello.environments {
-        state.lost.remove(&env.task_id);
-        state
-            .placements
-            .insert(env.task_id.clone(), worker_id.clone());
-    }
     tracing::info!(worker = %name, %peer, backends = ?hello.backends, capacity = hello.capacity, "worker attached");
-    state.workers.insert(
-        worker_id.clone(),
-        WorkerRecord {
-            worker_id: worker_id.clone(),
-            name,
-            version: hello.version,
-            instance_id: hello.instance_id,
-            labels: hello.labels,
-            capacity: hello.capacity.max(1),
-            peer,
-            attached_at: Instant::now(),
-            link: link.clone(),
-            calls: calls.clone(),
-            shared,
-        },
-    );
-    state.publish_placements();
+    let record = WorkerRecord {
+        worker_id: worker_id.clone(),
+        name,
+        version: hello.version,
+        instance_id: hello.instance_id,
+        labels: hello.labels,
+        backends: hello.backends,
+        capacity: hello.capacity.max(1),
+        peer,
+        attached_at: Instant::now(),
+        link: link.clone(),
+        calls: calls.clone(),
+    };
+    // Environments that survived a reconnect stay pinned to this worker.
+    {
+        let mut placements = write(&state.placements);
+        for env in &hello.environments {
+            state.lost.remove(&env.task_id);
+            placements.insert(env.task_id.clone(), record.placement(None));
+        }
+    }
+    state.workers.insert(worker_id.clone(), record);
     state.publish_fleet().await;
     Ok(AttachedWorker {
         worker_id,
@@ -552,7 +542,7 @@ async fn attach(
 #[derive(Clone)]
 pub struct SchedulerHandle {
     actor: ActorRef<SchedulerMsg>,
-    view: PlacementView,
+    placements: Placements,
 }
 
 impl SchedulerHandle {
@@ -560,14 +550,14 @@ impl SchedulerHandle {
         registry: RegistryHandle,
         config: SchedulerConfig,
     ) -> Result<(Self, tokio::task::JoinHandle<()>), ractor::SpawnErr> {
-        let view = PlacementView::default();
+        let placements = Placements::default();
         let args = SchedulerArgs {
             registry,
             config,
-            view: view.clone(),
+            placements: placements.clone(),
         };
         let (actor, join) = Actor::spawn(None, Scheduler, args).await?;
-        Ok((SchedulerHandle { actor, view }, join))
+        Ok((SchedulerHandle { actor, placements }, join))
     }
 
     pub async fn attach(
@@ -576,193 +566,112 @@ impl SchedulerHandle {
         peer: String,
         commands: mpsc::Sender<Result<WorkerCommand, Status>>,
     ) -> Result<AttachedWorker, AttachError> {
-        match self
-            .actor
-            .call(
-                |reply| SchedulerMsg::Attach {
-                    hello,
-                    peer,
-                    commands,
-                    reply,
-                },
-                None,
-            )
-            .await
-        {
-            Ok(ractor::rpc::CallResult::Success(outcome)) => outcome,
-            _ => Err(AttachError::Unavailable),
-        }
+        ask(&self.actor, |reply| SchedulerMsg::Attach {
+            hello,
+            peer,
+            commands,
+            reply,
+        })
+        .await
+        .unwrap_or(Err(AttachError::Unavailable))
     }
 
     async fn place(&self, task_id: &str, backend: &str) -> Result<Placement, ScheduleError> {
         // A placed task on a live, non-draining worker: read it without a
         // message (the common case: every call after a task's first).
         let known = self
-            .view
+            .placements
             .read()
             .ok()
-            .and_then(|view| view.get(task_id).cloned());
+            .and_then(|placements| placements.get(task_id).cloned());
         if let Some(placement) = known
             && !placement.calls.is_closed()
             && !placement.calls.shared().draining.load(Ordering::Relaxed)
         {
             return Ok(placement);
         }
-        match self
-            .actor
-            .call(
-                |reply| SchedulerMsg::Place {
-                    task_id: task_id.to_owned(),
-                    backend: backend.to_owned(),
-                    reply,
-                },
-                None,
-            )
-            .await
-        {
-            Ok(ractor::rpc::CallResult::Success(outcome)) => outcome,
-            _ => Err(ScheduleError::Unavailable),
-        }
+        ask(&self.actor, |reply| SchedulerMsg::Place {
+            task_id: task_id.to_owned(),
+            backend: backend.to_owned(),
+            reply,
+        })
+        .await
+        .unwrap_or(Err(ScheduleError::Unavailable))
     }
 
     /// Runs a worker tool call on the worker that holds (or will hold) the
     /// task's environment. Cancelled on the worker when the returned future is
     /// dropped or the deadline passes.
     pub async fn run_call(&self, call: WorkerCall) -> Result<WorkerCallDone, ScheduleError> {
-        // One retry covers the race where the placed worker left between the
-        // placement and the call.
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            let placement = self.place(&call.task_id, &call.backend).await?;
-            let call_id = uuid::Uuid::new_v4().simple().to_string();
-            let run = RunCall {
-                call_id: call_id.clone(),
-                task_id: call.task_id.clone(),
-                tool: call.tool.clone(),
-                arguments_json: call.arguments_json.clone(),
-                environment: Some(EnvironmentSpec {
-                    backend: call.backend.clone(),
-                    settings_json: call.settings_json.clone(),
-                    owner: call.owner.clone(),
-                }),
-                result_cap_chars: call.result_cap_chars,
-                stream_output: call.output.is_some(),
-                session_id: call.session_id.clone(),
-            };
-            let (reply, result) = oneshot::channel();
-            if placement.calls.is_closed() {
-                let _ = self.actor.cast(SchedulerMsg::Unplace {
-                    task_id: call.task_id.clone(),
-                    worker_id: placement.worker_id.clone(),
-                });
-                if attempt < 2 {
-                    continue;
-                }
-                return Err(ScheduleError::WorkerLost {
-                    worker: placement.worker_name,
-                    reason: "its link is gone".to_owned(),
-                });
-            }
-            placement.calls.run(run, call.output.clone(), reply);
-            let mut guard = CancelOnDrop {
-                calls: Some(placement.calls.clone()),
-                call_id,
-            };
-            return match tokio::time::timeout(call.deadline, result).await {
-                Ok(Ok(Ok(done))) => {
-                    guard.calls = None;
-                    Ok(WorkerCallDone {
-                        result: done.result,
-                        worker: placement.worker_name,
-                        reset_from: placement.reset_from,
-                        duration_us: done.duration_us,
-                    })
-                }
-                Ok(Ok(Err(LinkFailure::Draining))) => {
-                    guard.calls = None;
-                    Err(ScheduleError::Draining {
-                        worker: placement.worker_name,
-                    })
-                }
-                Ok(Ok(Err(LinkFailure::Lost(reason)))) => {
-                    guard.calls = None;
-                    Err(ScheduleError::WorkerLost {
-                        worker: placement.worker_name,
-                        reason,
-                    })
-                }
-                Ok(Err(_)) => {
-                    guard.calls = None;
-                    Err(ScheduleError::WorkerLost {
-                        worker: placement.worker_name,
-                        reason: "its link stopped".to_owned(),
-                    })
-                }
-                Err(_) => Err(ScheduleError::Timeout {
-                    worker: placement.worker_name,
-                    after_secs: call.deadline.as_secs(),
-                }),
-            };
+        let mut placement = self.place(&call.task_id, &call.backend).await?;
+        if placement.calls.is_closed() {
+            // The worker left between the placement and now: placing again
+            // records the loss and picks another worker.
+            placement = self.place(&call.task_id, &call.backend).await?;
         }
-    }
-
-    /// Stores `content` inside the task's sandbox (the worker's internal
-    /// `__persist_result` tool) and returns its path there.
-    pub async fn persist_result(
-        &self,
-        task_id: &str,
-        id: &str,
-        content: &str,
-        owner: &str,
-    ) -> Option<String> {
-        let args = serde_json::json!({"id": id, "content": content}).to_string();
-        let call = WorkerCall {
-            task_id: task_id.to_owned(),
-            session_id: String::new(),
-            tool: "__persist_result".to_owned(),
-            arguments_json: args,
-            backend: String::new(),
-            settings_json: "{}".to_owned(),
-            owner: owner.to_owned(),
-            result_cap_chars: 0,
-            output: None,
-            deadline: Duration::from_secs(30),
+        let call_id = uuid::Uuid::new_v4().simple().to_string();
+        let deadline = call.deadline;
+        let run = RunCall {
+            call_id: call_id.clone(),
+            task_id: call.task_id,
+            tool: call.tool,
+            arguments_json: call.arguments_json,
+            environment: Some(EnvironmentSpec {
+                backend: call.backend,
+                settings_json: call.settings_json,
+                owner: call.owner,
+            }),
+            result_cap_chars: call.result_cap_chars,
+            stream_output: call.output.is_some(),
+            session_id: call.session_id,
         };
-        // An empty backend means "only where the task already has an
-        // environment": persisting must not create one.
-        let done = self.run_call(call).await.ok()?;
-        let value: serde_json::Value = serde_json::from_str(&done.result).ok()?;
-        value
-            .get("path")
-            .and_then(serde_json::Value::as_str)
-            .map(str::to_owned)
+        let (reply, result) = oneshot::channel();
+        placement.calls.run(run, call.output, reply);
+        // Cancels the call on the worker if this future is dropped or times
+        // out (a no-op once the call has finished).
+        let _cancel = CancelOnDrop {
+            calls: placement.calls.clone(),
+            call_id,
+        };
+        let Ok(answer) = tokio::time::timeout(deadline, result).await else {
+            return Err(ScheduleError::Timeout {
+                worker: placement.worker_name,
+                after_secs: deadline.as_secs(),
+            });
+        };
+        match answer {
+            Ok(Ok(done)) => Ok(WorkerCallDone {
+                result: done.result,
+                worker: placement.worker_name,
+                reset_from: placement.reset_from,
+            }),
+            Ok(Err(LinkFailure::Draining)) => Err(ScheduleError::Draining {
+                worker: placement.worker_name,
+            }),
+            Ok(Err(LinkFailure::Lost(reason))) => Err(ScheduleError::WorkerLost {
+                worker: placement.worker_name,
+                reason,
+            }),
+            Err(_) => Err(ScheduleError::WorkerLost {
+                worker: placement.worker_name,
+                reason: "its link stopped".to_owned(),
+            }),
+        }
     }
 
     pub async fn release(&self, task_id: &str) -> bool {
-        matches!(
-            self.actor
-                .call(
-                    |reply| SchedulerMsg::Release {
-                        task_id: task_id.to_owned(),
-                        reply
-                    },
-                    None
-                )
-                .await,
-            Ok(ractor::rpc::CallResult::Success(true))
-        )
+        ask(&self.actor, |reply| SchedulerMsg::Release {
+            task_id: task_id.to_owned(),
+            reply,
+        })
+        .await
+        .unwrap_or(false)
     }
 
     pub async fn status(&self) -> Vec<WorkerStatus> {
-        match self
-            .actor
-            .call(|reply| SchedulerMsg::Status { reply }, None)
+        ask(&self.actor, |reply| SchedulerMsg::Status { reply })
             .await
-        {
-            Ok(ractor::rpc::CallResult::Success(workers)) => workers,
-            _ => Vec::new(),
-        }
+            .unwrap_or_default()
     }
 
     pub fn drain_all(&self) {
@@ -774,16 +683,18 @@ impl SchedulerHandle {
     }
 }
 
-/// Cancels the call on its worker unless disarmed (`calls = None`).
+/// Asks the worker to stop a call that is still in flight when dropped.
 struct CancelOnDrop {
-    calls: Option<Arc<CallTable>>,
+    calls: Arc<CallTable>,
     call_id: String,
 }
 
 impl Drop for CancelOnDrop {
     fn drop(&mut self) {
-        if let Some(calls) = self.calls.take() {
-            calls.cancel(&self.call_id, "the caller gave up");
-        }
+        self.calls.cancel(&self.call_id, "the caller gave up");
     }
 }
+
+#[cfg(test)]
+#[path = "scheduler_tests.rs"]
+mod tests;

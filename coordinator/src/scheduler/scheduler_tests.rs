@@ -1,0 +1,187 @@
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use caduceus_proto::{CallResult, Heartbeat, Hello, WorkerEvent, worker_command, worker_event};
+
+use super::*;
+use crate::registry::builtin;
+
+async fn scheduler() -> (SchedulerHandle, RegistryHandle) {
+    let (registry, _) = RegistryHandle::start(builtin::builtin_registry("local").unwrap())
+        .await
+        .unwrap();
+    let (scheduler, _) = SchedulerHandle::start(
+        registry.clone(),
+        SchedulerConfig {
+            heartbeat_interval: Duration::from_secs(5),
+            notices: None,
+        },
+    )
+    .await
+    .unwrap();
+    (scheduler, registry)
+}
+
+/// A worker that answers every call with `{"worker": name, "task": id}` and
+/// reports the other commands it receives.
+struct FakeWorker {
+    attached: AttachedWorker,
+    others: mpsc::UnboundedReceiver<worker_command::Command>,
+}
+
+async fn attach(scheduler: &SchedulerHandle, name: &str) -> FakeWorker {
+    let (commands, mut rx) = mpsc::channel(64);
+    let attached = scheduler
+        .attach(
+            Hello {
+                name: name.to_owned(),
+                backends: vec!["local".to_owned()],
+                capacity: 4,
+                ..Hello::default()
+            },
+            "test".to_owned(),
+            commands,
+        )
+        .await
+        .unwrap();
+    let calls = attached.calls.clone();
+    let worker = name.to_owned();
+    let (others_tx, others) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Some(Ok(command)) = rx.recv().await {
+            match command.command {
+                Some(worker_command::Command::Run(run)) => calls.complete(CallResult {
+                    result: json!({"worker": worker, "task": run.task_id}).to_string(),
+                    call_id: run.call_id,
+                    ..CallResult::default()
+                }),
+                Some(other) => {
+                    let _ = others_tx.send(other);
+                }
+                None => {}
+            }
+        }
+    });
+    FakeWorker { attached, others }
+}
+
+fn call(task_id: &str) -> WorkerCall {
+    WorkerCall {
+        task_id: task_id.to_owned(),
+        session_id: String::new(),
+        tool: "terminal".to_owned(),
+        arguments_json: "{}".to_owned(),
+        backend: "local".to_owned(),
+        settings_json: "{}".to_owned(),
+        owner: "c".to_owned(),
+        result_cap_chars: 0,
+        output: None,
+        deadline: Duration::from_secs(5),
+    }
+}
+
+async fn run(scheduler: &SchedulerHandle, task_id: &str) -> WorkerCallDone {
+    let done = scheduler.run_call(call(task_id)).await.unwrap();
+    let result: Value = serde_json::from_str(&done.result).unwrap();
+    assert_eq!(result["worker"], done.worker.as_str());
+    assert_eq!(result["task"], task_id);
+    done
+}
+
+#[tokio::test]
+async fn a_task_stays_on_its_worker_and_tasks_spread() {
+    let (scheduler, _registry) = scheduler().await;
+    let _w1 = attach(&scheduler, "w1").await;
+    let _w2 = attach(&scheduler, "w2").await;
+    let first = run(&scheduler, "a").await;
+    for _ in 0..5 {
+        assert_eq!(run(&scheduler, "a").await.worker, first.worker);
+    }
+    // The next new task goes to the worker with fewer pinned tasks.
+    let second = run(&scheduler, "b").await;
+    assert_ne!(second.worker, first.worker);
+    assert_eq!(first.reset_from, None);
+}
+
+#[tokio::test]
+async fn a_worker_whose_link_closed_is_replaced_and_the_caller_told() {
+    let (scheduler, _registry) = scheduler().await;
+    let w1 = attach(&scheduler, "w1").await;
+    assert_eq!(run(&scheduler, "t").await.worker, "w1");
+    let _w2 = attach(&scheduler, "w2").await;
+    // The link has failed its calls, but the scheduler has not yet heard
+    // that the worker left.
+    w1.attached.calls.close("stream error");
+    let done = run(&scheduler, "t").await;
+    assert_eq!(done.worker, "w2");
+    assert_eq!(done.reset_from.as_deref(), Some("w1"));
+    // Told once; the task now lives on w2.
+    let again = run(&scheduler, "t").await;
+    assert_eq!((again.worker.as_str(), again.reset_from), ("w2", None));
+    // New tasks avoid the closed worker too.
+    assert_eq!(run(&scheduler, "new").await.worker, "w2");
+}
+
+#[tokio::test]
+async fn drain_withdraws_the_fleet_at_once() {
+    let (scheduler, registry) = scheduler().await;
+    let mut w1 = attach(&scheduler, "w1").await;
+    assert!(registry.snapshot().fleet_backends().contains("local"));
+    scheduler.drain_all();
+    // Status is answered after the drain has been handled.
+    let status = scheduler.status().await;
+    assert_eq!(status[0].state, "draining");
+    assert!(
+        registry.snapshot().fleet_backends().is_empty(),
+        "{:?}",
+        registry.snapshot().fleet_backends()
+    );
+    assert!(matches!(
+        w1.others.recv().await,
+        Some(worker_command::Command::Drain(_))
+    ));
+    let refused = scheduler.run_call(call("fresh")).await.unwrap_err();
+    assert!(
+        matches!(refused, ScheduleError::NoWorker { .. }),
+        "{refused}"
+    );
+}
+
+#[tokio::test]
+async fn heartbeat_backends_reach_the_fleet_and_placement() {
+    let (scheduler, registry) = scheduler().await;
+    let w1 = attach(&scheduler, "w1").await;
+    let heartbeat = WorkerEvent {
+        event: Some(worker_event::Event::Heartbeat(Heartbeat {
+            backends: vec!["docker".to_owned()],
+            ..Heartbeat::default()
+        })),
+    };
+    w1.attached.link.cast(LinkMsg::Inbound(heartbeat)).unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while !registry.snapshot().fleet_backends().contains("docker") {
+        assert!(tokio::time::Instant::now() < deadline, "fleet not updated");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(scheduler.status().await[0].backends, ["docker"]);
+    let refused = scheduler.run_call(call("t")).await.unwrap_err();
+    assert!(
+        matches!(&refused, ScheduleError::NoWorker { backend } if backend == "local"),
+        "{refused}"
+    );
+}
+
+#[tokio::test]
+async fn release_forgets_the_placement_and_tells_the_worker() {
+    let (scheduler, _registry) = scheduler().await;
+    let mut w1 = attach(&scheduler, "w1").await;
+    run(&scheduler, "t").await;
+    assert!(scheduler.release("t").await);
+    assert!(!scheduler.release("t").await, "already released");
+    match w1.others.recv().await {
+        Some(worker_command::Command::Release(release)) => assert_eq!(release.task_id, "t"),
+        other => panic!("expected a release, got {other:?}"),
+    }
+}
