@@ -289,12 +289,19 @@ impl Proc {
         }
     }
 
-    /// Everything printed to stderr so far.
-    pub fn drain_stderr(&mut self) -> String {
-        while let Ok(line) = self.lines.try_recv() {
-            self.stderr.push(line);
+    /// Everything the process printed to stderr, read to the end of the pipe.
+    /// For a process that has exited: its last lines may still be in flight
+    /// from the reader thread when the exit is seen, so this waits (a bounded
+    /// time) for the pipe to close instead of taking only what has arrived.
+    pub fn stderr_to_end(&mut self) -> String {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => self.stderr.push(line),
+                Err(_) => return self.stderr.join("\n"),
+            }
         }
-        self.stderr.join("\n")
     }
 
     /// Waits for the process to exit on its own.

@@ -90,7 +90,7 @@ fn two_workers_attach_and_a_wrong_token_is_refused() {
         .wait_exit(Duration::from_secs(30))
         .expect("a refused worker exits");
     assert!(!exit.success());
-    let log = intruder.drain_stderr();
+    let log = intruder.stderr_to_end();
     assert!(
         log.contains("refused") && log.contains("invalid token"),
         "{log}"
