@@ -1,4 +1,5 @@
-//! A search fixture shared by the local and the shell search tests.
+//! Test fixtures: a search tree shared by the local and the shell search
+//! tests, and a canonical temporary directory.
 
 use super::{OutputMode, SearchQuery, SearchTarget};
 
