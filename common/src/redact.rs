@@ -141,21 +141,6 @@ pub fn redact_terminal_output<'t>(output: &'t str, command: Option<&str>) -> Cow
     redact(output, RedactMode::TerminalOutput { command })
 }
 
-/// hermes' `mask_secret` with its display defaults (`sk-p...7890`; `***`
-/// under 12 characters; empty stays empty) — for showing a configured key.
-pub fn mask_secret_for_display(value: &str) -> String {
-    let chars = value.chars().count();
-    if chars == 0 {
-        return String::new();
-    }
-    if chars < 12 {
-        return "***".to_owned();
-    }
-    let head: String = value.chars().take(4).collect();
-    let tail: String = value.chars().skip(chars - 4).collect();
-    format!("{head}...{tail}")
-}
-
 fn apply<'t>(text: &mut Cow<'t, str>, pass: impl FnOnce(&str) -> Option<String>) {
     if let Some(rewritten) = pass(text) {
         *text = Cow::Owned(rewritten);

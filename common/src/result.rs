@@ -11,8 +11,6 @@ use serde::ser::{SerializeMap, Serializer};
 use serde_json::ser::Formatter;
 use serde_json::{Map, Value};
 
-use crate::text::sanitize_tool_error;
-
 /// `{"error": msg}` — the shape of every failure a model reads.
 ///
 /// ```
@@ -47,26 +45,6 @@ pub fn tool_error_with(message: impl Into<String>, extra: Map<String, Value>) ->
     to_json(&ErrorDoc { error, others })
 }
 
-/// The error a tool's handler raised, as the model sees it:
-/// `{"error": "[TOOL_ERROR] …"}` with framing tokens stripped and the text
-/// capped (see [`sanitize_tool_error`]).
-pub fn tool_failure(message: &str) -> String {
-    tool_error(sanitize_tool_error(message))
-}
-
-/// hermes' `tool_result(data)`: any serializable value as a result document.
-/// A value that cannot be serialized (a map with non-string keys) becomes a
-/// tool error instead of a panic.
-///
-/// ```
-/// use caduceus_common::result::tool_result;
-/// use serde_json::json;
-/// assert_eq!(tool_result(&json!({"bytes_written": 12})), r#"{"bytes_written": 12}"#);
-/// ```
-pub fn tool_result<T: Serialize + ?Sized>(value: &T) -> String {
-    to_json(value)
-}
-
 /// Serializes `value` in hermes' JSON spelling (see the module docs).
 pub fn to_json<T: Serialize + ?Sized>(value: &T) -> String {
     let mut out = Vec::with_capacity(128);
@@ -75,27 +53,6 @@ pub fn to_json<T: Serialize + ?Sized>(value: &T) -> String {
         Ok(()) => String::from_utf8(out)
             .unwrap_or_else(|err| String::from_utf8_lossy(err.as_bytes()).into_owned()),
         Err(err) => tool_error(format!("Tool result could not be serialized: {err}")),
-    }
-}
-
-/// The `error` of a result document, when it is a JSON object whose `error`
-/// is present and not null — how a result is classified as a failure.
-///
-/// ```
-/// use caduceus_common::result::error_of;
-/// assert_eq!(error_of(r#"{"error": "boom"}"#).as_deref(), Some("boom"));
-/// assert_eq!(error_of(r#"{"output": "x", "error": null}"#), None);
-/// assert_eq!(error_of("plain text"), None);
-/// ```
-pub fn error_of(result: &str) -> Option<String> {
-    let trimmed = result.trim_start();
-    if !trimmed.starts_with('{') {
-        return None;
-    }
-    match serde_json::from_str::<Value>(trimmed).ok()?.get("error")? {
-        Value::Null => None,
-        Value::String(s) => Some(s.clone()),
-        other => Some(other.to_string()),
     }
 }
 

@@ -56,7 +56,7 @@ fn structs_keep_field_order() {
         error: None,
     };
     assert_eq!(
-        tool_result(&result),
+        to_json(&result),
         r#"{"output": "[Command timed out after 1s]", "exit_code": 124, "error": null}"#
     );
 }
@@ -65,31 +65,11 @@ fn structs_keep_field_order() {
 fn unserializable_values_become_errors() {
     let mut bad = std::collections::HashMap::new();
     bad.insert(vec![1u8], 1);
-    let out = tool_result(&bad);
+    let out = to_json(&bad);
     assert!(
         out.starts_with(r#"{"error": "Tool result could not be serialized: "#),
         "{out}"
     );
-}
-
-#[test]
-fn tool_failures_are_sanitized() {
-    assert_eq!(
-        tool_failure("Tool execution failed: ValueError: <system>x</system>"),
-        r#"{"error": "[TOOL_ERROR] Tool execution failed: ValueError: x"}"#
-    );
-}
-
-#[test]
-fn error_of_reads_the_error_field() {
-    assert_eq!(error_of(&tool_error("boom")).as_deref(), Some("boom"));
-    assert_eq!(
-        error_of(r#"  {"error": {"code": 1}}"#).as_deref(),
-        Some(r#"{"code":1}"#)
-    );
-    assert_eq!(error_of(r#"{"output": "x", "error": null}"#), None);
-    assert_eq!(error_of(r#"["error"]"#), None);
-    assert_eq!(error_of("{not json"), None);
 }
 
 #[test]

@@ -128,64 +128,46 @@ async fn main() {
     })
     .await;
     let small = "fn main() {\n    println!(\"hello\");\n}\n".repeat(25);
-    measure("write_file 1 KB (new content each round)", |round| {
-        let content = format!("// {round}\n{small}");
-        let ctx = &ctx;
-        async move {
-            let out = write_file(
-                ctx,
-                &args(json!({"path": "out/small.rs", "content": content})),
-            )
-            .await;
-            assert!(out.contains("bytes_written"));
-        }
-    })
-    .await;
     let big = std::fs::read_to_string(root.join("thousand.txt")).unwrap();
-    measure("write_file 62 KB (1,000 lines)", |round| {
-        let content = format!("// {round}\n{big}");
-        let ctx = &ctx;
-        async move {
-            let out = write_file(
-                ctx,
-                &args(json!({"path": "out/big.txt", "content": content})),
-            )
-            .await;
-            assert!(out.contains("bytes_written"));
-        }
-    })
-    .await;
-    measure("patch replace (exact) in the 1,000-line file", |round| {
-        let (old, new) = if round % 2 == 0 {
-            ("line 0500: lorem", "line 0500: LOREM")
-        } else {
-            ("line 0500: LOREM", "line 0500: lorem")
-        };
-        let ctx = &ctx;
-        async move {
-            let out = patch(
-                ctx,
-                &args(json!({"path": "thousand.txt", "old_string": old, "new_string": new})),
-            )
-            .await;
-            assert!(out.contains("\"success\":true"), "{out}");
-        }
-    })
-    .await;
-    measure(
-        "patch replace (line_trimmed) in the 1,000-line file",
-        |round| {
-            let (old, new) = if round % 2 == 0 {
-                (
-                    "  line 0700: lorem ipsum dolor sit amet, consectetur adipiscing  ",
-                    "line 0700: X",
-                )
-            } else {
-                (
-                    "  line 0700: X ",
-                    "line 0700: lorem ipsum dolor sit amet, consectetur adipiscing",
-                )
-            };
+    for (label, path, body) in [
+        (
+            "write_file 1 KB (new content each round)",
+            "out/small.rs",
+            &small,
+        ),
+        ("write_file 62 KB (1,000 lines)", "out/big.txt", &big),
+    ] {
+        measure(label, |round| {
+            let content = format!("// {round}\n{body}");
+            let ctx = &ctx;
+            async move {
+                let out = write_file(ctx, &args(json!({"path": path, "content": content}))).await;
+                assert!(out.contains("bytes_written"));
+            }
+        })
+        .await;
+    }
+    // Each pair of rounds edits the file and changes it back.
+    for (label, there, back) in [
+        (
+            "patch replace (exact) in the 1,000-line file",
+            ("line 0500: lorem", "line 0500: LOREM"),
+            ("line 0500: LOREM", "line 0500: lorem"),
+        ),
+        (
+            "patch replace (line_trimmed) in the 1,000-line file",
+            (
+                "  line 0700: lorem ipsum dolor sit amet, consectetur adipiscing  ",
+                "line 0700: X",
+            ),
+            (
+                "  line 0700: X ",
+                "line 0700: lorem ipsum dolor sit amet, consectetur adipiscing",
+            ),
+        ),
+    ] {
+        measure(label, |round| {
+            let (old, new) = if round % 2 == 0 { there } else { back };
             let ctx = &ctx;
             async move {
                 let out = patch(
@@ -195,9 +177,9 @@ async fn main() {
                 .await;
                 assert!(out.contains("\"success\":true"), "{out}");
             }
-        },
-    )
-    .await;
+        })
+        .await;
+    }
     let v4a = |from: &str, to: &str| {
         format!(
             "*** Begin Patch\n*** Update File: thousand.txt\n@@ line 0300 @@\n line 0299: lorem ipsum dolor sit amet, consectetur adipiscing\n-line 0300: {from} ipsum dolor sit amet, consectetur adipiscing\n+line 0300: {to} ipsum dolor sit amet, consectetur adipiscing\n line 0301: lorem ipsum dolor sit amet, consectetur adipiscing\n*** End Patch"

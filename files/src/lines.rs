@@ -164,7 +164,13 @@ impl LineCollector {
         if let Some(stripped) = bytes.strip_suffix(b"\r") {
             bytes = stripped;
         }
-        self.lines.push(String::from_utf8_lossy(bytes).into_owned());
+        // `from_utf8` checks ASCII a word at a time; `from_utf8_lossy` walks
+        // every byte even when there is nothing to replace.
+        let line = match std::str::from_utf8(bytes) {
+            Ok(text) => text.to_owned(),
+            Err(_) => String::from_utf8_lossy(bytes).into_owned(),
+        };
+        self.lines.push(line);
         self.current.clear();
     }
 }

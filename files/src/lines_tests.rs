@@ -101,3 +101,18 @@ fn unchanged_stamp_short_circuits() {
         LineRead::Page(_)
     ));
 }
+
+#[test]
+fn invalid_utf8_and_characters_cut_by_the_byte_cap_become_replacements() {
+    // Line 2 is 19 bytes; the 16-byte cap ends inside its eighth `é`.
+    let mut data = b"ab\xFFcd\n".to_vec();
+    data.extend_from_slice(format!("a{}\n", "é".repeat(9)).as_bytes());
+    let page = page(&data, &window(1, 5));
+    assert_eq!(
+        page.lines,
+        [
+            "ab\u{FFFD}cd".to_owned(),
+            format!("a{}\u{FFFD}", "é".repeat(7))
+        ]
+    );
+}

@@ -2,17 +2,7 @@ use std::os::unix::fs::PermissionsExt;
 
 use super::*;
 use crate::lines::page_from_bytes;
-
-fn scratch() -> (tempfile::TempDir, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir
-        .path()
-        .canonicalize()
-        .unwrap()
-        .to_string_lossy()
-        .into_owned();
-    (dir, root)
-}
+use crate::search::test_fixture::temp_root;
 
 fn window(offset: usize, limit: usize) -> LineWindow {
     LineWindow {
@@ -26,7 +16,7 @@ fn window(offset: usize, limit: usize) -> LineWindow {
 
 #[tokio::test]
 async fn stat_and_ranges() {
-    let (_dir, root) = scratch();
+    let (_dir, root) = temp_root();
     let fs = LocalFs::new();
     let file = format!("{root}/a.txt");
     std::fs::write(&file, "0123456789").unwrap();
@@ -61,7 +51,7 @@ async fn stat_and_ranges() {
 
 #[tokio::test]
 async fn streamed_lines_match_the_whole_buffer_answer() {
-    let (_dir, root) = scratch();
+    let (_dir, root) = temp_root();
     let file = format!("{root}/big.txt");
     let mut text = String::new();
     for n in 0..20_000 {
@@ -96,7 +86,7 @@ async fn streamed_lines_match_the_whole_buffer_answer() {
 
 #[tokio::test]
 async fn read_lines_answers_unchanged_and_binary_without_reading() {
-    let (_dir, root) = scratch();
+    let (_dir, root) = temp_root();
     let fs = LocalFs::new();
     let file = format!("{root}/f.txt");
     std::fs::write(&file, "x\n").unwrap();
@@ -123,7 +113,7 @@ async fn read_lines_answers_unchanged_and_binary_without_reading() {
 
 #[tokio::test]
 async fn atomic_write_creates_parents_keeps_mode_and_leaves_no_temp() {
-    let (_dir, root) = scratch();
+    let (_dir, root) = temp_root();
     let fs = LocalFs::new();
     let file = format!("{root}/deep/er/run.sh");
     let first = fs.write_atomic(&file, b"echo 1\n").await.unwrap();
@@ -161,7 +151,7 @@ async fn atomic_write_creates_parents_keeps_mode_and_leaves_no_temp() {
 
 #[tokio::test]
 async fn writing_through_a_symlink_keeps_the_link() {
-    let (_dir, root) = scratch();
+    let (_dir, root) = temp_root();
     let fs = LocalFs::new();
     let target = format!("{root}/real.txt");
     let link = format!("{root}/link.txt");
@@ -186,7 +176,7 @@ async fn writing_through_a_symlink_keeps_the_link() {
 
 #[tokio::test]
 async fn remove_rename_and_list() {
-    let (_dir, root) = scratch();
+    let (_dir, root) = temp_root();
     let fs = LocalFs::new();
     std::fs::write(format!("{root}/b"), "b").unwrap();
     std::fs::write(format!("{root}/a"), "a").unwrap();
@@ -212,7 +202,7 @@ async fn remove_rename_and_list() {
 
 #[tokio::test]
 async fn usable_as_a_shared_trait_object() {
-    let (_dir, root) = scratch();
+    let (_dir, root) = temp_root();
     let fs: std::sync::Arc<dyn FileSystem> = std::sync::Arc::new(LocalFs::new());
     let file = format!("{root}/t.txt");
     fs.write_atomic(&file, b"a\nb\n").await.unwrap();

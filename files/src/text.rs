@@ -87,26 +87,17 @@ pub fn number_lines(lines: &[String], first_line: usize, max_chars: usize) -> St
         }
         // Writing into a String cannot fail.
         let _ = write!(out, "{}|", first_line + index);
-        match line.char_indices().nth(max_chars) {
+        // A line of at most `max_chars` bytes has at most that many characters.
+        let cut = (line.len() > max_chars)
+            .then(|| line.char_indices().nth(max_chars))
+            .flatten();
+        match cut {
             Some((cut, _)) => {
                 out.push_str(&line[..cut]);
                 out.push_str("... [truncated]");
             }
             None => out.push_str(line),
         }
-    }
-    out
-}
-
-/// `1234567` → `1,234,567` (Python's `{:,}`).
-pub fn thousands(value: u64) -> String {
-    let digits = value.to_string();
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (index, digit) in digits.chars().enumerate() {
-        if index > 0 && (digits.len() - index).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(digit);
     }
     out
 }

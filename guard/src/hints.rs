@@ -2,9 +2,7 @@
 
 use std::sync::LazyLock;
 
-use crate::lexer;
 use crate::pattern::Pattern;
-use crate::resolve::program_name;
 
 /// Guidance when a foreground command wraps itself in `nohup`/`disown`/`setsid`.
 pub const BACKGROUND_WRAPPER_GUIDANCE: &str = "Foreground command uses shell-level background wrappers (nohup/disown/setsid). Use terminal(background=true) so caduceus can track the process, then run readiness checks and tests in separate commands.";
@@ -128,21 +126,6 @@ pub fn exit_code_meaning(command: &str, exit_code: i32) -> Option<&'static str> 
         }
         _ => None,
     }
-}
-
-/// Whether the command dumps environment variables (`env`, `printenv`, `set`, `export`,
-/// `declare` as the first word of any command in it, also behind `sudo`), so its output
-/// must be redacted as `KEY=value` lines.
-pub fn is_env_dump_command(command: &str) -> bool {
-    let parsed = lexer::parse(command);
-    parsed.commands.iter().any(|simple| {
-        let mut words = simple.words.iter().map(|word| word.value.as_str());
-        let mut first = words.next();
-        while first.is_some_and(|w| program_name(w) == "sudo") {
-            first = words.find(|w| !w.starts_with('-'));
-        }
-        first.is_some_and(|word| matches!(word, "env" | "printenv" | "set" | "export" | "declare"))
-    })
 }
 
 #[cfg(test)]

@@ -1391,6 +1391,5 @@ fn arbitrary_input_never_panics() {
         policy::allowlisted(&command, &["*".to_string()]);
         hints::long_lived_foreground(&command);
         hints::exit_code_meaning(&command, 1);
-        hints::is_env_dump_command(&command);
     }
 }

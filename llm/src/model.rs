@@ -15,6 +15,25 @@ use crate::turn::{AssistantTurn, StreamEvent};
 /// Where progress events go. `Send` because agent loops run on spawned tasks.
 pub type EventSink<'a> = &'a mut (dyn FnMut(StreamEvent) + Send);
 
+/// Reports a turn that arrived whole (a non-streamed answer, a replayed line)
+/// with the events a stream would have sent: reasoning, text, then the start
+/// of each tool call.
+pub(crate) fn report_whole_turn(turn: &AssistantTurn, events: EventSink<'_>) {
+    if let Some(reasoning) = &turn.reasoning {
+        events(StreamEvent::ReasoningDelta(reasoning.clone()));
+    }
+    if let Some(content) = &turn.content {
+        events(StreamEvent::TextDelta(content.clone()));
+    }
+    for (index, call) in turn.tool_calls.iter().enumerate() {
+        events(StreamEvent::ToolCallStarted {
+            index,
+            id: call.id.clone(),
+            name: call.name.clone(),
+        });
+    }
+}
+
 /// A chat model: given the conversation so far, produce the next assistant turn.
 #[async_trait]
 pub trait ChatModel: Send + Sync {

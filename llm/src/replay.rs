@@ -16,10 +16,10 @@ use serde_json::{Map, Value};
 
 use crate::error::LlmError;
 use crate::message::{ChatMessage, Role, ToolCall};
-use crate::model::{ChatModel, EventSink};
+use crate::model::{ChatModel, EventSink, report_whole_turn};
 use crate::request::ChatRequest;
 use crate::text::shorten;
-use crate::turn::{AssistantTurn, FinishReason, StreamEvent, Usage};
+use crate::turn::{AssistantTurn, FinishReason, Usage};
 
 const KNOWN_KEYS: &[&str] = &[
     "match",
@@ -204,19 +204,7 @@ impl ChatModel for ReplayModel {
             tokio::time::sleep(delay).await;
         }
         let turn = line.turn;
-        if let Some(reasoning) = &turn.reasoning {
-            events(StreamEvent::ReasoningDelta(reasoning.clone()));
-        }
-        if let Some(content) = &turn.content {
-            events(StreamEvent::TextDelta(content.clone()));
-        }
-        for (index, call) in turn.tool_calls.iter().enumerate() {
-            events(StreamEvent::ToolCallStarted {
-                index,
-                id: call.id.clone(),
-                name: call.name.clone(),
-            });
-        }
+        report_whole_turn(&turn, events);
         Ok(turn)
     }
 

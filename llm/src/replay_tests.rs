@@ -7,6 +7,7 @@ use serde_json::json;
 use super::*;
 use crate::config::LlmConfig;
 use crate::model::model_from_config;
+use crate::turn::StreamEvent;
 
 /// A parent that delegates to three children, whose goals differ, then sums up.
 const DELEGATION_SCRIPT: &str = r#"

@@ -16,10 +16,6 @@ const PER_TURN_WINDOW_PERCENT: u64 = 30;
 const MIN_RESULT_CHARS: usize = 8_000;
 const MIN_TURN_BUDGET_CHARS: usize = 16_000;
 
-/// Tools whose results are never persisted: persisting `read_file` output
-/// would invite an endless persist → read → persist loop.
-const NEVER_PERSISTED_TOOLS: &[&str] = &["read_file"];
-
 /// The result-size limits in force for one agent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ResultBudget {
@@ -38,20 +34,6 @@ impl Default for ResultBudget {
             per_turn: DEFAULT_TURN_BUDGET_CHARS,
             preview_chars: DEFAULT_PREVIEW_CHARS,
         }
-    }
-}
-
-impl ResultBudget {
-    /// The persistence threshold of one tool, or `None` when its results are
-    /// never persisted (`read_file`). `tool_cap` is the tool's own registered
-    /// maximum, if any; it is capped by `per_result` so a small model's
-    /// budget also constrains tools that register a large cap (hermes
-    /// #23767).
-    pub fn threshold_for(&self, tool_name: &str, tool_cap: Option<usize>) -> Option<usize> {
-        if NEVER_PERSISTED_TOOLS.contains(&tool_name) {
-            return None;
-        }
-        Some(tool_cap.map_or(self.per_result, |cap| cap.min(self.per_result)))
     }
 }
 

@@ -36,21 +36,6 @@ fn context_window_scaling_matches_hermes() {
 }
 
 #[test]
-fn thresholds() {
-    let budget = budget_for_context_window(Some(32_768));
-    assert_eq!(budget.threshold_for("read_file", None), None);
-    assert_eq!(
-        budget.threshold_for("terminal", Some(100_000)),
-        Some(19_660)
-    );
-    assert_eq!(
-        budget.threshold_for("web_extract", Some(5_000)),
-        Some(5_000)
-    );
-    assert_eq!(budget.threshold_for("todo", None), Some(19_660));
-}
-
-#[test]
 fn largest_results_are_persisted_first_until_the_turn_fits() {
     // 90k + 80k + 70k + 10k = 250k: persisting 90k leaves 162k.
     assert_eq!(

@@ -67,19 +67,36 @@ impl HeadTailBuffer {
         if self.pending_len > 0 {
             rest = self.complete_pending(rest);
         }
-        let mut chunks = rest.utf8_chunks().peekable();
-        while let Some(chunk) = chunks.next() {
-            self.accept(chunk.valid());
-            let invalid = chunk.invalid();
-            if invalid.is_empty() {
-                continue;
+        // `str::from_utf8` validates ASCII runs a word at a time, which
+        // `utf8_chunks` does not. Valid text up to a character the chunk's
+        // end cut is validated once; the rest takes `from_utf8_lossy`'s
+        // steps: the valid prefix, then one U+FFFD per maximal invalid
+        // sequence.
+        let cut = rest.len() - cut_sequence_len(rest);
+        if let Ok(text) = std::str::from_utf8(&rest[..cut]) {
+            self.accept(text);
+            rest = &rest[cut..];
+        }
+        loop {
+            let err = match std::str::from_utf8(rest) {
+                Ok(text) => return self.accept(text),
+                Err(err) => err,
+            };
+            let (valid, broken) = rest.split_at(err.valid_up_to());
+            if let Ok(valid) = std::str::from_utf8(valid) {
+                self.accept(valid);
             }
-            let is_last = chunks.peek().is_none();
-            if is_last && is_incomplete_sequence(invalid) {
-                self.pending[..invalid.len()].copy_from_slice(invalid);
-                self.pending_len = invalid.len();
-            } else {
-                self.accept(REPLACEMENT);
+            match err.error_len() {
+                Some(invalid_len) => {
+                    self.accept(REPLACEMENT);
+                    rest = &broken[invalid_len..];
+                }
+                // A sequence cut by the end of the chunk: keep it for the next.
+                None => {
+                    self.pending[..broken.len()].copy_from_slice(broken);
+                    self.pending_len = broken.len();
+                    return;
+                }
             }
         }
     }
@@ -212,10 +229,17 @@ fn sequence_len(lead: u8) -> usize {
     }
 }
 
-/// Whether `bytes` (the invalid tail of a chunk) is a valid but unfinished
-/// sequence that more input could complete.
-fn is_incomplete_sequence(bytes: &[u8]) -> bool {
-    bytes.len() < 4 && matches!(std::str::from_utf8(bytes), Err(err) if err.error_len().is_none())
+/// How many bytes at the end of `bytes` start a character that the end
+/// cuts short (its lead byte announces more bytes than follow), else 0.
+fn cut_sequence_len(bytes: &[u8]) -> usize {
+    for back in 1..=bytes.len().min(3) {
+        let byte = bytes[bytes.len() - back];
+        // The last byte that is not a continuation byte (10xxxxxx).
+        if byte & 0xC0 != 0x80 {
+            return if sequence_len(byte) > back { back } else { 0 };
+        }
+    }
+    0
 }
 
 #[cfg(test)]

@@ -149,3 +149,31 @@ fn one_gigabyte_in_64_kib_chunks_keeps_memory_bounded() {
     assert_eq!(out.chars().count(), max_chars);
     assert!(out.contains("chars omitted out of"));
 }
+
+#[test]
+fn mostly_ascii_streams_equal_truncating_the_whole_text() {
+    // Long ASCII runs with a rare wide or invalid byte sequence, so the cuts
+    // land both inside all-ASCII stretches and across wide characters.
+    let mut rng = XorShift(0x2545_F491_4F6C_DD1D);
+    for round in 0..200 {
+        let len = rng.below(40_000);
+        let mut bytes = Vec::with_capacity(len + 4);
+        while bytes.len() < len {
+            match rng.below(200) {
+                0 => bytes.extend_from_slice("日".as_bytes()),
+                1 => bytes.extend_from_slice("🦀".as_bytes()),
+                2 => bytes.push(0xFF),
+                _ => bytes.push(b'a' + rng.below(26) as u8),
+            }
+        }
+        let full = String::from_utf8_lossy(&bytes);
+        let max = 1 + rng.below(8_000);
+        let mut buf = HeadTailBuffer::new(max);
+        push_in_random_chunks(&mut buf, &bytes, &mut rng);
+        assert_eq!(
+            buf.finish(),
+            truncate_head_tail(&full, max),
+            "round {round} max {max} len {len}"
+        );
+    }
+}

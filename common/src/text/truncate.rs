@@ -120,6 +120,16 @@ fn notice_text(omitted: usize, total: usize) -> String {
 
 /// The first `n` characters of `s` (all of it if shorter).
 pub(super) fn first_chars(s: &str, n: usize) -> &str {
+    // A character has at least one byte: fewer than n bytes are fewer than
+    // n characters.
+    let Some(prefix) = s.as_bytes().get(..n) else {
+        return s;
+    };
+    // n ASCII bytes are n characters, and the byte after an ASCII byte
+    // starts a character.
+    if prefix.is_ascii() {
+        return &s[..n];
+    }
     match s.char_indices().nth(n) {
         Some((i, _)) => &s[..i],
         None => s,
@@ -128,13 +138,27 @@ pub(super) fn first_chars(s: &str, n: usize) -> &str {
 
 /// The last `n` characters of `s` (all of it if shorter).
 pub(super) fn last_chars(s: &str, n: usize) -> &str {
-    if n == 0 {
-        return &s[s.len()..];
+    // A character has at least one byte: n bytes or fewer are n characters
+    // or fewer.
+    let Some(start) = s.len().checked_sub(n) else {
+        return s;
+    };
+    // n ASCII bytes are n characters, and an ASCII byte starts one.
+    if s.as_bytes()[start..].is_ascii() {
+        return &s[start..];
     }
-    match s.char_indices().rev().nth(n - 1) {
-        Some((i, _)) => &s[i..],
-        None => s,
+    // Every byte that is not a continuation byte (10xxxxxx) starts a
+    // character: counting them from the end is cheaper than decoding.
+    let mut remaining = n;
+    for (i, &byte) in s.as_bytes().iter().enumerate().rev() {
+        if byte & 0xC0 != 0x80 {
+            remaining -= 1;
+            if remaining == 0 {
+                return &s[i..];
+            }
+        }
     }
+    s
 }
 
 /// `9950150` → `"9,950,150"` (Python's `f"{n:,}"`).

@@ -188,3 +188,24 @@ fn thousands_separators() {
     assert_eq!(group_thousands(9_950_150), "9,950,150");
     assert_eq!(group_thousands(u64::MAX), "18,446,744,073,709,551,615");
 }
+
+#[test]
+fn first_and_last_chars_count_characters_not_bytes() {
+    for text in [
+        "",
+        "abc",
+        "日本語",
+        "ab日c🦀de",
+        "🦀abcdef",
+        "abcdef🦀",
+        "é",
+    ] {
+        let chars: Vec<char> = text.chars().collect();
+        for n in 0..=chars.len() + 2 {
+            let first: String = chars.iter().take(n).collect();
+            let last: String = chars[chars.len().saturating_sub(n)..].iter().collect();
+            assert_eq!(first_chars(text, n), first, "first {n} of {text:?}");
+            assert_eq!(last_chars(text, n), last, "last {n} of {text:?}");
+        }
+    }
+}

@@ -1,26 +1,7 @@
 use std::time::{Duration, SystemTime};
 
 use super::*;
-use crate::search::test_fixture::fixture;
-
-fn content(
-    root: &str,
-    pattern: &str,
-    mode: OutputMode,
-    context: usize,
-    glob: Option<&str>,
-) -> SearchQuery {
-    SearchQuery {
-        root: root.to_owned(),
-        target: SearchTarget::Content {
-            pattern: pattern.to_owned(),
-            file_glob: glob.map(str::to_owned),
-            mode,
-            context,
-        },
-        max_entries: 100,
-    }
-}
+use crate::search::test_fixture::{content, fixture, temp_root};
 
 fn hit(root: &str, rel: &str, line: u64, text: &str, is_context: bool) -> LineHit {
     LineHit {
@@ -178,13 +159,7 @@ fn missing_root_bad_regex_and_caps() {
 
 #[test]
 fn parallel_search_gives_the_sequential_prefix() {
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir
-        .path()
-        .canonicalize()
-        .unwrap()
-        .to_string_lossy()
-        .into_owned();
+    let (_dir, root) = temp_root();
     for index in 0..400 {
         let sub = format!("{root}/d{}", index % 7);
         std::fs::create_dir_all(&sub).unwrap();

@@ -2,7 +2,7 @@ use std::process::Command;
 
 use super::*;
 use crate::search::local;
-use crate::search::test_fixture::fixture;
+use crate::search::test_fixture::{content, fixture};
 
 fn run(script: &str) -> (String, String, i32) {
     let output = Command::new("bash").arg("-c").arg(script).output().unwrap();
@@ -22,25 +22,6 @@ fn search_via(query: &SearchQuery, branch: &str) -> Result<SearchHits, FsError> 
     parse_shell_output(query, &stdout, &stderr, code)
 }
 
-fn content(
-    root: &str,
-    pattern: &str,
-    mode: OutputMode,
-    context: usize,
-    glob: Option<&str>,
-) -> SearchQuery {
-    SearchQuery {
-        root: root.to_owned(),
-        target: SearchTarget::Content {
-            pattern: pattern.to_owned(),
-            file_glob: glob.map(str::to_owned),
-            mode,
-            context,
-        },
-        max_entries: 100,
-    }
-}
-
 fn queries(root: &str) -> Vec<SearchQuery> {
     vec![
         content(root, "TODO", OutputMode::Content, 0, None),
@@ -57,6 +38,22 @@ fn queries(root: &str) -> Vec<SearchQuery> {
             None,
         ),
     ]
+}
+
+/// (path below `root`, line, text, is_context) of each hit, for comparing
+/// with a literal list.
+fn hit_tuples<'a>(lines: &'a [LineHit], root: &str) -> Vec<(&'a str, u64, &'a str, bool)> {
+    lines
+        .iter()
+        .map(|hit| {
+            (
+                hit.path.trim_start_matches(root),
+                hit.line,
+                hit.text.as_str(),
+                hit.is_context,
+            )
+        })
+        .collect()
 }
 
 fn rg_installed() -> bool {
@@ -116,17 +113,7 @@ fn fallback_branch_finds_the_same_minus_gitignore() {
         panic!("lines expected");
     };
     assert!(complete);
-    let found: Vec<_> = lines
-        .iter()
-        .map(|hit| {
-            (
-                hit.path.trim_start_matches(&root),
-                hit.line,
-                hit.text.as_str(),
-                hit.is_context,
-            )
-        })
-        .collect();
+    let found = hit_tuples(&lines, &root);
     // No .gitignore in the fallback: ignored/ and *.log show up; hidden
     // directories and the binary file do not.
     assert_eq!(
@@ -254,17 +241,7 @@ fn parses_grep_context_with_dashed_names() {
     else {
         panic!("lines expected");
     };
-    let found: Vec<_> = lines
-        .iter()
-        .map(|hit| {
-            (
-                hit.path.as_str(),
-                hit.line,
-                hit.text.as_str(),
-                hit.is_context,
-            )
-        })
-        .collect();
+    let found = hit_tuples(&lines, "");
     assert_eq!(
         found,
         [

@@ -10,9 +10,10 @@ use crate::fs::{FsError, LineRead};
 use crate::lines::{LinePage, LineWindow};
 use crate::paths;
 use crate::safety;
-use crate::text::{number_lines, split_ext, thousands};
+use crate::text::{number_lines, split_ext};
 use crate::tracker::RegionKey;
 use caduceus_common::redact::{RedactMode, redact};
+use caduceus_common::text::group_thousands;
 
 /// hermes' text for a re-read of an unchanged region.
 pub const UNCHANGED_MESSAGE: &str = "File unchanged since last read. The content from the earlier read_file result in this conversation is still current — refer to that instead of re-reading.";
@@ -158,7 +159,7 @@ fn render_page(
         let next = offset + lines_kept;
         let mut message = format!(
             "Output truncated at the {}-char read budget after {lines_kept} line(s) (showing lines {offset}-{} of {total}). Use offset={next} to continue.",
-            thousands(max_chars as u64),
+            group_thousands(max_chars as u64),
             next - 1
         );
         if clamped {
@@ -179,7 +180,7 @@ fn render_page(
     let large_file_hint = (file_size > LARGE_FILE_BYTES && limit > 200 && truncated).then(|| {
         format!(
             "This file is large ({} bytes). Consider reading only the section you need with offset and limit to keep context usage efficient.",
-            thousands(file_size)
+            group_thousands(file_size)
         )
     });
 

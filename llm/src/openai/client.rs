@@ -14,7 +14,7 @@ use tokio::time::{Instant, timeout, timeout_at};
 
 use crate::config::{ENV_MODEL, LlmConfig};
 use crate::error::LlmError;
-use crate::model::{ChatModel, EventSink};
+use crate::model::{ChatModel, EventSink, report_whole_turn};
 use crate::openai::assembler::StreamAssembler;
 use crate::openai::retry::{RetryPolicy, retry_after, should_retry_header};
 use crate::openai::sse::{SseDecoder, split_payloads};
@@ -393,19 +393,7 @@ async fn read_json_answer(
         return Err(Failure::InStream(error));
     }
     let turn = wire::parse_completion(&value).map_err(Failure::Invalid)?;
-    if let Some(reasoning) = &turn.reasoning {
-        events(StreamEvent::ReasoningDelta(reasoning.clone()));
-    }
-    if let Some(content) = &turn.content {
-        events(StreamEvent::TextDelta(content.clone()));
-    }
-    for (index, call) in turn.tool_calls.iter().enumerate() {
-        events(StreamEvent::ToolCallStarted {
-            index,
-            id: call.id.clone(),
-            name: call.name.clone(),
-        });
-    }
+    report_whole_turn(&turn, events);
     Ok(turn)
 }
 
