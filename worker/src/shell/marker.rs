@@ -2,10 +2,10 @@
 //! byte stream that arrives in arbitrary chunks.
 
 pub fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    if needle.is_empty() || haystack.len() < needle.len() {
+    if needle.is_empty() {
         return None;
     }
-    haystack.windows(needle.len()).position(|w| w == needle)
+    memchr::memmem::find(haystack, needle)
 }
 
 /// Passes through everything before the marker and parses the marker.
@@ -47,28 +47,59 @@ impl MarkerScanner {
 
     /// Feeds bytes; output before the marker goes to `emit`. Returns the exit
     /// code and cwd once the whole marker has arrived.
+    ///
+    /// Output is scanned where it lies: only the few bytes at a chunk's end that
+    /// could begin the marker are copied and held back, so megabytes of output
+    /// cost one vectorised search, not a copy and a byte-by-byte compare.
     pub fn feed(&mut self, data: &[u8], emit: &mut dyn FnMut(&[u8])) -> Option<(i32, String)> {
         if let Some(tail) = self.tail.as_mut() {
             tail.extend_from_slice(data);
             return parse_marker_tail(tail);
         }
-        self.held.extend_from_slice(data);
-        if let Some(at) = find(&self.held, &self.prefix) {
-            emit(&self.held[..at]);
-            let tail = self.held[at + self.prefix.len()..].to_vec();
-            self.held.clear();
-            let parsed = parse_marker_tail(&tail);
-            self.tail = Some(tail);
-            return parsed;
+        // A marker that began in the held-back bytes. They are a prefix of the
+        // marker's prefix, so each start in them either continues into `data`
+        // or is ruled out without searching.
+        let held = std::mem::take(&mut self.held);
+        for start in 0..held.len() {
+            let begun = &held[start..];
+            if !self.prefix.starts_with(begun) {
+                continue;
+            }
+            let rest = &self.prefix[begun.len()..];
+            if data.starts_with(rest) {
+                emit_some(emit, &held[..start]);
+                return self.begin_tail(&data[rest.len()..]);
+            }
+            if rest.starts_with(data) {
+                // Still could be the marker: hold on to all of it.
+                emit_some(emit, &held[..start]);
+                self.held = [begun, data].concat();
+                return None;
+            }
+        }
+        emit_some(emit, &held);
+        if let Some(at) = find(data, &self.prefix) {
+            emit_some(emit, &data[..at]);
+            return self.begin_tail(&data[at + self.prefix.len()..]);
         }
         // Keep back only what could still become the prefix.
-        let keep = longest_prefix_suffix(&self.held, &self.prefix);
-        let cut = self.held.len() - keep;
-        if cut > 0 {
-            emit(&self.held[..cut]);
-            self.held.drain(..cut);
-        }
+        let cut = data.len() - longest_prefix_suffix(data, &self.prefix);
+        emit_some(emit, &data[..cut]);
+        self.held = data[cut..].to_vec();
         None
+    }
+
+    fn begin_tail(&mut self, after_prefix: &[u8]) -> Option<(i32, String)> {
+        let tail = after_prefix.to_vec();
+        let parsed = parse_marker_tail(&tail);
+        self.tail = Some(tail);
+        parsed
+    }
+}
+
+fn emit_some(emit: &mut dyn FnMut(&[u8]), bytes: &[u8]) {
+    if !bytes.is_empty() {
+        emit(bytes);
     }
 }
 
@@ -83,7 +114,7 @@ fn longest_prefix_suffix(data: &[u8], prefix: &[u8]) -> usize {
 
 /// Parses `<code> <cwd>\x1e\n` once complete.
 fn parse_marker_tail(tail: &[u8]) -> Option<(i32, String)> {
-    let end = tail.windows(2).position(|w| w == b"\x1e\n")?;
+    let end = find(tail, b"\x1e\n")?;
     let text = String::from_utf8_lossy(&tail[..end]);
     let (code, cwd) = text.split_once(' ')?;
     Some((code.trim().parse().unwrap_or(1), cwd.to_owned()))

@@ -499,6 +499,39 @@ fn marker_scanner_handles_any_split() {
 }
 
 #[test]
+fn marker_scanner_passes_lookalikes_through_under_any_chunking() {
+    let token = "abc123";
+    // Near-misses of the prefix, partial prefixes at chunk ends, and a
+    // newline run right before the real marker.
+    let output: &[u8] = b"a\n\x1eabc12 x\n\x1eabc123x\n\n\n\x1e\x1eabc\n\x1eab\n\n";
+    let stream = [output, b"\n\x1eabc123 3 /w\x1e\n"].concat();
+    for chunk in 1..=stream.len() {
+        let mut scanner = MarkerScanner::new(token);
+        let mut emitted = Vec::new();
+        let mut found = None;
+        for piece in stream.chunks(chunk) {
+            assert!(found.is_none(), "chunk {chunk}: fed after the marker");
+            found = scanner.feed(piece, &mut |c| emitted.extend_from_slice(c));
+        }
+        assert_eq!(found, Some((3, "/w".to_owned())), "chunk {chunk}");
+        assert_eq!(emitted, output, "chunk {chunk}");
+    }
+}
+
+#[test]
+fn marker_scanner_flushes_a_held_partial_prefix_when_the_stream_ends() {
+    let mut scanner = MarkerScanner::new("tok");
+    let mut emitted = Vec::new();
+    assert_eq!(
+        scanner.feed(b"out\n\x1eto", &mut |c| emitted.extend_from_slice(c)),
+        None
+    );
+    assert_eq!(emitted, b"out");
+    scanner.flush(&mut |c| emitted.extend_from_slice(c));
+    assert_eq!(emitted, b"out\n\x1eto");
+}
+
+#[test]
 fn state_change_detection() {
     for cmd in [
         "export A=1",
