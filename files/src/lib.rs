@@ -12,6 +12,7 @@
 //!   backend runs to serve [`FileSystem::search`].
 
 pub mod diff;
+pub mod extract;
 pub mod fs;
 pub mod fuzzy;
 pub mod lines;
