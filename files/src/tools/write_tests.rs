@@ -252,3 +252,53 @@ async fn warns_when_a_relative_path_leaves_the_cwd() {
     );
     assert!(warning.contains("OUTSIDE the active workspace"));
 }
+
+fn have_python() -> bool {
+    let found = std::process::Command::new("python3")
+        .arg("--version")
+        .output()
+        .is_ok_and(|out| out.status.success());
+    if !found {
+        assert!(
+            std::env::var("CADUCEUS_REQUIRE_ALL").as_deref() != Ok("1"),
+            "python3 is required (CADUCEUS_REQUIRE_ALL=1)"
+        );
+        eprintln!("SKIPPED: python3 is not installed (apt-get install python3)");
+    }
+    found
+}
+
+#[tokio::test]
+async fn python_writes_report_syntax_errors_and_only_new_ones() {
+    if !have_python() {
+        return;
+    }
+    let env = Env::new();
+    let ok = write(
+        &env,
+        json!({"path": "m.py", "content": "def f():\n    return 1\n"}),
+    )
+    .await;
+    assert_eq!(ok["lint"], json!({"status": "ok", "output": ""}), "{ok}");
+    // Not refused (unlike JSON): the file is written and the error reported.
+    let bad = write(
+        &env,
+        json!({"path": "m.py", "content": "def f(:\n    return 1\n"}),
+    )
+    .await;
+    assert_eq!(
+        bad["lint"],
+        json!({"status": "error", "output": "SyntaxError: invalid syntax (line 1, column 7)"})
+    );
+    assert_eq!(env.get("m.py"), "def f(:\n    return 1\n");
+    let same = write(
+        &env,
+        json!({"path": "m.py", "content": "def f(:\n    return 2\n"}),
+    )
+    .await;
+    assert_eq!(
+        same["lint"]["message"],
+        "Pre-existing lint errors — this edit didn't introduce new ones but the file is still broken.",
+        "{same}"
+    );
+}
