@@ -271,7 +271,7 @@ async fn binary_files_are_refused() {
     let by_name = read(&env, json!({"path": "logo.png"})).await;
     assert_eq!(
         by_name,
-        json!({"error": "Cannot read binary file 'logo.png' (.png). Use vision_analyze for images, or terminal to inspect binary files."})
+        json!({"error": "Cannot read binary file 'logo.png' (.png). Use terminal to inspect binary files."})
     );
     env.put("blob.raw", b"\x00\x01\x02\x03binary\x00".as_slice());
     let by_content = read(&env, json!({"path": "blob.raw"})).await;
@@ -470,7 +470,7 @@ async fn documents_that_cannot_be_extracted_are_read_as_files() {
     let refused = read(&env, json!({"path": "bad.docx"})).await;
     assert_eq!(
         refused,
-        json!({"error": "Cannot read binary file 'bad.docx' (.docx). Use vision_analyze for images, or terminal to inspect binary files."})
+        json!({"error": "Cannot read binary file 'bad.docx' (.docx). Use terminal to inspect binary files."})
     );
     put_fixture(&env, "empty.ipynb", "empty.ipynb");
     let raw = read(&env, json!({"path": "empty.ipynb"})).await;
