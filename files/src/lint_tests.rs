@@ -1,6 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::panic)]
 
 use super::*;
+use crate::tools::test_support::have_program;
 
 #[test]
 fn json() {
@@ -37,28 +38,13 @@ async fn reports_in_hermes_shape() {
     assert_eq!(lint("/x/a.toml", None, "= 1").await["status"], "error");
 }
 
-fn have(program: &str) -> bool {
-    let found = std::process::Command::new("sh")
-        .args(["-c", &format!("command -v {program}")])
-        .output()
-        .is_ok_and(|out| out.status.success());
-    if !found {
-        assert!(
-            std::env::var("CADUCEUS_REQUIRE_ALL").as_deref() != Ok("1"),
-            "{program} is required (CADUCEUS_REQUIRE_ALL=1)"
-        );
-        eprintln!("SKIPPED: {program} is not installed (apt-get install python3 nodejs)");
-    }
-    found
-}
-
 async fn lint(path: &str, before: Option<&str>, after: &str) -> Value {
     report(&crate::LocalFs::new(), path, before, after).await
 }
 
 #[tokio::test]
 async fn python_is_checked_by_the_sandboxs_interpreter_with_hermes_texts() {
-    if !have("python3") {
+    if !have_program("python3") {
         return;
     }
     assert_eq!(
@@ -96,7 +82,7 @@ async fn python_is_checked_by_the_sandboxs_interpreter_with_hermes_texts() {
 
 #[tokio::test]
 async fn javascript_is_checked_by_node_as_a_module_or_script() {
-    if !have("node") {
+    if !have_program("node") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -61,9 +61,9 @@ impl Element {
     }
 }
 
-fn owned_namespace(resolved: ResolveResult<'_>) -> Option<String> {
+fn owned_namespace(resolved: &ResolveResult<'_>) -> Option<String> {
     match resolved {
-        ResolveResult::Bound(Namespace(uri)) => Some(uri.to_owned()),
+        ResolveResult::Bound(Namespace(uri)) => Some((*uri).to_owned()),
         _ => None,
     }
 }
@@ -93,7 +93,7 @@ pub(super) fn walk<R: BufRead>(
             .map_err(malformed)?;
         let flow = match event {
             Event::Start(start) => {
-                element.namespace = owned_namespace(resolved);
+                element.namespace = owned_namespace(&resolved);
                 element.local.clear();
                 element.local.push_str(start.local_name().as_ref());
                 element.attributes.clear();
@@ -108,7 +108,7 @@ pub(super) fn walk<R: BufRead>(
                         .normalized_value(XmlVersion::Implicit1_0)
                         .map_err(malformed)?;
                     element.attributes.push((
-                        owned_namespace(namespace),
+                        owned_namespace(&namespace),
                         local.as_ref().to_owned(),
                         value.into_owned(),
                     ));

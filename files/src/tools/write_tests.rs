@@ -253,24 +253,9 @@ async fn warns_when_a_relative_path_leaves_the_cwd() {
     assert!(warning.contains("OUTSIDE the active workspace"));
 }
 
-fn have_python() -> bool {
-    let found = std::process::Command::new("python3")
-        .arg("--version")
-        .output()
-        .is_ok_and(|out| out.status.success());
-    if !found {
-        assert!(
-            std::env::var("CADUCEUS_REQUIRE_ALL").as_deref() != Ok("1"),
-            "python3 is required (CADUCEUS_REQUIRE_ALL=1)"
-        );
-        eprintln!("SKIPPED: python3 is not installed (apt-get install python3)");
-    }
-    found
-}
-
 #[tokio::test]
 async fn python_writes_report_syntax_errors_and_only_new_ones() {
-    if !have_python() {
+    if !crate::tools::test_support::have_program("python3") {
         return;
     }
     let env = Env::new();
