@@ -127,6 +127,32 @@ async fn main() {
         assert!(out.contains("unchanged"));
     })
     .await;
+    let documents = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/documents");
+    for name in ["notebook.ipynb", "report.docx", "book.xlsx"] {
+        std::fs::copy(format!("{documents}/{name}"), root.join(name)).unwrap();
+        let (ctx, tracker) = (&ctx, &tracker);
+        measure(&format!("read_file {name} (extracted)"), |_| async move {
+            tracker.reset_dedup();
+            tracker.note_other_tool();
+            let out = read_file(ctx, &args(json!({"path": name}))).await;
+            assert!(out.contains("\"extracted_document\":true"), "{out}");
+        })
+        .await;
+    }
+    let python = "def main():\n    print(\"hello\")\n".repeat(30);
+    measure("write_file 1 KB .py (python3 syntax check)", |round| {
+        let content = format!("# {round}\n{python}");
+        let ctx = &ctx;
+        async move {
+            let out = write_file(
+                ctx,
+                &args(json!({"path": "out/small.py", "content": content})),
+            )
+            .await;
+            assert!(out.contains("\"status\":\"ok\""), "{out}");
+        }
+    })
+    .await;
     let small = "fn main() {\n    println!(\"hello\");\n}\n".repeat(25);
     let big = std::fs::read_to_string(root.join("thousand.txt")).unwrap();
     for (label, path, body) in [

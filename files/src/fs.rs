@@ -93,6 +93,25 @@ impl WriteOutcome {
     }
 }
 
+/// A syntax checker that runs inside the sandbox (see [`crate::lint`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyntaxChecker {
+    /// `ast.parse` by the sandbox's `python3`.
+    Python,
+    /// `node --check`.
+    Node,
+}
+
+/// What a syntax check inside the sandbox found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CheckRun {
+    /// The checker's program is not installed there.
+    Unavailable,
+    Clean,
+    /// The checker's report.
+    Errors(String),
+}
+
 /// Failures of a file-system primitive. "Not found" on reads is a value
 /// (`Ok(None)`, [`LineRead::NotFound`], [`SearchHits::RootNotFound`]), not an error.
 #[derive(Debug, thiserror::Error)]
@@ -181,6 +200,17 @@ pub trait FileSystem: Send + Sync {
 
     /// Content or file-name search; see [`SearchQuery`] for the contract.
     async fn search(&self, query: &SearchQuery) -> Result<SearchHits, FsError>;
+
+    /// Runs `checker` inside the sandbox on `content` as the content of
+    /// `path` (which need not hold it): one round trip, at most
+    /// [`crate::lint::CHECK_TIMEOUT`]. The script and the reading of its
+    /// output are [`SyntaxChecker::script`] and [`SyntaxChecker::outcome`].
+    async fn check_syntax(
+        &self,
+        checker: SyntaxChecker,
+        path: &str,
+        content: &[u8],
+    ) -> Result<CheckRun, FsError>;
 
     /// `path` with symlinks resolved as far as it exists (`realpath`), for the
     /// safety checks. The default is the lexical path, which is what a backend

@@ -12,6 +12,7 @@
 //!   backend runs to serve [`FileSystem::search`].
 
 pub mod diff;
+pub mod extract;
 pub mod fs;
 pub mod fuzzy;
 pub mod lines;
@@ -26,7 +27,8 @@ mod tracker;
 pub mod v4a;
 
 pub use fs::{
-    FileBytes, FileKind, FileStamp, FileStat, FileSystem, FsError, LineRead, WriteOutcome,
+    CheckRun, FileBytes, FileKind, FileStamp, FileStat, FileSystem, FsError, LineRead,
+    SyntaxChecker, WriteOutcome,
 };
 pub use lines::{LinePage, LineWindow};
 pub use local::LocalFs;

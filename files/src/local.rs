@@ -14,7 +14,10 @@ use std::time::UNIX_EPOCH;
 
 use async_trait::async_trait;
 
-use crate::fs::{FileBytes, FileKind, FileStat, FileSystem, FsError, LineRead, WriteOutcome};
+use crate::fs::{
+    CheckRun, FileBytes, FileKind, FileStat, FileSystem, FsError, LineRead, SyntaxChecker,
+    WriteOutcome,
+};
 use crate::lines::{BINARY_SNIFF_BYTES, LineCollector, LinePage, LineWindow, looks_binary};
 use crate::search::{self, SearchHits, SearchQuery};
 
@@ -151,6 +154,58 @@ impl FileSystem for LocalFs {
     async fn search(&self, query: &SearchQuery) -> Result<SearchHits, FsError> {
         let query = query.clone();
         self.run(false, move || search::local::search(&query)).await
+    }
+
+    /// The local backend's sandbox is this host: the check runs here, with
+    /// only `PATH`, `HOME` and `LANG` of the worker's environment.
+    async fn check_syntax(
+        &self,
+        checker: SyntaxChecker,
+        path: &str,
+        content: &[u8],
+    ) -> Result<CheckRun, FsError> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut command = tokio::process::Command::new("bash");
+        command
+            .args(["-c", checker.script(), "caduceus-check", path])
+            .env_clear()
+            .envs(
+                ["PATH", "HOME", "LANG"]
+                    .iter()
+                    .filter_map(|name| std::env::var_os(name).map(|value| (*name, value))),
+            )
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true);
+        let failed = |error: std::io::Error| FsError::Backend(format!("syntax check: {error}"));
+        let mut child = command.spawn().map_err(failed)?;
+        let mut stdin = child.stdin.take();
+        let mut stdout = child.stdout.take();
+        let work = async {
+            if let Some(mut input) = stdin.take() {
+                // A checker that exits early closes the pipe; its output says why.
+                let _ = input.write_all(content).await;
+            }
+            let mut out = Vec::new();
+            if let Some(output) = stdout.as_mut() {
+                output.read_to_end(&mut out).await?;
+            }
+            let status = child.wait().await?;
+            Ok::<_, std::io::Error>((out, status.code().unwrap_or(-1)))
+        };
+        let (out, code) = tokio::time::timeout(crate::lint::CHECK_TIMEOUT, work)
+            .await
+            .map_err(|_| {
+                FsError::Backend(format!(
+                    "timed out after {}s",
+                    crate::lint::CHECK_TIMEOUT.as_secs()
+                ))
+            })?
+            .map_err(failed)?;
+        checker
+            .outcome(&String::from_utf8_lossy(&out), code)
+            .map_err(FsError::Backend)
     }
 
     async fn resolve_symlinks(&self, path: &str) -> Result<String, FsError> {

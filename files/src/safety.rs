@@ -161,7 +161,7 @@ pub fn binary_extension(path: &str) -> Option<String> {
 
 pub fn binary_extension_error(display_path: &str, extension: &str) -> String {
     format!(
-        "Cannot read binary file '{display_path}' ({extension}). Use vision_analyze for images, or terminal to inspect binary files."
+        "Cannot read binary file '{display_path}' ({extension}). Use terminal to inspect binary files."
     )
 }
 

@@ -34,7 +34,7 @@ fn binary_extensions() {
     assert_eq!(binary_extension("/x.d/README"), None);
     assert_eq!(
         binary_extension_error("logo.png", ".png"),
-        "Cannot read binary file 'logo.png' (.png). Use vision_analyze for images, or terminal to inspect binary files."
+        "Cannot read binary file 'logo.png' (.png). Use terminal to inspect binary files."
     );
 }
 

@@ -79,9 +79,10 @@ impl FileStyle {
 
 /// read_file's gutter: `N|line`, unpadded, lines longer than `max_chars`
 /// characters cut with `... [truncated]`.
-pub fn number_lines(lines: &[String], first_line: usize, max_chars: usize) -> String {
-    let mut out = String::with_capacity(lines.iter().map(|line| line.len() + 8).sum());
+pub fn number_lines<S: AsRef<str>>(lines: &[S], first_line: usize, max_chars: usize) -> String {
+    let mut out = String::with_capacity(lines.iter().map(|line| line.as_ref().len() + 8).sum());
     for (index, line) in lines.iter().enumerate() {
+        let line = line.as_ref();
         if index > 0 {
             out.push('\n');
         }

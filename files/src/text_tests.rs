@@ -35,7 +35,7 @@ fn gutter() {
         number_lines(&lines, 9, 10),
         "9|alpha\n10|bbbbbbbbbb... [truncated]"
     );
-    assert_eq!(number_lines(&[], 1, 10), "");
+    assert_eq!(number_lines::<&str>(&[], 1, 10), "");
     // The limit counts characters: more bytes than the limit is not enough
     // to be cut, one character more is.
     let wide = vec!["é".repeat(10), "é".repeat(11)];

@@ -46,6 +46,13 @@ const CASES: &[(&str, Case)] = &[
     ("file tools read, write, patch and search", |c, t, b| {
         Box::pin(file_tools(c, t, b))
     }),
+    ("documents are extracted where they are", |c, t, b| {
+        Box::pin(documents_are_extracted(c, t, b))
+    }),
+    (
+        "syntax checks use the sandbox's own interpreter",
+        |c, t, b| Box::pin(syntax_checks_run_in_the_sandbox(c, t, b)),
+    ),
     ("release ends the environment", |c, t, b| {
         Box::pin(release_ends_the_environment(c, t, b))
     }),
@@ -245,6 +252,76 @@ async fn file_tools(control: &mut Control, task: &str, _backend: &BackendUnderTe
             .await["error"]
             .is_string()
     );
+}
+
+const DOCUMENTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../files/fixtures/documents");
+
+/// A notebook, a Word document and a workbook put into the sandbox with the
+/// shell are read as the text hermes extracts from them (the `.expected`
+/// files), whatever the backend.
+async fn documents_are_extracted(control: &mut Control, task: &str, _backend: &BackendUnderTest) {
+    use base64::Engine as _;
+    let cd = control
+        .terminal(task, "d=$(mktemp -d) && cd \"$d\" && pwd", None)
+        .await;
+    assert!(output(&cd).starts_with('/'), "{cd}");
+    for name in ["notebook.ipynb", "report.docx", "handmade.xlsx"] {
+        let data = std::fs::read(format!("{DOCUMENTS}/{name}")).unwrap();
+        let encoded = base64::engine::general_purpose::STANDARD.encode(&data);
+        let put = control
+            .terminal(
+                task,
+                &format!("echo {encoded} | base64 -d > {name} && wc -c < {name}"),
+                None,
+            )
+            .await;
+        assert_eq!(output(&put), data.len().to_string(), "{put}");
+        let expected = std::fs::read_to_string(format!("{DOCUMENTS}/{name}.expected")).unwrap();
+        let numbered: Vec<String> = expected
+            .lines()
+            .enumerate()
+            .map(|(index, line)| format!("{}|{line}", index + 1))
+            .collect();
+        let read = control
+            .call(task, "read_file", &json!({"path": name}))
+            .await;
+        assert_eq!(read["extracted_document"], true, "{name}: {read}");
+        assert_eq!(read["file_size"], data.len(), "{name}: {read}");
+        assert_eq!(read["content"], numbered.join("\n"), "{name}: {read}");
+    }
+}
+
+/// write_file's `lint` of a `.py` comes from the sandbox's `python3` when it
+/// has one, and says it is not available when it has none (the Docker base
+/// image has no Python): never from the worker's host.
+async fn syntax_checks_run_in_the_sandbox(
+    control: &mut Control,
+    task: &str,
+    _backend: &BackendUnderTest,
+) {
+    let probe = control
+        .terminal(
+            task,
+            "cd \"$(mktemp -d)\" && { command -v python3 >/dev/null && echo has-python || echo no-python; }",
+            None,
+        )
+        .await;
+    let written = control
+        .call(
+            task,
+            "write_file",
+            &json!({"path": "broken.py", "content": "def f(:\n    pass\n"}),
+        )
+        .await;
+    assert_eq!(written["bytes_written"], 17, "{written}");
+    let expected = match output(&probe) {
+        "has-python" => {
+            json!({"status": "error", "output": "SyntaxError: invalid syntax (line 1, column 7)"})
+        }
+        "no-python" => json!({"status": "skipped", "message": "python3 not available"}),
+        other => panic!("probe said {other:?}"),
+    };
+    assert_eq!(written["lint"], expected, "{written}");
 }
 
 async fn release_ends_the_environment(

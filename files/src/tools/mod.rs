@@ -228,4 +228,4 @@ fn stale_warning(path: &str) -> String {
 }
 
 #[cfg(test)]
-mod test_support;
+pub(crate) mod test_support;

@@ -210,7 +210,7 @@ async fn replace_in_file(
             &diff::label("b", path),
         ),
         files_modified: vec![resolved.to_owned()],
-        lint: Some(lint::report(resolved, &new_content)),
+        lint: Some(lint::report(ctx.fs, resolved, Some(content), &new_content).await),
         warning: stale.or_else(|| outside_cwd_warning(ctx, path, resolved)),
         resolved_path: Some(resolved.to_owned()),
         ..PatchOutput::default()
@@ -282,7 +282,7 @@ async fn apply_v4a(ctx: &FileToolContext<'_>, args: &Args) -> String {
     if let Err(message) = execute(ctx, &mut sim, &steps).await {
         return finish(ctx, PatchOutput::failure(message), None);
     }
-    to_json(&sim.success(ctx, &steps))
+    to_json(&sim.success(ctx, &steps).await)
 }
 
 /// What the patch does to one path, simulated in memory first.
@@ -583,7 +583,7 @@ impl Simulation {
         renames
     }
 
-    fn success(&self, ctx: &FileToolContext<'_>, steps: &[Step]) -> PatchOutput {
+    async fn success(&self, ctx: &FileToolContext<'_>, steps: &[Step]) -> PatchOutput {
         let mut touched = vec![false; self.files.len()];
         for step in steps {
             match *step {
@@ -601,7 +601,12 @@ impl Simulation {
             if state.lint
                 && let Some(content) = &state.current
             {
-                lint.insert(state.shown.clone(), lint::report(&state.resolved, content));
+                let before = state.original.as_deref().map(String::from_utf8_lossy);
+                let before = before.as_deref().map(|text| text::strip_bom(text).0);
+                lint.insert(
+                    state.shown.clone(),
+                    lint::report(ctx.fs, &state.resolved, before, content).await,
+                );
             }
             if let (Some(seen), Some(stat)) =
                 (ctx.tracker.seen_stamp(&state.real), state.original_stat)

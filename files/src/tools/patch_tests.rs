@@ -39,7 +39,7 @@ async fn replace_returns_a_unified_diff() {
             "success": true,
             "diff": "--- a/m.py\n+++ b/m.py\n@@ -1,2 +1,2 @@\n def a():\n-    return 1\n+    return 2\n",
             "files_modified": [abs],
-            "lint": {"status": "skipped", "message": "No linter for .py files"},
+            "lint": {"status": "ok", "output": ""},
             "resolved_path": abs,
         })
     );
@@ -214,7 +214,8 @@ async fn v4a_add_update_delete_move() {
     assert!(diff.contains("--- a/src/app.py\n+++ b/src/app.py\n"));
     assert!(diff.contains("--- a/old.txt\n+++ /dev/null\n@@ -1 +0,0 @@\n-bye\n"));
     assert!(diff.ends_with("# Moved: a.sh -> bin/a.sh"));
-    assert_eq!(result["lint"]["src/app.py"]["status"], "skipped");
+    assert_eq!(result["lint"]["src/app.py"]["status"], "ok");
+    assert_eq!(result["lint"]["docs/new.md"]["status"], "skipped");
     assert!(result.get("resolved_path").is_none());
 }
 
@@ -456,5 +457,34 @@ async fn v4a_refuses_credentials_and_bad_json_before_writing() {
             .as_str()
             .unwrap()
             .starts_with("V4A patch header names an absolute path outside")
+    );
+}
+
+#[tokio::test]
+async fn a_patch_that_breaks_python_says_so() {
+    if !crate::tools::test_support::have_program("python3") {
+        return;
+    }
+    let env = Env::new();
+    env.put("m.py", "def a():\n    return 1\n");
+    let result = replace(&env, "m.py", "def a():", "def a(:").await;
+    assert_eq!(result["success"], true, "{result}");
+    assert_eq!(
+        result["lint"],
+        json!({"status": "error", "output": "SyntaxError: invalid syntax (line 1, column 7)"})
+    );
+    let v4a_result = v4a(
+        &env,
+        "*** Add File: n.py\n+x = (\n*** Update File: m.py\n-def a(:\n+def a():\n",
+    )
+    .await;
+    assert_eq!(
+        v4a_result["lint"]["m.py"],
+        json!({"status": "ok", "output": ""}),
+        "{v4a_result}"
+    );
+    assert_eq!(
+        v4a_result["lint"]["n.py"]["status"], "error",
+        "{v4a_result}"
     );
 }

@@ -6,7 +6,8 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use super::{Anchors, FileToolContext, arg_int, arg_str, as_strs, error_json, to_json};
-use crate::fs::{FsError, LineRead};
+use crate::extract::{self, DocumentKind, MAX_DOCUMENT_BYTES};
+use crate::fs::{FileStamp, FsError, LineRead};
 use crate::lines::{LinePage, LineWindow};
 use crate::paths;
 use crate::safety;
@@ -17,6 +18,9 @@ use caduceus_common::text::group_thousands;
 
 /// hermes' text for a re-read of an unchanged region.
 pub const UNCHANGED_MESSAGE: &str = "File unchanged since last read. The content from the earlier read_file result in this conversation is still current — refer to that instead of re-reading.";
+
+/// Documents up to this size are extracted on the async thread.
+const INLINE_EXTRACT_BYTES: usize = 256 * 1024;
 
 /// Files above this size get a nudge towards narrower reads.
 const LARGE_FILE_BYTES: u64 = 512_000;
@@ -57,15 +61,13 @@ pub async fn read_file(ctx: &FileToolContext<'_>, args: &Map<String, Value>) -> 
     if safety::is_blocked_device(&as_strs(&candidates)) {
         return error_json(safety::device_error(path));
     }
-    if let Some(extension) = safety::binary_extension(&resolved) {
-        return error_json(safety::binary_extension_error(path, &extension));
-    }
     let anchors = Anchors::of(ctx);
     if let Some(message) = safety::read_block_error(&resolved, &as_strs(&candidates), anchors.get())
     {
         return error_json(message);
     }
-
+    // Documents before the binary-extension refusal, so .docx/.xlsx render as text.
+    let document = candidates.iter().rev().find_map(|c| DocumentKind::of(c));
     // Dedup is keyed on the real file, so two spellings of a path share it.
     let real = candidates
         .last()
@@ -76,6 +78,15 @@ pub async fn read_file(ctx: &FileToolContext<'_>, args: &Map<String, Value>) -> 
         offset,
         limit,
     };
+    if let Some(kind) = document
+        && let DocumentRead::Done(result) =
+            read_document(ctx, path, &resolved, region.clone(), kind).await
+    {
+        return result;
+    }
+    if let Some(extension) = safety::binary_extension(&resolved) {
+        return error_json(safety::binary_extension_error(path, &extension));
+    }
     let window = LineWindow {
         offset,
         limit,
@@ -127,14 +138,24 @@ fn unchanged(ctx: &FileToolContext<'_>, path: &str, region: &RegionKey) -> Strin
     }))
 }
 
-fn render_page(
+/// The numbered window of lines shown to the model, with its truncation notes.
+struct PageView {
+    content: String,
+    truncated: bool,
+    hint: Option<String>,
+    truncated_by: Option<&'static str>,
+    next_offset: Option<usize>,
+}
+
+/// Numbers `lines` (the window starting at line `offset` of `total`), cuts
+/// them to the read budget and redacts them.
+fn page_view<S: AsRef<str>>(
     ctx: &FileToolContext<'_>,
-    path: &str,
-    region: RegionKey,
-    page: &LinePage,
-) -> String {
-    let (offset, limit) = (region.offset, region.limit);
-    let total = page.total_lines;
+    lines: &[S],
+    offset: usize,
+    limit: usize,
+    total: usize,
+) -> PageView {
     let end_line = offset + limit - 1;
     let mut truncated = total > end_line;
     let mut hint = truncated.then(|| {
@@ -143,13 +164,13 @@ fn render_page(
             end_line + 1
         )
     });
-    if page.lines.is_empty() && total > 0 && offset > total {
+    if lines.is_empty() && total > 0 && offset > total {
         hint = Some(format!(
             "Offset {offset} is past the end of the file ({total} lines)."
         ));
     }
 
-    let mut content = number_lines(&page.lines, offset, ctx.config.max_line_length);
+    let mut content = number_lines(lines, offset, ctx.config.max_line_length);
     let mut truncated_by = None;
     let mut next_offset = None;
     let max_chars = ctx.config.max_read_chars;
@@ -175,44 +196,173 @@ fn render_page(
     } else {
         content
     };
+    PageView {
+        content,
+        truncated,
+        hint,
+        truncated_by,
+        next_offset,
+    }
+}
 
-    let file_size = page.stat.size;
-    let large_file_hint = (file_size > LARGE_FILE_BYTES && limit > 200 && truncated).then(|| {
-        format!(
-            "This file is large ({} bytes). Consider reading only the section you need with offset and limit to keep context usage efficient.",
-            group_thousands(file_size)
-        )
-    });
-
-    let call = format!("read\u{0}{path}\u{0}{offset}\u{0}{limit}");
-    let count = ctx.tracker.full_read(region, call, page.stat.stamp());
+/// Counts a full read of `region`: `Err` holds the BLOCKED result of a 4th
+/// identical read in a row, `Ok` the `_warning` of a 3rd.
+fn read_loop_guard(
+    ctx: &FileToolContext<'_>,
+    path: &str,
+    region: RegionKey,
+    stamp: Option<FileStamp>,
+) -> Result<Option<String>, String> {
+    let call = format!("read\u{0}{path}\u{0}{}\u{0}{}", region.offset, region.limit);
+    let count = ctx.tracker.full_read(region, call, stamp);
     if count >= 4 {
-        return to_json(&json!({
+        return Err(to_json(&json!({
             "error": format!(
                 "BLOCKED: You have read this exact file region {count} times in a row. The content has NOT changed. You already have this information. STOP re-reading and proceed with your task."
             ),
             "path": path,
             "already_read": count,
-        }));
+        })));
     }
-    let warning = (count >= 3).then(|| {
+    Ok((count >= 3).then(|| {
         format!(
             "You have read this exact file region {count} times consecutively. The content has not changed since your last read. Use the information you already have. If you are stuck in a loop, stop reading and proceed with writing or responding."
         )
-    });
+    }))
+}
+
+fn render_page(
+    ctx: &FileToolContext<'_>,
+    path: &str,
+    region: RegionKey,
+    page: &LinePage,
+) -> String {
+    let (offset, limit) = (region.offset, region.limit);
+    let view = page_view(ctx, &page.lines, offset, limit, page.total_lines);
+    let file_size = page.stat.size;
+    let large_file_hint =
+        (file_size > LARGE_FILE_BYTES && limit > 200 && view.truncated).then(|| {
+            format!(
+                "This file is large ({} bytes). Consider reading only the section you need with offset and limit to keep context usage efficient.",
+                group_thousands(file_size)
+            )
+        });
+    let warning = match read_loop_guard(ctx, path, region, page.stat.stamp()) {
+        Ok(warning) => warning,
+        Err(blocked) => return blocked,
+    };
     to_json(&ReadOutput {
-        content,
-        total_lines: total,
+        content: view.content,
+        total_lines: page.total_lines,
         file_size,
-        truncated,
-        hint,
+        truncated: view.truncated,
+        hint: view.hint,
         is_binary: false,
         is_image: false,
-        truncated_by,
-        next_offset,
+        truncated_by: view.truncated_by,
+        next_offset: view.next_offset,
         large_file_hint,
         warning,
     })
+}
+
+/// What became of an attempt to read a path as a document.
+enum DocumentRead {
+    /// The result the model sees.
+    Done(String),
+    /// Not renderable (malformed, missing, not a file): read it like any file.
+    FallThrough,
+}
+
+/// read_file of a notebook, Word document or workbook: its text as hermes
+/// extracts it, paged like a text file, in hermes' result shape
+/// (`extracted_document: true`, no `is_binary`/`is_image`). The bytes come
+/// in one `read_range`; extraction runs here, off the async thread when the
+/// file is large.
+async fn read_document(
+    ctx: &FileToolContext<'_>,
+    path: &str,
+    resolved: &str,
+    region: RegionKey,
+    kind: DocumentKind,
+) -> DocumentRead {
+    let file = match ctx
+        .fs
+        .read_range(resolved, 0, Some(MAX_DOCUMENT_BYTES + 1))
+        .await
+    {
+        Ok(Some(file)) => file,
+        // hermes refused a missing .docx as binary; it is missing.
+        Ok(None) => return DocumentRead::Done(not_found(ctx, path, resolved).await),
+        Err(_) => return DocumentRead::FallThrough,
+    };
+    let stat = file.stat;
+    if file.data.len() as u64 > MAX_DOCUMENT_BYTES {
+        if kind == DocumentKind::Notebook {
+            // JSON text: pages well without extraction.
+            return DocumentRead::FallThrough;
+        }
+        return DocumentRead::Done(error_json(format!(
+            "Cannot extract '{path}': the document is larger than {} bytes. Use terminal to inspect it.",
+            group_thousands(MAX_DOCUMENT_BYTES)
+        )));
+    }
+    if stat.stamp().is_some() && ctx.tracker.region_stamp(&region) == stat.stamp() {
+        return DocumentRead::Done(unchanged(ctx, path, &region));
+    }
+    let text = if file.data.len() > INLINE_EXTRACT_BYTES {
+        let data = file.data;
+        match tokio::task::spawn_blocking(move || extract::extract(kind, &data)).await {
+            Ok(text) => text,
+            Err(_) => return DocumentRead::FallThrough,
+        }
+    } else {
+        extract::extract(kind, &file.data)
+    };
+    let Ok(text) = text else {
+        return DocumentRead::FallThrough;
+    };
+
+    let lines = extract::py_splitlines(&text);
+    let total = lines.len();
+    let (offset, limit) = (region.offset, region.limit);
+    let first = (offset - 1).min(total);
+    let window = &lines[first..(first.saturating_add(limit)).min(total)];
+    let view = if window.iter().all(|line| line.is_empty()) && window.len() <= 1 {
+        // hermes numbers nothing when the page's text is empty.
+        PageView {
+            content: String::new(),
+            ..page_view::<&str>(ctx, &[], offset, limit, total)
+        }
+    } else {
+        page_view(ctx, window, offset, limit, total)
+    };
+    let warning = match read_loop_guard(ctx, path, region, stat.stamp()) {
+        Ok(warning) => warning,
+        Err(blocked) => return DocumentRead::Done(blocked),
+    };
+    // hermes' key order: the hint joins after the budget fields when only the budget cut.
+    let mut out = Map::new();
+    out.insert("content".into(), json!(view.content));
+    out.insert("total_lines".into(), json!(total));
+    out.insert("file_size".into(), json!(stat.size));
+    out.insert("truncated".into(), json!(view.truncated));
+    out.insert("extracted_document".into(), json!(true));
+    let cut_by_lines = total > offset + limit - 1;
+    if cut_by_lines && let Some(hint) = &view.hint {
+        out.insert("hint".into(), json!(hint));
+    }
+    if let (Some(by), Some(next)) = (view.truncated_by, view.next_offset) {
+        out.insert("truncated_by".into(), json!(by));
+        out.insert("next_offset".into(), json!(next));
+    }
+    if !cut_by_lines && let Some(hint) = view.hint {
+        out.insert("hint".into(), json!(hint));
+    }
+    if let Some(warning) = warning {
+        out.insert("_warning".into(), json!(warning));
+    }
+    DocumentRead::Done(to_json(&Value::Object(out)))
 }
 
 /// Keeps whole lines while they fit in `max_chars` characters; if not even the

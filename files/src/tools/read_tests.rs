@@ -271,7 +271,7 @@ async fn binary_files_are_refused() {
     let by_name = read(&env, json!({"path": "logo.png"})).await;
     assert_eq!(
         by_name,
-        json!({"error": "Cannot read binary file 'logo.png' (.png). Use vision_analyze for images, or terminal to inspect binary files."})
+        json!({"error": "Cannot read binary file 'logo.png' (.png). Use terminal to inspect binary files."})
     );
     env.put("blob.raw", b"\x00\x01\x02\x03binary\x00".as_slice());
     let by_content = read(&env, json!({"path": "blob.raw"})).await;
@@ -342,5 +342,178 @@ async fn tilde_and_absolute_paths() {
     assert_eq!(
         read(&env, json!({"path": absolute, "limit": 1})).await["content"],
         "1|hi"
+    );
+}
+
+const DOCUMENTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/documents");
+
+fn put_fixture(env: &Env, name: &str, as_name: &str) -> String {
+    let data = std::fs::read(format!("{DOCUMENTS}/{name}")).unwrap();
+    env.put(as_name, &data);
+    std::fs::read_to_string(format!("{DOCUMENTS}/{name}.expected")).unwrap()
+}
+
+fn keys(value: &serde_json::Value) -> Vec<&str> {
+    value
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect()
+}
+
+/// hermes' `_add_line_numbers` over Python's `splitlines()` of the text.
+fn numbered(text: &str, from: usize, count: usize) -> String {
+    crate::extract::py_splitlines(text)
+        .iter()
+        .enumerate()
+        .skip(from - 1)
+        .take(count)
+        .map(|(index, line)| format!("{}|{line}", index + 1))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[tokio::test]
+async fn notebooks_documents_and_workbooks_are_read_as_their_text() {
+    let env = Env::new();
+    for (fixture, name) in [
+        ("notebook.ipynb", "nb/Analysis.ipynb"),
+        ("report.docx", "report.DOCX"),
+        ("book.xlsx", "book.xlsx"),
+    ] {
+        let expected = put_fixture(&env, fixture, name);
+        let total = crate::extract::py_splitlines(&expected).len();
+        let result = read(&env, json!({"path": name})).await;
+        assert_eq!(
+            keys(&result),
+            [
+                "content",
+                "total_lines",
+                "file_size",
+                "truncated",
+                "extracted_document"
+            ],
+            "{name}: {result}"
+        );
+        assert_eq!(result["content"], numbered(&expected, 1, total), "{name}");
+        assert_eq!(result["total_lines"], total);
+        assert_eq!(
+            result["file_size"],
+            std::fs::metadata(env.path(name)).unwrap().len()
+        );
+        assert_eq!(result["truncated"], false);
+        assert_eq!(result["extracted_document"], true);
+    }
+}
+
+#[tokio::test]
+async fn documents_page_like_text_files_with_hermes_key_order() {
+    let mut env = Env::new();
+    let expected = put_fixture(&env, "notebook.ipynb", "n.ipynb");
+    let total = crate::extract::py_splitlines(&expected).len();
+    let page = read(&env, json!({"path": "n.ipynb", "offset": 2, "limit": 3})).await;
+    assert_eq!(
+        keys(&page),
+        [
+            "content",
+            "total_lines",
+            "file_size",
+            "truncated",
+            "extracted_document",
+            "hint"
+        ]
+    );
+    assert_eq!(page["content"], numbered(&expected, 2, 3));
+    assert_eq!(
+        page["hint"],
+        format!("Use offset=5 to continue reading (showing 2-4 of {total} lines)")
+    );
+
+    // Cut by the character budget only: the hint comes after the budget fields.
+    env.config.max_read_chars = 60;
+    let cut = read(&env, json!({"path": "n.ipynb"})).await;
+    assert_eq!(
+        keys(&cut),
+        [
+            "content",
+            "total_lines",
+            "file_size",
+            "truncated",
+            "extracted_document",
+            "truncated_by",
+            "next_offset",
+            "hint"
+        ],
+        "{cut}"
+    );
+    assert_eq!(cut["truncated"], true);
+    // 24 + 21 + 3 characters fit in 60; the fourth line does not.
+    assert_eq!(cut["content"], numbered(&expected, 1, 3));
+    assert_eq!(cut["next_offset"], 4);
+}
+
+#[tokio::test]
+async fn a_second_read_of_an_unchanged_document_gets_the_stub() {
+    let env = Env::new();
+    put_fixture(&env, "report.docx", "r.docx");
+    let first = read(&env, json!({"path": "r.docx"})).await;
+    assert_eq!(first["extracted_document"], true);
+    let second = read(&env, json!({"path": "r.docx"})).await;
+    assert_eq!(second["status"], "unchanged", "{second}");
+}
+
+#[tokio::test]
+async fn documents_that_cannot_be_extracted_are_read_as_files() {
+    let env = Env::new();
+    put_fixture(&env, "no_document_xml.docx", "bad.docx");
+    let refused = read(&env, json!({"path": "bad.docx"})).await;
+    assert_eq!(
+        refused,
+        json!({"error": "Cannot read binary file 'bad.docx' (.docx). Use terminal to inspect binary files."})
+    );
+    put_fixture(&env, "empty.ipynb", "empty.ipynb");
+    let raw = read(&env, json!({"path": "empty.ipynb"})).await;
+    assert_eq!(
+        raw["content"],
+        "1|{\"cells\": [], \"metadata\": {}, \"nbformat\": 4, \"nbformat_minor\": 5}"
+    );
+    assert_eq!(raw["is_binary"], false);
+    let missing = read(&env, json!({"path": "gone.xlsx"})).await;
+    assert!(
+        missing["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("File not found: "),
+        "{missing}"
+    );
+}
+
+#[tokio::test]
+async fn a_secret_location_is_refused_before_extraction() {
+    let env = Env::new();
+    let home = format!("{}/.caduceus/mcp-tokens", env.home);
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::copy(format!("{DOCUMENTS}/report.docx"), format!("{home}/t.docx")).unwrap();
+    let result = read(&env, json!({"path": format!("{home}/t.docx")})).await;
+    assert!(
+        result["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("Access denied: "),
+        "{result}"
+    );
+}
+
+#[tokio::test]
+async fn a_document_over_the_extraction_limit_is_refused_plainly() {
+    let env = Env::new();
+    let file = std::fs::File::create(env.path("huge.xlsx")).unwrap();
+    file.set_len(crate::extract::MAX_DOCUMENT_BYTES + 10)
+        .unwrap();
+    let result = read(&env, json!({"path": "huge.xlsx"})).await;
+    assert_eq!(
+        result,
+        json!({"error": "Cannot extract 'huge.xlsx': the document is larger than 52,428,800 bytes. Use terminal to inspect it."})
     );
 }

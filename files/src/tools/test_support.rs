@@ -82,3 +82,20 @@ pub fn parse(result: &str) -> Value {
     let json = result.split("\n\n[Hint:").next().unwrap();
     serde_json::from_str(json).unwrap_or_else(|error| panic!("not JSON ({error}): {result}"))
 }
+
+/// Whether `program` is installed; when not, says so loudly, and under
+/// `CADUCEUS_REQUIRE_ALL=1` fails instead of letting the test skip.
+pub fn have_program(program: &str) -> bool {
+    let found = std::process::Command::new("sh")
+        .args(["-c", &format!("command -v {program}")])
+        .output()
+        .is_ok_and(|out| out.status.success());
+    if !found {
+        assert!(
+            std::env::var("CADUCEUS_REQUIRE_ALL").as_deref() != Ok("1"),
+            "{program} is required (CADUCEUS_REQUIRE_ALL=1)"
+        );
+        eprintln!("SKIPPED: {program} is not installed (apt-get install python3 nodejs)");
+    }
+    found
+}

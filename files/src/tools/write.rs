@@ -11,11 +11,14 @@ use crate::fs::FsError;
 use crate::lint;
 use crate::paths;
 use crate::safety;
-use crate::text::FileStyle;
+use crate::text::{self, FileStyle};
 use crate::tools::read::UNCHANGED_MESSAGE;
 
 /// Bytes of an existing file inspected for its BOM and line endings.
 const STYLE_SAMPLE_BYTES: u64 = 4096;
+
+/// Largest old content whose errors are compared with the new content's.
+const LINT_BASELINE_BYTES: u64 = 2 * 1024 * 1024;
 
 #[derive(Serialize)]
 struct WriteOutput {
@@ -84,11 +87,13 @@ pub async fn write_file(ctx: &FileToolContext<'_>, args: &Map<String, Value>) ->
         return failed(&lint::refusal(&resolved, &extension, &message), &resolved);
     }
 
-    let existing = match ctx
-        .fs
-        .read_range(&resolved, 0, Some(STYLE_SAMPLE_BYTES))
-        .await
-    {
+    // The old content too when it is checked, so only new errors are reported.
+    let sample = if lint::is_checked(&extension) {
+        LINT_BASELINE_BYTES + 1
+    } else {
+        STYLE_SAMPLE_BYTES
+    };
+    let existing = match ctx.fs.read_range(&resolved, 0, Some(sample)).await {
         Ok(existing) => existing,
         Err(error @ (FsError::IsADirectory(_) | FsError::NotRegularFile(_))) => {
             return failed(&format!("Failed to write file: {error}"), &resolved);
@@ -110,13 +115,20 @@ pub async fn write_file(ctx: &FileToolContext<'_>, args: &Map<String, Value>) ->
         .as_ref()
         .map(|file| String::from_utf8_lossy(&file.data));
     let data = FileStyle::of(head.as_deref()).apply(content);
+    let whole = existing.as_ref().is_some_and(|file| {
+        sample > STYLE_SAMPLE_BYTES && file.data.len() as u64 <= LINT_BASELINE_BYTES
+    });
+    let before = head
+        .as_deref()
+        .filter(|_| whole)
+        .map(|text| text::strip_bom(text).0);
     match ctx.fs.write_atomic(&resolved, data.as_bytes()).await {
         Ok(outcome) => {
             ctx.tracker.wrote(&real, outcome.stamp());
             to_json(&WriteOutput {
                 bytes_written: outcome.bytes_written,
                 dirs_created: outcome.created_dirs,
-                lint: lint::report(&resolved, content),
+                lint: lint::report(ctx.fs, &resolved, before, content).await,
                 warning,
                 resolved_path: resolved.clone(),
                 files_modified: vec![resolved],

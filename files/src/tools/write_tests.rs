@@ -252,3 +252,38 @@ async fn warns_when_a_relative_path_leaves_the_cwd() {
     );
     assert!(warning.contains("OUTSIDE the active workspace"));
 }
+
+#[tokio::test]
+async fn python_writes_report_syntax_errors_and_only_new_ones() {
+    if !crate::tools::test_support::have_program("python3") {
+        return;
+    }
+    let env = Env::new();
+    let ok = write(
+        &env,
+        json!({"path": "m.py", "content": "def f():\n    return 1\n"}),
+    )
+    .await;
+    assert_eq!(ok["lint"], json!({"status": "ok", "output": ""}), "{ok}");
+    // Not refused (unlike JSON): the file is written and the error reported.
+    let bad = write(
+        &env,
+        json!({"path": "m.py", "content": "def f(:\n    return 1\n"}),
+    )
+    .await;
+    assert_eq!(
+        bad["lint"],
+        json!({"status": "error", "output": "SyntaxError: invalid syntax (line 1, column 7)"})
+    );
+    assert_eq!(env.get("m.py"), "def f(:\n    return 1\n");
+    let same = write(
+        &env,
+        json!({"path": "m.py", "content": "def f(:\n    return 2\n"}),
+    )
+    .await;
+    assert_eq!(
+        same["lint"]["message"],
+        "Pre-existing lint errors — this edit didn't introduce new ones but the file is still broken.",
+        "{same}"
+    );
+}

@@ -17,7 +17,7 @@ use crate::error::LlmError;
 use crate::model::{ChatModel, EventSink, report_whole_turn};
 use crate::openai::assembler::StreamAssembler;
 use crate::openai::retry::{RetryPolicy, retry_after, should_retry_header};
-use crate::openai::sse::{SseDecoder, split_payloads};
+use crate::openai::sse::{ChunkError, EventError, event_data, split_payloads};
 use crate::openai::wire::{self, ApiError};
 use crate::request::ChatRequest;
 use crate::text::shorten;
@@ -188,25 +188,32 @@ impl OpenAiClient {
         response: Response,
         events: EventSink<'_>,
     ) -> Result<AssistantTurn, Failure> {
-        let mut body = response.bytes_stream();
-        let mut decoder = SseDecoder::new();
-        let mut assembler = StreamAssembler::new();
-        loop {
-            let chunk = match timeout(self.timeout, body.next()).await {
-                Err(_elapsed) => return Err(Failure::Timeout),
-                Ok(None) => break,
-                Ok(Some(Err(error))) => {
-                    return Err(Failure::Transport(describe_reqwest_error(&error)));
-                }
-                Ok(Some(Ok(chunk))) => chunk,
+        // The timeout is per chunk, so keep-alive comments keep a slow answer going.
+        let wait = self.timeout;
+        let chunks = futures::stream::unfold(response.bytes_stream(), move |mut body| async move {
+            let chunk = match timeout(wait, body.next()).await {
+                Err(_elapsed) => Err(ChunkError::Timeout),
+                Ok(None) => return None,
+                Ok(Some(Err(error))) => Err(ChunkError::Transport(describe_reqwest_error(&error))),
+                Ok(Some(Ok(chunk))) => Ok(chunk),
             };
-            for data in decoder.push(&chunk) {
-                if fold_event(&data, &mut assembler, &mut *events)? {
-                    return Ok(assembler.finish());
+            Some((chunk, body))
+        });
+        let mut events_data = std::pin::pin!(event_data(chunks));
+        let mut assembler = StreamAssembler::new();
+        while let Some(data) = events_data.next().await {
+            let data = match data {
+                Ok(data) => data,
+                Err(EventError::Chunk(ChunkError::Timeout)) => return Err(Failure::Timeout),
+                Err(EventError::Chunk(ChunkError::Transport(detail))) => {
+                    return Err(Failure::Transport(detail));
                 }
-            }
-        }
-        for data in decoder.finish() {
+                Err(EventError::Invalid(detail)) => {
+                    return Err(Failure::Invalid(format!(
+                        "the event stream cannot be read: {detail}"
+                    )));
+                }
+            };
             if fold_event(&data, &mut assembler, &mut *events)? {
                 return Ok(assembler.finish());
             }

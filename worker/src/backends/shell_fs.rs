@@ -14,7 +14,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use caduceus_files::fs::{FileBytes, FileKind, FileStat, FsError, WriteOutcome};
+use caduceus_files::fs::{
+    CheckRun, FileBytes, FileKind, FileStat, FsError, SyntaxChecker, WriteOutcome,
+};
+use caduceus_files::lint;
 use caduceus_files::search::shell::{parse_shell_output, shell_command};
 use caduceus_files::{FileSystem, SearchHits, SearchQuery};
 
@@ -55,6 +58,16 @@ impl ShellFs {
         args: &[&str],
         stdin: Option<&[u8]>,
     ) -> Result<ScriptOutput, FsError> {
+        self.run_for(script, args, stdin, SCRIPT_TIMEOUT).await
+    }
+
+    async fn run_for(
+        &self,
+        script: &str,
+        args: &[&str],
+        stdin: Option<&[u8]>,
+        limit: Duration,
+    ) -> Result<ScriptOutput, FsError> {
         let sandbox = self
             .sandbox
             .upgrade()
@@ -80,7 +93,13 @@ impl ShellFs {
         let (mut input, mut output, mut handle) = (process.stdin, process.output, process.handle);
         let work = async {
             if let Some(data) = stdin {
-                input.write_all(data).await?;
+                // A script may stop reading early (a checker that is missing);
+                // its output says why, so a closed pipe is not the failure.
+                if let Err(error) = input.write_all(data).await
+                    && error.kind() != std::io::ErrorKind::BrokenPipe
+                {
+                    return Err(error);
+                }
             }
             input.shutdown().await?;
             // Dropping the writer is what closes the pipe (end of file).
@@ -89,14 +108,14 @@ impl ShellFs {
             output.read_to_end(&mut out).await?;
             Ok::<_, std::io::Error>(out)
         };
-        let out = match tokio::time::timeout(SCRIPT_TIMEOUT, work).await {
+        let out = match tokio::time::timeout(limit, work).await {
             Ok(Ok(out)) => out,
             Ok(Err(err)) => return Err(FsError::Backend(format!("file operation failed: {err}"))),
             Err(_) => {
                 handle.kill().await;
                 return Err(FsError::Backend(format!(
                     "file operation timed out after {}s",
-                    SCRIPT_TIMEOUT.as_secs()
+                    limit.as_secs()
                 )));
             }
         };
@@ -313,6 +332,25 @@ echo "$made|$existed|$(st "$p")""#
             &out.stderr,
             out.code,
         )
+    }
+
+    async fn check_syntax(
+        &self,
+        checker: SyntaxChecker,
+        path: &str,
+        content: &[u8],
+    ) -> Result<CheckRun, FsError> {
+        let out = self
+            .run_for(
+                checker.script(),
+                &[path],
+                Some(content),
+                lint::CHECK_TIMEOUT,
+            )
+            .await?;
+        checker
+            .outcome(&String::from_utf8_lossy(&out.stdout), out.code)
+            .map_err(FsError::Backend)
     }
 
     async fn resolve_symlinks(&self, path: &str) -> Result<String, FsError> {

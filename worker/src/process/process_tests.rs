@@ -162,6 +162,23 @@ async fn stdin_write_and_close_work_for_plain_processes() {
     f.cleanup().await;
 }
 
+/// terminal's description: with background=true, pty=true gives the program a
+/// terminal, and submit drives it.
+#[tokio::test]
+async fn a_pty_process_has_a_terminal_and_reads_what_is_submitted() {
+    let f = fixture();
+    let mut request = f.request("tty; read -r line; echo \"got:$line\"");
+    request.pty = true;
+    let process = f.start(request).await;
+    assert_eq!(process.write_stdin("hello\n").await, Ok(6));
+    assert_eq!(wait(&process, 10).await, WaitEnd::Exited);
+    let output = process.output();
+    // (the terminal echoes what was typed, too)
+    assert!(output.contains("/dev/pts/"), "{output:?}");
+    assert!(output.contains("got:hello"), "{output:?}");
+    f.cleanup().await;
+}
+
 #[tokio::test]
 async fn kill_stops_the_whole_tree_and_sends_no_notice() {
     let mut f = fixture();

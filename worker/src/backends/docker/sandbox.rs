@@ -277,7 +277,8 @@ pub async fn write_lease(
         0o644,
         epoch_secs(std::time::SystemTime::now()),
         record.to_json().as_bytes(),
-    );
+    )
+    .map_err(|err| SandboxError::Other(format!("cannot pack the lease of {id}: {err}")))?;
     let options = UploadToContainerOptionsBuilder::default().path("/").build();
     docker
         .upload_to_container(id, Some(options), bollard::body_full(archive.into()))
