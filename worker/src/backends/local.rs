@@ -112,6 +112,13 @@ impl Sandbox for LocalSandbox {
         Ok(())
     }
 
+    async fn signal_process(&self, pid: u32, signal: StopSignal) -> Result<(), SandboxError> {
+        if let Ok(pid) = i32::try_from(pid) {
+            let _ = kill(Pid::from_raw(pid), nix_signal(signal));
+        }
+        Ok(())
+    }
+
     fn files(&self) -> Arc<dyn FileSystem> {
         self.files.clone()
     }
@@ -181,11 +188,7 @@ impl ProcessHandle for LocalProcess {
 /// Signals the descendants of `root`, parents first (read from /proc), then
 /// `root` itself when asked.
 pub fn signal_local_tree(root: u32, signal: StopSignal, include_root: bool) {
-    let signal = match signal {
-        StopSignal::Interrupt => Signal::SIGINT,
-        StopSignal::Terminate => Signal::SIGTERM,
-        StopSignal::Kill => Signal::SIGKILL,
-    };
+    let signal = nix_signal(signal);
     let table = process_table();
     let mut order = Vec::new();
     collect_descendants(root, &table.children, &mut order, 0);
@@ -205,6 +208,15 @@ pub fn signal_local_tree(root: u32, signal: StopSignal, include_root: bool) {
     }
     if include_root && let Ok(pid) = i32::try_from(root) {
         let _ = kill(Pid::from_raw(pid), signal);
+    }
+}
+
+fn nix_signal(signal: StopSignal) -> Signal {
+    match signal {
+        StopSignal::Interrupt => Signal::SIGINT,
+        StopSignal::Terminate => Signal::SIGTERM,
+        StopSignal::Kill => Signal::SIGKILL,
+        StopSignal::Abort => Signal::SIGUSR2,
     }
 }
 
