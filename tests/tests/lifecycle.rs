@@ -52,13 +52,47 @@ fn signal(proc: &Proc, name: &str) {
     assert!(status.success());
 }
 
-/// The shells' private directories (`caduceus-<id>`) left in `tmp`.
-fn private_dirs(tmp: &Path) -> Vec<String> {
-    std::fs::read_dir(tmp)
+/// What workers left in `tmp`: the shells' private directories
+/// (`caduceus-<id>`, `caduceus-login-<id>`) and the workers' ledgers
+/// (`caduceus-ledger-<uid>/<instance>.lease`).
+fn leftovers(tmp: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(tmp).unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with("caduceus-ledger-") {
+            for lease in std::fs::read_dir(entry.path()).unwrap().flatten() {
+                found.push(format!("{name}/{}", lease.file_name().to_string_lossy()));
+            }
+        } else if name.starts_with("caduceus-") {
+            found.push(name);
+        }
+    }
+    found
+}
+
+fn wait_no_leftovers(tmp: &Path, within: Duration) {
+    let deadline = Instant::now() + within;
+    loop {
+        let left = leftovers(tmp);
+        if left.is_empty() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "left behind: {left:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// pids of processes whose command line holds every one of `needles`.
+fn pids_with(needles: &[&str]) -> Vec<u32> {
+    std::fs::read_dir("/proc")
         .unwrap()
         .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|name| name.starts_with("caduceus-"))
+        .filter_map(|e| {
+            let pid = e.file_name().to_str()?.parse::<u32>().ok()?;
+            let raw = std::fs::read(e.path().join("cmdline")).ok()?;
+            let line = String::from_utf8_lossy(&raw).replace('\0', " ");
+            needles.iter().all(|n| line.contains(n)).then_some(pid)
+        })
         .collect()
 }
 
@@ -152,7 +186,7 @@ fn sigterm_lets_running_calls_finish_and_ends_every_environment() {
     );
     assert_eq!(started["exit_code"], 0, "{started}");
     assert!(process_alive_with(&mark));
-    assert!(!private_dirs(&tmp).is_empty());
+    assert!(!leftovers(&tmp).is_empty());
     let d = dir.display();
     let url = c.url();
     let result = std::thread::scope(|scope| {
@@ -182,7 +216,7 @@ fn sigterm_lets_running_calls_finish_and_ends_every_environment() {
         wait_gone(&mark, Duration::from_secs(5)),
         "a background process outlived its worker"
     );
-    assert_eq!(private_dirs(&tmp), Vec::<String>::new());
+    assert_eq!(leftovers(&tmp), Vec::<String>::new());
     // The coordinator was told, and the worker left the fleet.
     fleet.wait_for_workers(&c, &[], Duration::from_secs(10));
 }
@@ -221,5 +255,107 @@ fn sigint_after_the_grace_cancels_the_rest_of_the_command() {
     assert!(status.success(), "exit status {status:?}");
     std::thread::sleep(Duration::from_secs(1));
     assert!(!dir.join("after").exists(), "the rest of the command ran");
-    assert_eq!(private_dirs(&tmp), Vec::<String>::new());
+    assert_eq!(leftovers(&tmp), Vec::<String>::new());
+}
+
+/// Starts a background process (`bg_mark`) and a foreground command
+/// (`fg_mark`, through a `caduceus call` left running) on `w`.
+fn busy_worker(fleet: &Fleet, c: &Proc, bg_mark: &str, fg_mark: &str) -> std::process::Child {
+    let dir = fleet.home.path().join("work");
+    std::fs::create_dir_all(&dir).unwrap();
+    let background = script(&dir, bg_mark, "sleep 300");
+    let started = terminal(
+        fleet,
+        c,
+        "bg",
+        &json!({"command": background, "background": true}),
+    );
+    assert_eq!(started["exit_code"], 0, "{started}");
+    let foreground = script(&dir, fg_mark, "sleep 300");
+    let args = json!({"command": foreground, "timeout": 600});
+    let call = fleet
+        .command()
+        .args(["call", "terminal", &args.to_string(), "--task", "fg"])
+        .env("CADUCEUS_COORDINATOR", c.url())
+        .env("CADUCEUS_TOKEN", &fleet.token)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !(process_alive_with(bg_mark) && process_alive_with(fg_mark)) {
+        assert!(Instant::now() < deadline, "the commands never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    call
+}
+
+#[test]
+fn the_commands_of_a_killed_worker_die_with_it() {
+    let (fleet, c, mut w, tmp) = fleet(&[]);
+    let (bg, fg) = (unique("k9-bg"), unique("k9-fg"));
+    let mut call = busy_worker(&fleet, &c, &bg, &fg);
+    w.kill();
+    assert!(
+        wait_gone(&fg, Duration::from_secs(10)),
+        "the in-flight foreground command outlived its worker"
+    );
+    assert!(
+        wait_gone(&bg, Duration::from_secs(10)),
+        "a background process outlived its worker"
+    );
+    wait_no_leftovers(&tmp, Duration::from_secs(10));
+    let _ = call.kill();
+    let _ = call.wait();
+}
+
+#[test]
+fn a_worker_starting_on_a_host_sweeps_what_a_dead_predecessor_left() {
+    let (fleet, c, mut w, tmp) = fleet(&[]);
+    let (bg, fg) = (unique("sweep-bg"), unique("sweep-fg"));
+    let mut call = busy_worker(&fleet, &c, &bg, &fg);
+    // The guardian goes first (a kill of the whole process group, an OOM
+    // kill): nothing is left to clean up but the next worker.
+    let tmp_text = tmp.display().to_string();
+    let guardians = pids_with(&["caduceus-guardian", &tmp_text]);
+    assert_eq!(guardians.len(), 1, "one guardian per worker: {guardians:?}");
+    for pid in guardians {
+        Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status()
+            .unwrap();
+    }
+    w.kill();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(process_alive_with(&bg), "nothing should have swept yet");
+    let dead = leftovers(&tmp);
+    assert!(dead.iter().any(|l| l.ends_with(".lease")), "{dead:?}");
+    assert!(
+        dead.len() >= 3,
+        "ledger, login and private directories: {dead:?}"
+    );
+    let _next = start_worker(&fleet, &c, &[], &tmp);
+    assert!(
+        wait_gone(&bg, Duration::from_secs(20)),
+        "a background process survived"
+    );
+    assert!(
+        wait_gone(&fg, Duration::from_secs(5)),
+        "the foreground command survived"
+    );
+    // Nothing of the dead worker is left (the new one has its own).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left: Vec<String> = leftovers(&tmp)
+            .into_iter()
+            .filter(|l| dead.contains(l))
+            .collect();
+        if left.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "left behind: {left:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = call.kill();
+    let _ = call.wait();
 }

@@ -117,6 +117,10 @@ pub trait Sandbox: Send + Sync + fmt::Debug {
             tokio::time::timeout(std::time::Duration::from_secs(10), process.handle.wait()).await;
         Ok(())
     }
+    /// A shell made a private directory at `path`. A backend whose sandboxes
+    /// can outlive their worker on its host (local) notes it, so that it is
+    /// removed even when the worker dies without cleaning up.
+    fn record_private_dir(&self, _path: &str) {}
     /// File access inside the sandbox, for the file tools (one round trip per
     /// call where the backend allows).
     fn files(&self) -> Arc<dyn FileSystem>;

@@ -214,6 +214,9 @@ impl EnvManager {
                     dir,
                 )
             });
+        if let (Some((_, dir)), Some(ledger)) = (&login_cache, backends.ledger()) {
+            ledger.record_dir(&dir.display().to_string());
+        }
         EnvManager {
             backends,
             settings,
@@ -461,6 +464,10 @@ impl EnvManager {
         self.backends.pools().drain().await;
         if let Some((_, dir)) = &self.login_cache {
             let _ = std::fs::remove_dir_all(dir);
+        }
+        // Nothing of this worker is left on its host: its ledger goes.
+        if let Some(ledger) = self.backends.ledger() {
+            ledger.close();
         }
     }
 }

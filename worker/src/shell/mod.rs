@@ -677,7 +677,10 @@ impl PersistentShell {
             stdin = Some(format!("{}\n", password.expose()));
         }
         match run_helper(&self.sandbox, &script, stdin.as_deref()).await {
-            Ok(()) => self.dir_ready.store(true, Ordering::Relaxed),
+            Ok(()) => {
+                self.sandbox.record_private_dir(&self.dir);
+                self.dir_ready.store(true, Ordering::Relaxed);
+            }
             Err(err) => tracing::warn!("cannot create the shell directory {}: {err}", self.dir),
         }
     }
