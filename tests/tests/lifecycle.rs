@@ -359,3 +359,81 @@ fn a_worker_starting_on_a_host_sweeps_what_a_dead_predecessor_left() {
     let _ = call.kill();
     let _ = call.wait();
 }
+
+/// Running containers carrying `label`.
+fn running_with_label(label: &str) -> Vec<String> {
+    let out = Command::new("docker")
+        .args([
+            "ps",
+            "-q",
+            "--no-trunc",
+            "--filter",
+            &format!("label={label}"),
+        ])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn a_docker_sandbox_ends_itself_when_its_lease_is_not_renewed() {
+    use caduceus_tests::conformance::{BackendUnderTest, DOCKER_IMAGE, containers_with_label};
+    if BackendUnderTest::docker().ready_or_skip().is_none() {
+        return;
+    }
+    let fleet = Fleet::new();
+    // No sweeper will run again: only the container itself can end it.
+    fleet.write_config(&format!(
+        "terminal:\n  backend: docker\n  docker_image: {DOCKER_IMAGE}\n  container_persistent: false\n  container_memory: 512\n  sandbox_lease_seconds: 3\n  sweep_interval_seconds: 3600\n  backend_probe_seconds: 1\n"
+    ));
+    let c = fleet.serve(&[]);
+    let name = unique("dock");
+    let mut w = fleet.worker(&c, &name, &fleet.token, &["--backends", "docker"]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let status = fleet.status(&c);
+        let ready = status["workers"].as_array().unwrap().iter().any(|worker| {
+            worker["name"] == name.as_str()
+                && worker["backends"]
+                    .as_array()
+                    .is_some_and(|b| b.iter().any(|b| b == "docker"))
+        });
+        if ready {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "docker never became available: {status}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let result = terminal(&fleet, &c, "dk", &json!({"command": "echo in-container"}));
+    assert_eq!(result["output"], "in-container", "{result}");
+    let label = format!("caduceus.worker={name}");
+    let running = running_with_label(&label);
+    assert_eq!(running.len(), 1, "{running:?}");
+    // Held: renewed every second, the container stays past its lease.
+    std::thread::sleep(Duration::from_secs(5));
+    assert_eq!(
+        running_with_label(&label),
+        running,
+        "a held container ended"
+    );
+    w.kill();
+    // Lease 3 s, looked at every second: ended well within 15 s, with no
+    // worker left to sweep it.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !running_with_label(&label).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the container of a dead worker is still running"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    for id in containers_with_label(&label) {
+        let _ = Command::new("docker").args(["rm", "-f", &id]).output();
+    }
+}
