@@ -297,6 +297,47 @@ fn count_host_processes(needle: &str) -> usize {
         .count()
 }
 
+/// An SSH environment of a worker that then died (no release, no renewal:
+/// its shell's channel just closes), with a `nohup sleep <seconds>` left
+/// running in it; its sandbox id and directory.
+async fn dead_ssh_environment(
+    sshd: &Sshd,
+    lease: Duration,
+    instance: &str,
+    seconds: &str,
+) -> (String, String) {
+    let dead = SshProvider::new(ssh_settings(sshd, lease));
+    let sandbox = dead
+        .create(&request(&format!("t-{instance}"), instance))
+        .await
+        .unwrap();
+    let env_dir = format!(
+        "{}/.caduceus/envs/{}",
+        sandbox.home_dir(),
+        sandbox.id().rsplit('/').next().unwrap()
+    );
+    let shell = PersistentShell::new(
+        sandbox.clone(),
+        ShellConfig {
+            cwd: sandbox.initial_cwd(),
+            ..ShellConfig::default()
+        },
+    );
+    let needle = format!("sleep {seconds}");
+    run(
+        &shell,
+        &format!("nohup {needle} >/dev/null 2>&1 &"),
+        Duration::from_secs(20),
+    )
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while count_host_processes(&needle) != 1 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(count_host_processes(&needle), 1);
+    (sandbox.id().to_owned(), env_dir)
+}
+
 /// pids of the lease watchdogs whose arguments contain `needle`.
 fn watchdogs(needle: &str) -> Vec<String> {
     let out = std::process::Command::new("ps")
@@ -399,39 +440,9 @@ async fn ssh_environments_of_a_dead_worker_are_swept_after_their_lease() {
     else {
         return;
     };
-    let dead = SshProvider::new(ssh_settings(&sshd, Duration::from_secs(8)));
-    let sandbox = dead
-        .create(&request("t-dead", "dead-worker"))
-        .await
-        .unwrap();
-    let id = sandbox.id().to_owned();
-    let env_dir = format!(
-        "{}/.caduceus/envs/{}",
-        sandbox.home_dir(),
-        sandbox.id().rsplit('/').next().unwrap()
-    );
-    let shell = PersistentShell::new(
-        sandbox.clone(),
-        ShellConfig {
-            cwd: sandbox.initial_cwd(),
-            ..ShellConfig::default()
-        },
-    );
-    run(
-        &shell,
-        "nohup sleep 3173 >/dev/null 2>&1 &",
-        Duration::from_secs(20),
-    )
-    .await;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while count_host_processes("sleep 3173") != 1 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(count_host_processes("sleep 3173"), 1);
     // "kill -9": no release, no renewal; the shell's channel just closes.
-    drop(shell);
-    drop(sandbox);
-    drop(dead);
+    let (id, env_dir) =
+        dead_ssh_environment(&sshd, Duration::from_secs(8), "dead-worker", "3173").await;
     // The environment's own watchdog would end it after its lease (see
     // `ssh_environments_end_themselves_when_their_lease_is_not_renewed`);
     // here it died too, and the sweeper has to do it.
@@ -567,38 +578,9 @@ async fn ssh_environments_end_themselves_when_their_lease_is_not_renewed() {
     else {
         return;
     };
-    let dead = SshProvider::new(ssh_settings(&sshd, Duration::from_secs(3)));
-    let sandbox = dead
-        .create(&request("t-expire", "expiring-worker"))
-        .await
-        .unwrap();
-    let env_dir = format!(
-        "{}/.caduceus/envs/{}",
-        sandbox.home_dir(),
-        sandbox.id().rsplit('/').next().unwrap()
-    );
-    let shell = PersistentShell::new(
-        sandbox.clone(),
-        ShellConfig {
-            cwd: sandbox.initial_cwd(),
-            ..ShellConfig::default()
-        },
-    );
-    run(
-        &shell,
-        "nohup sleep 3183 >/dev/null 2>&1 &",
-        Duration::from_secs(20),
-    )
-    .await;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while count_host_processes("sleep 3183") != 1 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(count_host_processes("sleep 3183"), 1);
     // The worker dies: no renewal, no release, and no other worker sweeps.
-    drop(shell);
-    drop(sandbox);
-    drop(dead);
+    let (_, env_dir) =
+        dead_ssh_environment(&sshd, Duration::from_secs(3), "expiring-worker", "3183").await;
     assert!(std::path::Path::new(&env_dir).exists());
     // Lease 3 s, looked at every second.
     let deadline = Instant::now() + Duration::from_secs(20);
