@@ -20,6 +20,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, Parser, Subcommand};
 use serde_json::{Value, json};
+use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
 use caduceus_coordinator::guard::{CommandGate, Gate};
@@ -123,6 +124,19 @@ struct WorkerArgs {
     /// CA certificate (PEM) to trust for an https coordinator.
     #[arg(long)]
     tls_ca: Option<PathBuf>,
+    /// On SIGTERM or SIGINT: seconds running calls get to finish before they
+    /// are cancelled (a second signal does not cut it short).
+    #[arg(long, value_name = "SECONDS", default_value_t = 10.0, value_parser = grace_seconds)]
+    shutdown_grace: f64,
+}
+
+fn grace_seconds(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(seconds) if seconds.is_finite() && (0.0..=86_400.0).contains(&seconds) => Ok(seconds),
+        _ => Err(format!(
+            "'{text}' is not a number of seconds between 0 and 86400"
+        )),
+    }
 }
 
 #[derive(Args, Clone)]
@@ -504,12 +518,29 @@ async fn worker(args: WorkerArgs, config: &Config) -> Result<()> {
         labels,
         args.capacity.or(config.worker.capacity),
     ));
+    // Installed before anything else can take time: from here on SIGTERM
+    // and SIGINT mean a graceful stop, never the default instant exit.
+    let mut terminate =
+        signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut interrupt = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
     let shutdown = CancellationToken::new();
     worker.start_housekeeping(shutdown.clone()).await;
     let stop = shutdown.clone();
+    let stopping = worker.clone();
+    let grace = Duration::from_secs_f64(args.shutdown_grace);
     tokio::spawn(async move {
-        let _ = tokio::signal::ctrl_c().await;
+        let name = tokio::select! {
+            _ = terminate.recv() => "SIGTERM",
+            _ = interrupt.recv() => "SIGINT",
+        };
+        tracing::info!(
+            "{name}: stopping; running calls get {:.1}s to finish",
+            grace.as_secs_f64()
+        );
+        // Later signals land in the streams kept here and change nothing.
+        stopping.stop_gracefully(grace).await;
         stop.cancel();
+        let _keep = (terminate, interrupt);
     });
     let options = LinkOptions {
         url,
@@ -519,6 +550,7 @@ async fn worker(args: WorkerArgs, config: &Config) -> Result<()> {
     };
     let outcome = caduceus_worker::link::run_grpc(worker.clone(), options, shutdown).await;
     worker.shutdown().await;
+    tracing::info!("worker stopped; every environment ended");
     outcome.map_err(|e| anyhow!("{e}"))
 }
 
