@@ -64,6 +64,7 @@ impl Fleet {
         cmd.env("CADUCEUS_HOME", self.home.path())
             .env_remove("CADUCEUS_COORDINATOR")
             .env_remove("CADUCEUS_TOKEN")
+            .env_remove("CADUCEUS_TOKEN_FILE")
             .env_remove("CADUCEUS_CONFIG")
             // The model comes from the fleet's config.yaml, never from the host.
             .env_remove("OPENAI_BASE_URL")
