@@ -216,4 +216,18 @@ fn a_job_array_of_workers_serves_calls_and_scancel_stops_it() {
             "instances left behind"
         );
     }
+    // Gracefully: each worker caught the SIGTERM and exited 0, which Slurm
+    // records as ExitCode=0:0 (a worker killed by the signal shows 0:15).
+    let out = run(Command::new("scontrol").args(["-o", "show", "job", &job]));
+    let records = String::from_utf8_lossy(&out.stdout).into_owned();
+    let codes: Vec<&str> = records
+        .split_whitespace()
+        .filter(|f| f.starts_with("ExitCode="))
+        .collect();
+    assert_eq!(
+        codes,
+        vec!["ExitCode=0:0"; TASKS],
+        "the workers did not stop gracefully on scancel's SIGTERM; logs:\n{}",
+        worker_logs()
+    );
 }
