@@ -136,6 +136,26 @@ impl Drop for Project {
     }
 }
 
+/// A build context with what the Dockerfiles copy: deploy/compose/'s
+/// Dockerfiles and scripts, examples/ and the binary (as `caduceus`).
+fn stage_context(dir: &Path, binary: &Path) {
+    let out = Command::new("bash")
+        .args([
+            "-c",
+            "cp -r --parents deploy/compose/*.Dockerfile deploy/compose/*.sh examples \"$0\"",
+        ])
+        .arg(dir)
+        .current_dir(repo())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::copy(binary, dir.join("caduceus")).unwrap();
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -165,20 +185,19 @@ fn compose_fleet_runs_an_agent_across_three_workers_and_leaves_nothing() {
     ) {
         return;
     }
-    // The image copies the binary under test in; it must lie in the build
-    // context (the repository), as cargo's default target directory does.
+    // The image copies the binary under test in, from the build context: the
+    // repository when the binary lies in it (cargo's default target
+    // directory), else a context put together here with what the Dockerfiles
+    // copy (a CARGO_TARGET_DIR elsewhere).
     let binary = bin();
-    let relative = binary
-        .strip_prefix(repo())
-        .unwrap_or_else(|_| {
-            panic!(
-                "{} is outside the repository, so docker-compose cannot copy it into the image",
-                binary.display()
-            )
-        })
-        .to_str()
-        .unwrap()
-        .to_owned();
+    let staged = tempfile::tempdir().unwrap();
+    let (context, relative) = match binary.strip_prefix(repo()) {
+        Ok(relative) => (repo(), relative.to_str().unwrap().to_owned()),
+        Err(_) => {
+            stage_context(staged.path(), &binary);
+            (staged.path().to_path_buf(), "caduceus".to_owned())
+        }
+    };
 
     let fleet = Fleet::new();
     let secrets = tempfile::tempdir().unwrap();
@@ -202,6 +221,10 @@ fn compose_fleet_runs_an_agent_across_three_workers_and_leaves_nothing() {
                 secrets.path().display().to_string(),
             ),
             ("CADUCEUS_BIN".into(), relative),
+            (
+                "CADUCEUS_BUILD_CONTEXT".into(),
+                context.display().to_string(),
+            ),
             ("CADUCEUS_PORT".into(), port.to_string()),
             // The worker names carry the project's name.
             ("COMPOSE_PROJECT_NAME".into(), name.clone()),
