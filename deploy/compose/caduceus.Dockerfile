@@ -12,6 +12,8 @@ ARG CADUCEUS_BIN=target/release/caduceus
 COPY ${CADUCEUS_BIN} /usr/local/bin/caduceus
 # Recorded sessions, for `caduceus run --model replay:/opt/caduceus/examples/…`.
 COPY examples/ /opt/caduceus/examples/
-RUN mkdir -p /work /var/lib/caduceus && caduceus --version
+# /work: the local backend's working directory, writable for whichever user
+# the worker runs sandbox commands as.
+RUN mkdir -p /work /var/lib/caduceus && chmod 1777 /work && caduceus --version
 WORKDIR /work
 ENTRYPOINT ["caduceus"]
