@@ -16,4 +16,8 @@ COPY examples/ /opt/caduceus/examples/
 # the worker runs sandbox commands as.
 RUN mkdir -p /work /var/lib/caduceus && chmod 1777 /work && caduceus --version
 WORKDIR /work
+# SIGINT is the graceful stop of every caduceus release (a worker finishes its
+# running calls within its grace, ends every environment and sandbox, exits 0);
+# `docker stop`, compose and container runtimes under Kubernetes send it.
+STOPSIGNAL SIGINT
 ENTRYPOINT ["caduceus"]

@@ -317,8 +317,10 @@ fn compose_fleet_runs_an_agent_across_three_workers_and_leaves_nothing() {
     // The Docker and SSH workers serve their own backends: the coordinator
     // is recreated with another terminal backend, the workers reattach.
     for (backend, kind) in [("docker", "docker"), ("ssh", "ssh")] {
+        // `-t 5`: a coordinator with attached workers does not yet finish
+        // its SIGINT stop on its own; the workers outlive it and reattach.
         project.must(
-            &["up", "-d", "coordinator"],
+            &["up", "-d", "-t", "5", "coordinator"],
             &[("CADUCEUS_TERMINAL_BACKEND", backend)],
         );
         wait_for_fleet(&format!("after switching to {backend}"));
