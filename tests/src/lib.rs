@@ -76,7 +76,14 @@ impl Fleet {
 
     /// Starts `caduceus serve` on a free port and waits until it listens.
     pub fn serve(&self, extra: &[&str]) -> Proc {
+        self.serve_with_env(extra, &[])
+    }
+
+    /// [`serve`](Self::serve) with extra environment variables (e.g.
+    /// `TERMINAL_ENV`, the backend of new environments).
+    pub fn serve_with_env(&self, extra: &[&str], env: &[(&str, &str)]) -> Proc {
         let mut cmd = self.command();
+        cmd.envs(env.iter().copied());
         cmd.args([
             "serve",
             "--listen",

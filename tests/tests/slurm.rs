@@ -56,16 +56,22 @@ fn a_job_array_of_workers_serves_calls_and_scancel_stops_it() {
         return;
     }
     let fleet = Fleet::new();
-    let coordinator = fleet.serve(&[]);
+    // Workers offer singularity through the Apptainer stand-in where it is
+    // there (Apptainer itself cannot be installed on these machines); the
+    // calls then run in Apptainer instances on the Slurm nodes, as on HPC.
+    let apptainer = FakeApptainer::find("slurm workers' singularity backend");
+    let backend = if apptainer.is_some() {
+        "singularity"
+    } else {
+        "local"
+    };
+    let coordinator = fleet.serve_with_env(&[], &[("TERMINAL_ENV", backend)]);
     let token_file = fleet.home.path().join("token");
     std::fs::write(&token_file, &fleet.token).unwrap();
     let logs = tempfile::tempdir().unwrap();
     let script =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/slurm/caduceus-workers.sbatch");
 
-    // Workers offer singularity through the Apptainer stand-in where it is
-    // there; Apptainer itself cannot be installed on these machines.
-    let apptainer = FakeApptainer::find("slurm workers' singularity backend");
     let mut sbatch = Command::new("sbatch");
     sbatch
         .args(["--parsable", "--chdir"])
@@ -172,14 +178,38 @@ fn a_job_array_of_workers_serves_calls_and_scancel_stops_it() {
         "slurm-task-0",
     );
     assert!(started["session_id"].is_string(), "{started}");
-    let status = fleet.status(&coordinator);
-    let placed: Vec<&Value> = status["workers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|w| w["environments"].as_array().unwrap())
-        .collect();
-    assert_eq!(placed.len(), TASKS, "one environment per task: {status}");
+    // Environments are reported with the heartbeats: one per task, on
+    // three workers, each of the coordinator's backend.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let status = fleet.status(&coordinator);
+        let placed: Vec<(String, Value)> = status["workers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|w| {
+                w["environments"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|e| (w["name"].as_str().unwrap().to_owned(), e.clone()))
+            })
+            .collect();
+        if placed.len() == TASKS {
+            for (_, env) in &placed {
+                assert_eq!(env["backend"], backend, "{status}");
+            }
+            let holders: std::collections::BTreeSet<&String> =
+                placed.iter().map(|(w, _)| w).collect();
+            assert_eq!(holders.len(), TASKS, "one task per worker: {status}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "expected one environment per task: {status}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
 
     // scancel: Slurm's SIGTERM stops every worker; they leave the fleet, and
     // neither they nor the processes of their environments are left running.
