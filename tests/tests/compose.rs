@@ -282,6 +282,22 @@ fn compose_fleet_runs_an_agent_across_three_workers_and_leaves_nothing() {
     project.must(&["up", "-d", "--build"], &[]);
     wait_for_fleet("after up");
 
+    // The token and the keys are the project's secrets, in no image's
+    // configuration or history.
+    let token = std::fs::read_to_string(&token_file).unwrap();
+    let client_key = std::fs::read_to_string(secrets.path().join("ssh_client_key.pub")).unwrap();
+    let client_key = client_key.split_whitespace().nth(1).unwrap();
+    for image in ["caduceus:latest", "caduceus-sshd:latest"] {
+        for args in [
+            vec!["image", "inspect", image],
+            vec!["history", "--no-trunc", image],
+        ] {
+            let shown = String::from_utf8_lossy(&docker(&args).stdout).into_owned();
+            assert!(!shown.contains(token.trim()), "{image} holds the token");
+            assert!(!shown.contains(client_key), "{image} holds the SSH key");
+        }
+    }
+
     // The human status lists the three workers.
     let out = client(&["status"]);
     let text = String::from_utf8_lossy(&out.stdout);
