@@ -45,6 +45,15 @@ fn compose_program() -> Option<Vec<&'static str>> {
     }
 }
 
+/// Asserts a command succeeded, showing its stderr when it did not.
+fn succeeded(out: &Output) {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 fn lines(out: &Output) -> Vec<String> {
     String::from_utf8_lossy(&out.stdout)
         .lines()
@@ -148,11 +157,7 @@ fn stage_context(dir: &Path, binary: &Path) {
         .current_dir(repo())
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     std::fs::copy(binary, dir.join("caduceus")).unwrap();
 }
 
@@ -205,11 +210,7 @@ fn compose_fleet_runs_an_agent_across_three_workers_and_leaves_nothing() {
         .arg(secrets.path())
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let token_file = secrets.path().join("token");
     let port = free_port();
     let name = format!("cadtest{}", std::process::id());
@@ -348,11 +349,7 @@ fn compose_fleet_runs_an_agent_across_three_workers_and_leaves_nothing() {
             "--task",
             &task,
         ]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        succeeded(&out);
         let result = parse_result(&out.stdout);
         assert_eq!(result["output"], "served-by-42", "{backend}: {result}");
         // Environments are reported with the workers' heartbeats.
