@@ -8,6 +8,7 @@ pub mod config;
 mod progress;
 mod run;
 pub mod target;
+pub mod token;
 
 mod approvals;
 
@@ -82,9 +83,9 @@ struct ServeArgs {
     /// Address to listen on (default: the config's `listen`, else 127.0.0.1:7700).
     #[arg(long)]
     listen: Option<String>,
-    /// Shared token workers and clients must present.
-    #[arg(long, env = "CADUCEUS_TOKEN", hide_env_values = true)]
-    token: Option<String>,
+    // The shared token workers and clients must present.
+    #[command(flatten)]
+    token: token::TokenArgs,
     /// TLS certificate (PEM); TLS is on when both --tls-cert and --tls-key are given.
     #[arg(long)]
     tls_cert: Option<PathBuf>,
@@ -107,8 +108,8 @@ struct WorkerArgs {
     /// Coordinator address (http://host:port or https://host:port).
     #[arg(long, env = "CADUCEUS_COORDINATOR")]
     coordinator: Option<String>,
-    #[arg(long, env = "CADUCEUS_TOKEN", hide_env_values = true)]
-    token: Option<String>,
+    #[command(flatten)]
+    token: token::TokenArgs,
     /// Name of this worker, unique in the fleet (default: the host name).
     #[arg(long)]
     name: Option<String>,
@@ -144,8 +145,8 @@ struct ClientArgs {
     /// Coordinator address; without it an embedded coordinator and local worker are started.
     #[arg(long, env = "CADUCEUS_COORDINATOR")]
     coordinator: Option<String>,
-    #[arg(long, env = "CADUCEUS_TOKEN", hide_env_values = true)]
-    token: Option<String>,
+    #[command(flatten)]
+    token: token::TokenArgs,
     /// CA certificate (PEM) to trust for an https coordinator.
     #[arg(long)]
     tls_ca: Option<PathBuf>,
@@ -289,10 +290,10 @@ fn gate(config: &Config) -> Arc<dyn Gate> {
     Arc::new(CommandGate::new(config.approval_settings()))
 }
 
-fn remote(args: &ClientArgs, config: &Config) -> Remote {
+fn remote(args: &ClientArgs, config: &Config) -> Result<Remote> {
     Remote::from_flags(
         args.coordinator.clone(),
-        args.token.clone(),
+        &args.token,
         args.tls_ca.clone(),
         config,
     )
@@ -300,10 +301,9 @@ fn remote(args: &ClientArgs, config: &Config) -> Remote {
 
 #[allow(clippy::print_stderr)] // the listening line scripts wait for
 async fn serve(args: ServeArgs, config: &Config) -> Result<()> {
-    let token = args
-        .token
-        .or_else(|| config.token.clone())
-        .ok_or_else(|| anyhow!("serve needs a token: pass --token or set CADUCEUS_TOKEN (workers and clients must present it)"))?;
+    let token = args.token.resolve(config)?.ok_or_else(|| {
+        anyhow!("serve needs a token: pass --token or --token-file, or set CADUCEUS_TOKEN or CADUCEUS_TOKEN_FILE (workers and clients must present it)")
+    })?;
     let listen = args
         .listen
         .or_else(|| config.listen.clone())
@@ -492,8 +492,8 @@ async fn worker(args: WorkerArgs, config: &Config) -> Result<()> {
         .coordinator
         .or_else(|| config.coordinator.clone())
         .ok_or_else(|| anyhow!("worker needs the coordinator's address: pass --coordinator or set CADUCEUS_COORDINATOR"))?;
-    let token = args.token.or_else(|| config.token.clone()).ok_or_else(|| {
-        anyhow!("worker needs the coordinator's token: pass --token or set CADUCEUS_TOKEN")
+    let token = args.token.resolve(config)?.ok_or_else(|| {
+        anyhow!("worker needs the coordinator's token: pass --token or --token-file, or set CADUCEUS_TOKEN or CADUCEUS_TOKEN_FILE")
     })?;
     let name = args
         .name
@@ -564,14 +564,14 @@ fn host_name() -> String {
 }
 
 async fn call(args: CallArgs, config: &Config) -> Result<()> {
-    let mut target = Target::open(&remote(&args.client, config), config, gate(config), 1).await?;
+    let mut target = Target::open(&remote(&args.client, config)?, config, gate(config), 1).await?;
     let reply = target.call(&args.tool, &args.arguments, &args.task).await;
     target.close().await;
     out(&reply?.result)
 }
 
 async fn tools(args: ToolsArgs, config: &Config) -> Result<()> {
-    let mut target = Target::open(&remote(&args.client, config), config, gate(config), 1).await?;
+    let mut target = Target::open(&remote(&args.client, config)?, config, gate(config), 1).await?;
     let filter = ToolFilter {
         enabled_toolsets: args.toolsets,
         disabled_toolsets: args.disable,
@@ -597,7 +597,7 @@ async fn tools(args: ToolsArgs, config: &Config) -> Result<()> {
 }
 
 async fn status(args: StatusArgs, config: &Config) -> Result<()> {
-    let mut target = Target::open(&remote(&args.client, config), config, gate(config), 1).await?;
+    let mut target = Target::open(&remote(&args.client, config)?, config, gate(config), 1).await?;
     let status = target.status().await;
     target.close().await;
     let status = status?;
