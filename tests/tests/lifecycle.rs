@@ -66,6 +66,20 @@ fn call_then(
     })
 }
 
+/// Starts `caduceus call terminal ARGS --task TASK` and leaves it running
+/// (its answer is not what the test looks at).
+fn spawn_call(fleet: &Fleet, c: &Proc, args: &Value, task: &str) -> std::process::Child {
+    fleet
+        .command()
+        .args(["call", "terminal", &args.to_string(), "--task", task])
+        .env("CADUCEUS_COORDINATOR", c.url())
+        .env("CADUCEUS_TOKEN", &fleet.token)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
 fn signal(proc: &Proc, name: &str) {
     let status = Command::new("kill")
         .args([&format!("-{name}"), &proc.pid().to_string()])
@@ -174,15 +188,7 @@ fn a_lost_coordinator_ends_the_whole_command() {
     let d = dir.display();
     let args =
         json!({"command": format!("touch {d}/started; sleep 4; touch {d}/after"), "timeout": 60});
-    let mut call = fleet
-        .command()
-        .args(["call", "terminal", &args.to_string(), "--task", "t"])
-        .env("CADUCEUS_COORDINATOR", c.url())
-        .env("CADUCEUS_TOKEN", &fleet.token)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut call = spawn_call(&fleet, &c, &args, "t");
     wait_for_file(&dir.join("started"), Duration::from_secs(30));
     c.kill();
     let _ = call.wait();
@@ -270,15 +276,7 @@ fn busy_worker(fleet: &Fleet, c: &Proc, bg_mark: &str, fg_mark: &str) -> std::pr
     assert_eq!(started["exit_code"], 0, "{started}");
     let foreground = script(&dir, fg_mark, "sleep 300");
     let args = json!({"command": foreground, "timeout": 600});
-    let call = fleet
-        .command()
-        .args(["call", "terminal", &args.to_string(), "--task", "fg"])
-        .env("CADUCEUS_COORDINATOR", c.url())
-        .env("CADUCEUS_TOKEN", &fleet.token)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let call = spawn_call(fleet, c, &args, "fg");
     let deadline = Instant::now() + Duration::from_secs(30);
     while !(process_alive_with(bg_mark) && process_alive_with(fg_mark)) {
         assert!(Instant::now() < deadline, "the commands never started");
