@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use serde::Deserialize;
 
+use caduceus_common::process_env;
 use caduceus_coordinator::guard::{ApprovalMode, ApprovalSettings, ContainerApprovals};
 use caduceus_worker::backends::docker::settings::DockerSettings;
 use caduceus_worker::backends::lease::LeasePolicy;
@@ -414,14 +415,15 @@ impl Config {
             deny: self.approvals.deny.clone(),
             allowlist: self.command_allowlist.clone(),
             containers: self.approvals.containers,
-            sudo_password_configured: std::env::var_os("SUDO_PASSWORD")
-                .is_some_and(|v| !v.is_empty()),
+            sudo_password_configured: process_env::var("SUDO_PASSWORD").is_some(),
             allowlist_file: self.path.clone(),
         }
     }
 
     fn apply_env(&mut self) {
-        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        // Secret ones (CADUCEUS_TOKEN, CADUCEUS_COORDINATOR) were withheld
+        // from the environment at start.
+        let var = process_env::var;
         if let Some(v) = var("CADUCEUS_COORDINATOR") {
             self.coordinator = Some(v);
         }

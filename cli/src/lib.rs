@@ -5,6 +5,7 @@
 
 mod agent_settings;
 pub mod config;
+mod hardening;
 mod progress;
 mod run;
 pub mod target;
@@ -18,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -187,9 +188,13 @@ enum GuardCommand {
 #[allow(clippy::print_stderr)] // the binary's edge: errors go to stderr
 pub fn main() -> std::process::ExitCode {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|err| err.exit());
+    // Arguments (and the variables clap reads) are parsed; no thread exists yet.
+    let protection = hardening::protect_process();
     let quiet = !matches!(cli.command, Command::Serve(_) | Command::Worker(_));
     init_logging(if quiet { "warn" } else { "info" });
+    hardening::report(&protection, hardening::token_on_command_line(&matches));
     // A worker spends its time waiting on pipes and sockets (its commands run
     // as separate processes), so one thread serves it best: a tool call then
     // crosses no thread boundary inside the worker (measured: ~50 µs less per
@@ -314,6 +319,9 @@ async fn serve(args: ServeArgs, config: &Config) -> Result<()> {
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
     let address = listener.local_addr()?;
+    for warning in serve_warnings(coordinator.token(), address, tls.is_some()) {
+        tracing::warn!("{warning}");
+    }
     tracing::info!(%address, id = %coordinator.id(), tls = tls.is_some(), "coordinator listening");
     // A parseable line for scripts that start the coordinator on port 0.
     eprintln!("caduceus coordinator listening on {address}");
@@ -323,6 +331,26 @@ async fn serve(args: ServeArgs, config: &Config) -> Result<()> {
     caduceus_coordinator::server::serve(coordinator.clone(), listener, tls, shutdown).await?;
     coordinator.shutdown();
     Ok(())
+}
+
+/// Tokens shorter than this draw a warning from `serve`.
+const MIN_TOKEN_CHARS: usize = 16;
+
+/// What `serve` warns about before it listens: a guessable token, and
+/// plain-text traffic on an address other hosts can reach.
+fn serve_warnings(token: &str, address: std::net::SocketAddr, tls: bool) -> Vec<String> {
+    let mut warnings = Vec::new();
+    if token.chars().count() < MIN_TOKEN_CHARS {
+        warnings.push(format!(
+            "the token is shorter than {MIN_TOKEN_CHARS} characters and can be guessed; use a long random one (e.g. `openssl rand -hex 32`)"
+        ));
+    }
+    if !tls && !address.ip().is_loopback() {
+        warnings.push(format!(
+            "listening on {address} without TLS: tokens and tool traffic cross the network in plain text; pass --tls-cert and --tls-key, or listen on 127.0.0.1"
+        ));
+    }
+    warnings
 }
 
 /// Coordinator settings from the configuration (serve and embedded fleets).
@@ -356,7 +384,7 @@ pub(crate) fn worker_config(
         })
         .unwrap_or_else(|| "/".to_owned());
     let shell_env = caduceus_common::env_hygiene::sanitized_env(
-        std::env::vars(),
+        caduceus_common::process_env::vars().into_iter(),
         &config.terminal.env_passthrough,
     );
     WorkerConfig {
@@ -388,8 +416,7 @@ pub(crate) fn worker_config(
         shell_init_files: shell_init_files(&config.terminal),
         // The terminal hands it to sudo itself; it never enters a sandbox's
         // environment (env_hygiene drops it).
-        sudo_password: std::env::var("SUDO_PASSWORD")
-            .ok()
+        sudo_password: caduceus_common::process_env::var("SUDO_PASSWORD")
             .map(caduceus_worker::shell::Secret::new),
         env_lifetime: Duration::from_secs(config.terminal.lifetime_seconds),
         reap_interval: Duration::from_secs(config.terminal.reap_interval_seconds.max(1)),
@@ -643,3 +670,7 @@ async fn status(args: StatusArgs, config: &Config) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+#[path = "lib_tests.rs"]
+mod tests;
