@@ -11,6 +11,7 @@ mod run;
 pub mod target;
 
 mod approvals;
+mod tokens;
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -75,6 +76,11 @@ enum Command {
         #[command(subcommand)]
         command: approvals::ApprovalsCommand,
     },
+    /// Scoped tokens (worker, client, admin) on a running coordinator: create, list, revoke.
+    Tokens {
+        #[command(subcommand)]
+        command: tokens::TokensCommand,
+    },
 }
 
 #[derive(Args)]
@@ -82,7 +88,8 @@ struct ServeArgs {
     /// Address to listen on (default: the config's `listen`, else 127.0.0.1:7700).
     #[arg(long)]
     listen: Option<String>,
-    /// Shared token workers and clients must present.
+    /// Shared token: an admin token for workers, clients and operators
+    /// (`caduceus tokens create` makes scoped ones).
     #[arg(long, env = "CADUCEUS_TOKEN", hide_env_values = true)]
     token: Option<String>,
     /// TLS certificate (PEM); TLS is on when both --tls-cert and --tls-key are given.
@@ -264,6 +271,7 @@ async fn run(cli: Cli) -> Result<()> {
             out(&verdict.to_json().to_string())
         }
         Command::Approvals { command } => approvals::run(command, &config).await,
+        Command::Tokens { command } => tokens::run(command, &config).await,
     }
 }
 

@@ -3,6 +3,7 @@
 //! `README.md` for the contract.
 
 pub mod agent;
+pub mod auth;
 pub mod dispatch;
 pub mod guard;
 pub mod registry;
@@ -10,7 +11,7 @@ pub mod scheduler;
 pub mod server;
 
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
@@ -24,6 +25,7 @@ use caduceus_proto::{
 };
 
 use agent::{AgentSettings, SessionHub};
+use auth::{Authenticator, TokenError, TokenInfo, TokenStore};
 use dispatch::{CallContext, CallOutcome, CallRequest, DispatchConfig, Dispatcher, RawArguments};
 use guard::Gate;
 use registry::actor::RegistryHandle;
@@ -35,7 +37,8 @@ use scheduler::{AttachError, SchedulerConfig, SchedulerHandle};
 pub struct CoordinatorConfig {
     /// Stable id (sandbox owner labels); random when empty.
     pub id: String,
-    /// The shared token every worker and client presents.
+    /// The shared token: an admin token for workers, clients and operators
+    /// alike (scoped tokens are created with `caduceus tokens create`).
     pub token: String,
     /// Backend new environments are created on (`terminal.backend`, `TERMINAL_ENV`).
     pub terminal_backend: String,
@@ -70,6 +73,8 @@ impl Default for CoordinatorConfig {
 pub enum CoordinatorError {
     #[error("a coordinator needs a non-empty token (--token or CADUCEUS_TOKEN)")]
     MissingToken,
+    #[error(transparent)]
+    Tokens(#[from] TokenError),
     #[error("the built-in tools failed to register: {0}")]
     Registry(#[from] RegistryError),
     #[error("an actor failed to start: {0}")]
@@ -84,7 +89,13 @@ pub struct Coordinator {
     scheduler: SchedulerHandle,
     dispatcher: Arc<Dispatcher>,
     sessions: SessionHub,
+    tokens: Arc<TokenStore>,
+    /// Command channels of workers attached with a scoped token, by token id.
+    worker_tokens: Mutex<Vec<(String, CommandSender)>>,
 }
+
+/// Where a worker's commands go (its attach response stream).
+pub type CommandSender = mpsc::Sender<Result<WorkerCommand, Status>>;
 
 /// The events a worker sends, from gRPC or from an in-process worker.
 pub type WorkerEventStream = Pin<Box<dyn Stream<Item = Result<WorkerEvent, Status>> + Send>>;
@@ -98,6 +109,8 @@ impl Coordinator {
         if config.token.is_empty() {
             return Err(CoordinatorError::MissingToken);
         }
+        // Scoped tokens live in the state database next to the sessions.
+        let tokens = Arc::new(TokenStore::open(config.agent.state_db.as_deref())?);
         if config.id.is_empty() {
             config.id = format!("coord-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
         }
@@ -142,6 +155,8 @@ impl Coordinator {
             scheduler,
             dispatcher,
             sessions,
+            tokens,
+            worker_tokens: Mutex::new(Vec::new()),
         }))
     }
 
@@ -151,6 +166,66 @@ impl Coordinator {
 
     pub fn token(&self) -> &str {
         &self.config.token
+    }
+
+    /// Checks the tokens of requests (the shared one and the scoped ones).
+    pub fn authenticator(&self) -> Authenticator {
+        Authenticator::new(&self.config.token, self.tokens.clone())
+    }
+
+    /// The scoped tokens.
+    pub fn tokens(&self) -> &Arc<TokenStore> {
+        &self.tokens
+    }
+
+    /// Remembers that the worker reading `commands` attached with the scoped
+    /// token `token_id`, so that revoking the token disconnects it.
+    pub fn worker_attached_with(&self, token_id: String, commands: CommandSender) {
+        let mut attached = self.worker_tokens.lock().unwrap_or_else(|e| e.into_inner());
+        attached.retain(|(_, sender)| !sender.is_closed());
+        attached.push((token_id, commands));
+    }
+
+    /// Revokes the token with id `which` (or every live one named so) and
+    /// ends the streams of the workers attached with it: they see
+    /// `UNAUTHENTICATED`, and their reconnection is refused. Returns the
+    /// revoked tokens and how many workers were disconnected.
+    pub async fn revoke_token(&self, which: &str) -> Result<(Vec<TokenInfo>, usize), TokenError> {
+        let tokens = self.tokens.clone();
+        let which_owned = which.to_owned();
+        let revoked = tokio::task::spawn_blocking(move || tokens.revoke(&which_owned))
+            .await
+            .unwrap_or_else(|err| Err(TokenError::NotFound(format!("{which} ({err})"))))?;
+        let streams: Vec<_> = {
+            let mut attached = self.worker_tokens.lock().unwrap_or_else(|e| e.into_inner());
+            let (hit, kept) = std::mem::take(&mut *attached)
+                .into_iter()
+                .partition(|(id, _)| revoked.iter().any(|t| &t.id == id));
+            *attached = kept;
+            hit
+        };
+        let mut disconnected = 0;
+        for (id, commands) in streams {
+            let name = revoked
+                .iter()
+                .find(|t| t.id == id)
+                .map_or(id.as_str(), |t| t.name.as_str());
+            let status = Status::unauthenticated(format!(
+                "revoked token: the token '{name}' this worker attached with was revoked"
+            ));
+            // Ending the response stream with an error closes the attach; a
+            // worker too busy to take it gets it as soon as it reads again.
+            if tokio::time::timeout(Duration::from_secs(5), commands.send(Err(status)))
+                .await
+                .is_ok_and(|sent| sent.is_ok())
+            {
+                disconnected += 1;
+            }
+        }
+        for token in &revoked {
+            tracing::info!(id = %token.id, name = %token.name, role = token.role.as_str(), "token revoked");
+        }
+        Ok((revoked, disconnected))
     }
 
     /// Approval state of the command guard; `None` when the coordinator runs

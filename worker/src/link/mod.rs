@@ -217,7 +217,8 @@ pub struct LinkOptions {
 
 /// Keeps the worker attached: connects, serves, and reconnects with
 /// exponential backoff (0.2 s doubling to 10 s, with jitter) until `shutdown`.
-/// A refused token ends it with an error: retrying would not help.
+/// A refused token (wrong, revoked, expired, or of a role that may not
+/// attach) ends it with an error: retrying would not help.
 pub async fn run_grpc(
     worker: Arc<Worker>,
     options: LinkOptions,
@@ -232,7 +233,14 @@ pub async fn run_grpc(
                 tracing::warn!(%reason, "lost the coordinator; reconnecting");
                 backoff = Duration::from_millis(200);
             }
-            Err(status) if status.code() == Code::Unauthenticated => {
+            // A wrong, revoked or expired token, or one whose role may not
+            // attach (a client token): retrying would not help.
+            Err(status)
+                if matches!(
+                    status.code(),
+                    Code::Unauthenticated | Code::PermissionDenied
+                ) =>
+            {
                 return Err(LinkError::Refused(status.message().to_owned()));
             }
             Err(status) if status.code() == Code::InvalidArgument => {
