@@ -15,3 +15,10 @@ fn serve_warns_about_a_short_token_and_plain_text_on_a_reachable_address() {
     assert!(open[0].contains("without TLS"), "{open:?}");
     assert_eq!(serve_warnings("short", any, false).len(), 2);
 }
+
+#[test]
+fn the_command_line_definition_is_consistent() {
+    // clap checks ids, conflicts and defaults only when a subcommand is used;
+    // this checks every one of them.
+    Cli::command().debug_assert();
+}

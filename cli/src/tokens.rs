@@ -43,7 +43,8 @@ pub enum TokensCommand {
     /// its next request, and workers attached with it are disconnected.
     Revoke {
         /// The token id (`tok_…`) or name.
-        token: String,
+        #[arg(value_name = "ID_OR_NAME")]
+        which: String,
         #[command(flatten)]
         remote: RemoteArgs,
     },
@@ -128,10 +129,10 @@ pub async fn run(command: TokensCommand, config: &Config) -> Result<()> {
             }
             Ok(())
         }
-        TokensCommand::Revoke { token, remote } => {
+        TokensCommand::Revoke { which, remote } => {
             let response = client(&remote, config)
                 .await?
-                .revoke_token(RevokeTokenRequest { token })
+                .revoke_token(RevokeTokenRequest { token: which })
                 .await
                 .map_err(|s| anyhow!("{}", s.message()))?
                 .into_inner();

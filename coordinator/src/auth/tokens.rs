@@ -143,36 +143,7 @@ impl TokenStore {
                 id TEXT PRIMARY KEY, name TEXT NOT NULL, role TEXT NOT NULL, hash TEXT NOT NULL UNIQUE,
                 created_at INTEGER NOT NULL, expires_at INTEGER, revoked_at INTEGER);",
         )?;
-        let mut by_hash = HashMap::new();
-        {
-            let mut stmt = conn.prepare(
-                "SELECT id, name, role, hash, created_at, expires_at, revoked_at FROM tokens",
-            )?;
-            let rows = stmt.query_map([], |row| {
-                Ok((
-                    row.get::<_, String>(3)?,
-                    row.get::<_, String>(2)?,
-                    TokenInfo {
-                        id: row.get(0)?,
-                        name: row.get(1)?,
-                        role: Role::Worker,
-                        created_at: from_sql(row.get(4)?),
-                        expires_at: row.get::<_, Option<i64>>(5)?.map(from_sql),
-                        revoked_at: row.get::<_, Option<i64>>(6)?.map(from_sql),
-                    },
-                ))
-            })?;
-            for row in rows {
-                let (digest, role, mut info) = row?;
-                // A row this version cannot read grants nothing.
-                let (Some(digest), Ok(role)) = (from_hex(&digest), Role::parse(&role)) else {
-                    tracing::warn!(id = %info.id, "ignoring an unreadable token row");
-                    continue;
-                };
-                info.role = role;
-                by_hash.insert(digest, info);
-            }
-        }
+        let by_hash = read_rows(&conn)?.into_iter().collect();
         Ok(TokenStore {
             conn: Mutex::new(conn),
             by_hash: RwLock::new(by_hash),
@@ -226,16 +197,11 @@ impl TokenStore {
     }
 
     /// Every token, oldest first.
-    pub fn list(&self) -> Vec<TokenInfo> {
-        let mut all: Vec<TokenInfo> = self
-            .by_hash
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-            .cloned()
-            .collect();
-        all.sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.id.cmp(&b.id)));
-        all
+    pub fn list(&self) -> Result<Vec<TokenInfo>, TokenError> {
+        Ok(read_rows(&self.conn())?
+            .into_iter()
+            .map(|(_, info)| info)
+            .collect())
     }
 
     /// Revokes the token with id `which`, or every live token named `which`.
@@ -269,6 +235,39 @@ impl TokenStore {
             .get(&hash(secret))
             .cloned()
     }
+}
+
+/// Every readable row, in the order the tokens were created.
+fn read_rows(conn: &Connection) -> Result<Vec<(Hash, TokenInfo)>, TokenError> {
+    let mut stmt = conn.prepare(
+        "SELECT id, name, role, hash, created_at, expires_at, revoked_at FROM tokens ORDER BY rowid",
+    )?;
+    let rows = stmt.query_map([], |row| {
+        Ok((
+            row.get::<_, String>(3)?,
+            row.get::<_, String>(2)?,
+            TokenInfo {
+                id: row.get(0)?,
+                name: row.get(1)?,
+                role: Role::Worker,
+                created_at: from_sql(row.get(4)?),
+                expires_at: row.get::<_, Option<i64>>(5)?.map(from_sql),
+                revoked_at: row.get::<_, Option<i64>>(6)?.map(from_sql),
+            },
+        ))
+    })?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (digest, role, mut info) = row?;
+        // A row this version cannot read grants nothing.
+        let (Some(digest), Ok(role)) = (from_hex(&digest), Role::parse(&role)) else {
+            tracing::warn!(id = %info.id, "ignoring an unreadable token row");
+            continue;
+        };
+        info.role = role;
+        out.push((digest, info));
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -37,7 +37,7 @@ fn revoking_by_id_or_name_marks_only_live_matching_tokens() {
     let revoked = store.revoke("ci").unwrap();
     let mut ids: Vec<_> = revoked.iter().map(|t| t.id.clone()).collect();
     ids.sort();
-    let mut want = vec![a.id, b.id];
+    let mut want = vec![a.id.clone(), b.id.clone()];
     want.sort();
     assert_eq!(ids, want);
     assert!(store.lookup(&secret_a).unwrap().revoked_at.is_some());
@@ -47,7 +47,8 @@ fn revoking_by_id_or_name_marks_only_live_matching_tokens() {
         "nothing live is left by that name"
     );
     store.revoke(&c.id).unwrap();
-    assert_eq!(store.list().len(), 3);
+    let listed: Vec<String> = store.list().unwrap().into_iter().map(|t| t.id).collect();
+    assert_eq!(listed, [a.id, b.id, c.id], "oldest first");
 }
 
 #[test]

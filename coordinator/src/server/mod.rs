@@ -336,14 +336,13 @@ impl Control for ControlService {
         &self,
         _request: Request<ListTokensRequest>,
     ) -> Result<Response<ListTokensResponse>, Status> {
+        let tokens = self.coordinator.tokens().clone();
+        let list = tokio::task::spawn_blocking(move || tokens.list())
+            .await
+            .map_err(|err| Status::internal(format!("the tokens were not read: {err}")))?
+            .map_err(|err| token_status(&err))?;
         Ok(Response::new(ListTokensResponse {
-            tokens: self
-                .coordinator
-                .tokens()
-                .list()
-                .iter()
-                .map(token_message)
-                .collect(),
+            tokens: list.iter().map(token_message).collect(),
         }))
     }
 
