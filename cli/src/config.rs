@@ -357,6 +357,12 @@ pub struct WorkerSection {
     pub backends: Option<Vec<String>>,
     pub labels: HashMap<String, String>,
     pub capacity: Option<u32>,
+    /// The account local sandboxes of a root worker run as (default
+    /// `nobody`; `CADUCEUS_RUN_AS`).
+    pub run_as: Option<String>,
+    /// Let a root worker run local sandboxes as root
+    /// (`CADUCEUS_ALLOW_ROOT_SANDBOX=1`).
+    pub allow_root_sandbox: bool,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -429,6 +435,12 @@ impl Config {
         }
         if let Some(v) = var("CADUCEUS_TOKEN") {
             self.token = Some(v);
+        }
+        if let Some(v) = var("CADUCEUS_RUN_AS") {
+            self.worker.run_as = Some(v);
+        }
+        if let Some(v) = var("CADUCEUS_ALLOW_ROOT_SANDBOX") {
+            self.worker.allow_root_sandbox = matches!(v.trim(), "1" | "true" | "yes");
         }
         if let Some(v) = var("TERMINAL_ENV") {
             self.terminal.backend = v;

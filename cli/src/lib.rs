@@ -8,6 +8,7 @@ pub mod config;
 mod hardening;
 mod progress;
 mod run;
+mod sandbox_user;
 pub mod target;
 
 mod approvals;
@@ -131,6 +132,14 @@ struct WorkerArgs {
     /// CA certificate (PEM) to trust for an https coordinator.
     #[arg(long)]
     tls_ca: Option<PathBuf>,
+    /// When the worker runs as root: the user its local sandboxes run as
+    /// (default: nobody).
+    #[arg(long)]
+    run_as: Option<String>,
+    /// Let a root worker run its local sandboxes as root, where their
+    /// commands can read the worker's environment and memory.
+    #[arg(long)]
+    allow_root_sandbox: bool,
 }
 
 #[derive(Args, Clone)]
@@ -380,11 +389,29 @@ pub(crate) fn worker_config(
     backends: Vec<String>,
     labels: HashMap<String, String>,
     capacity: Option<u32>,
-) -> WorkerConfig {
+) -> Result<WorkerConfig> {
+    let mut backend_options = backend_options(config);
+    if backends.iter().any(|b| b == "local") {
+        backend_options.local_user = sandbox_user::local_sandbox_user(
+            config.worker.run_as.as_deref(),
+            config.worker.allow_root_sandbox,
+        )?;
+        match &backend_options.local_user {
+            Some(user) => {
+                tracing::info!(user = %user.name, uid = user.uid, home = %user.home, "local sandboxes run as another user")
+            }
+            None if nix::unistd::Uid::effective().is_root() => tracing::warn!(
+                "local sandboxes run as root (--allow-root-sandbox): their commands can read this worker's environment and memory"
+            ),
+            None => {}
+        }
+    }
+    // A sandbox user starts in its own home unless a cwd is configured.
     let local_cwd = config
         .terminal
         .cwd
         .clone()
+        .or_else(|| backend_options.local_user.as_ref().map(|u| u.home.clone()))
         .or_else(|| {
             std::env::current_dir()
                 .ok()
@@ -395,7 +422,7 @@ pub(crate) fn worker_config(
         caduceus_common::process_env::vars().into_iter(),
         &config.terminal.env_passthrough,
     );
-    WorkerConfig {
+    Ok(WorkerConfig {
         name,
         labels,
         backends,
@@ -405,7 +432,7 @@ pub(crate) fn worker_config(
                 .unwrap_or(16)
         }),
         local_cwd,
-        backend_options: backend_options(config),
+        backend_options,
         tools: ToolSettings {
             terminal_timeout_secs: config.terminal.timeout,
             max_foreground_timeout_secs: config.terminal.max_foreground_timeout,
@@ -429,7 +456,7 @@ pub(crate) fn worker_config(
         env_lifetime: Duration::from_secs(config.terminal.lifetime_seconds),
         reap_interval: Duration::from_secs(config.terminal.reap_interval_seconds.max(1)),
         backend_probe_interval: Duration::from_secs(config.terminal.backend_probe_seconds.max(1)),
-    }
+    })
 }
 
 /// hermes' `_resolve_shell_init_files`: the explicit list, else the rc files
@@ -503,12 +530,19 @@ fn backend_options(config: &Config) -> caduceus_worker::backends::BackendOptions
             tracing::warn!("{err:#}; no warm pools");
             Vec::new()
         }),
+        local_user: None,
         worker: String::new(),
         worker_instance: String::new(),
     }
 }
 
 async fn worker(args: WorkerArgs, config: &Config) -> Result<()> {
+    let mut config = config.clone();
+    if args.run_as.is_some() {
+        config.worker.run_as = args.run_as.clone();
+    }
+    config.worker.allow_root_sandbox |= args.allow_root_sandbox;
+    let config = &config;
     let url = args
         .coordinator
         .or_else(|| config.coordinator.clone())
@@ -538,7 +572,7 @@ async fn worker(args: WorkerArgs, config: &Config) -> Result<()> {
         backends,
         labels,
         args.capacity.or(config.worker.capacity),
-    ));
+    )?);
     let shutdown = CancellationToken::new();
     worker.start_housekeeping(shutdown.clone()).await;
     let stop = shutdown.clone();

@@ -231,3 +231,116 @@ fn serve_warns_about_a_short_token_a_reachable_address_without_tls_and_a_token_i
     let said = quiet.stderr.join("\n");
     assert!(!said.contains("WARN"), "{said}");
 }
+
+/// Everything a command in a local sandbox can read about the processes
+/// around it, reversed (`rev`) so that no masking of known secret shapes in
+/// tool output can hide a leak.
+const PROBE: &str = r#"{
+  echo "whoami: $(id -un) $(id -u)"
+  echo "--- parent environ"; tr '\0' '\n' < /proc/$PPID/environ
+  echo "--- parent cmdline"; tr '\0' ' ' < /proc/$PPID/cmdline; echo
+  echo "--- every environ"; for f in /proc/[0-9]*/environ; do tr '\0' '\n' < "$f"; done
+  echo "--- ps"; ps -eo args
+  echo "--- own environment"; env
+} 2>&1 | rev"#;
+
+#[test]
+fn a_local_sandbox_reads_none_of_its_workers_or_coordinators_secrets() {
+    let fleet = Fleet::new();
+    let pid = std::process::id();
+    let token = format!("fleet-token-{pid}-abcdefghijklmnop");
+    let secrets = [
+        ("AWS_SECRET_ACCESS_KEY", format!("plainawsvalue{pid}x")),
+        ("GITHUB_TOKEN", format!("plaingithubvalue{pid}x")),
+        ("OPENAI_API_KEY", format!("plainopenaivalue{pid}x")),
+        ("CADUCEUS_TOKEN", token.clone()),
+    ];
+    let with_secrets = |cmd: &mut std::process::Command| {
+        for (name, value) in &secrets {
+            cmd.env(name, value);
+        }
+        // The default for a root worker: sandboxes run as nobody.
+        cmd.env_remove("CADUCEUS_ALLOW_ROOT_SANDBOX");
+    };
+    let mut cmd = fleet.command();
+    cmd.args(["serve", "--listen", "127.0.0.1:0"]);
+    with_secrets(&mut cmd);
+    let mut coordinator = Proc::spawn(cmd, "coordinator");
+    let line = coordinator.wait_for_stderr(
+        "caduceus coordinator listening on ",
+        Duration::from_secs(30),
+    );
+    coordinator.address = Some(line.rsplit(' ').next().unwrap().trim().to_owned());
+
+    let mut cmd = fleet.command();
+    cmd.args([
+        "worker",
+        "--coordinator",
+        &coordinator.url(),
+        "--name",
+        "w1",
+    ]);
+    with_secrets(&mut cmd);
+    let _worker = Proc::spawn(cmd, "w1");
+    let client = |args: &[&str]| client_as(&fleet, &coordinator, &token, args);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !stdout(&client(&["status"])).contains("w1") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the worker never attached"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    let probe = serde_json::json!({ "command": PROBE, "timeout": 60 }).to_string();
+    let out = client(&["call", "terminal", &probe]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let seen: String = parse_result(&out.stdout)["output"]
+        .as_str()
+        .unwrap()
+        .lines()
+        .map(|line| line.chars().rev().collect::<String>())
+        .collect::<Vec<_>>()
+        .join("\n");
+    // The probe did read: ps lists the worker.
+    assert!(seen.contains("caduceus-under-test worker"), "{seen}");
+    for (name, value) in &secrets {
+        let reversed: String = value.chars().rev().collect();
+        assert!(
+            !seen.contains(value.as_str()) && !seen.contains(&reversed),
+            "{name} leaked into the sandbox:\n{seen}"
+        );
+    }
+    let whoami = seen.lines().find(|l| l.starts_with("whoami:")).unwrap();
+    // A test run as root means a root worker.
+    let root = std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"));
+    if root {
+        assert_eq!(
+            whoami, "whoami: nobody 65534",
+            "a root worker's sandbox runs as nobody"
+        );
+    }
+
+    // The file tools of that sandbox work as its user, in its home.
+    let write = serde_json::json!({ "path": "notes.txt", "content": "hello\n" }).to_string();
+    let out = client(&["call", "write_file", &write]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let written = parse_result(&out.stdout);
+    assert!(written["error"].is_null(), "{written}");
+    let out = client(&[
+        "call",
+        "terminal",
+        r#"{"command":"stat -c '%U %n' notes.txt && cat notes.txt"}"#,
+    ]);
+    let listed = parse_result(&out.stdout)["output"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(listed.contains("hello"), "{listed}");
+    if root {
+        assert!(listed.contains("nobody notes.txt"), "{listed}");
+    }
+}
