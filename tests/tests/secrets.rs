@@ -244,6 +244,68 @@ const PROBE: &str = r#"{
   echo "--- own environment"; env
 } 2>&1 | rev"#;
 
+fn probe_arguments() -> String {
+    serde_json::json!({ "command": PROBE, "timeout": 60 }).to_string()
+}
+
+/// The probe's output, turned back the right way round.
+fn probe(out: &Output) -> String {
+    assert!(out.status.success(), "{}", stderr(out));
+    parse_result(&out.stdout)["output"]
+        .as_str()
+        .unwrap()
+        .lines()
+        .map(|line| line.chars().rev().collect::<String>())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn assert_none_leaked(seen: &str, secrets: &[(&str, String)]) {
+    // The probe did read: ps lists the worker.
+    assert!(seen.contains("caduceus-under-test worker"), "{seen}");
+    for (name, value) in secrets {
+        let reversed: String = value.chars().rev().collect();
+        assert!(
+            !seen.contains(value.as_str()) && !seen.contains(&reversed),
+            "{name} leaked into the sandbox:\n{seen}"
+        );
+    }
+}
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
+}
+
+/// A coordinator that takes its token (and a model key) from the environment.
+fn serve_with_env(fleet: &Fleet, env: &[(&str, String)]) -> Proc {
+    let mut cmd = fleet.command();
+    cmd.args(["serve", "--listen", "127.0.0.1:0"]);
+    for (name, value) in env {
+        cmd.env(name, value);
+    }
+    let mut coordinator = Proc::spawn(cmd, "coordinator");
+    let line = coordinator.wait_for_stderr(
+        "caduceus coordinator listening on ",
+        Duration::from_secs(30),
+    );
+    coordinator.address = Some(line.rsplit(' ').next().unwrap().trim().to_owned());
+    coordinator
+}
+
+fn wait_attached(fleet: &Fleet, coordinator: &Proc, token: &str, name: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !stdout(&client_as(fleet, coordinator, token, &["status"])).contains(name) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{name} never attached"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 #[test]
 fn a_local_sandbox_reads_none_of_its_workers_or_coordinators_secrets() {
     let fleet = Fleet::new();
@@ -262,15 +324,7 @@ fn a_local_sandbox_reads_none_of_its_workers_or_coordinators_secrets() {
         // The default for a root worker: sandboxes run as nobody.
         cmd.env_remove("CADUCEUS_ALLOW_ROOT_SANDBOX");
     };
-    let mut cmd = fleet.command();
-    cmd.args(["serve", "--listen", "127.0.0.1:0"]);
-    with_secrets(&mut cmd);
-    let mut coordinator = Proc::spawn(cmd, "coordinator");
-    let line = coordinator.wait_for_stderr(
-        "caduceus coordinator listening on ",
-        Duration::from_secs(30),
-    );
-    coordinator.address = Some(line.rsplit(' ').next().unwrap().trim().to_owned());
+    let coordinator = serve_with_env(&fleet, &secrets);
 
     let mut cmd = fleet.command();
     cmd.args([
@@ -283,40 +337,13 @@ fn a_local_sandbox_reads_none_of_its_workers_or_coordinators_secrets() {
     with_secrets(&mut cmd);
     let _worker = Proc::spawn(cmd, "w1");
     let client = |args: &[&str]| client_as(&fleet, &coordinator, &token, args);
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while !stdout(&client(&["status"])).contains("w1") {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the worker never attached"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_attached(&fleet, &coordinator, &token, "w1");
 
-    let probe = serde_json::json!({ "command": PROBE, "timeout": 60 }).to_string();
-    let out = client(&["call", "terminal", &probe]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let seen: String = parse_result(&out.stdout)["output"]
-        .as_str()
-        .unwrap()
-        .lines()
-        .map(|line| line.chars().rev().collect::<String>())
-        .collect::<Vec<_>>()
-        .join("\n");
-    // The probe did read: ps lists the worker.
-    assert!(seen.contains("caduceus-under-test worker"), "{seen}");
-    for (name, value) in &secrets {
-        let reversed: String = value.chars().rev().collect();
-        assert!(
-            !seen.contains(value.as_str()) && !seen.contains(&reversed),
-            "{name} leaked into the sandbox:\n{seen}"
-        );
-    }
+    let seen = probe(&client(&["call", "terminal", &probe_arguments()]));
+    assert_none_leaked(&seen, &secrets);
     let whoami = seen.lines().find(|l| l.starts_with("whoami:")).unwrap();
     // A test run as root means a root worker.
-    let root = std::fs::read_to_string("/proc/self/status")
-        .unwrap()
-        .lines()
-        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"));
+    let root = is_root();
     if root {
         assert_eq!(
             whoami, "whoami: nobody 65534",
@@ -343,4 +370,66 @@ fn a_local_sandbox_reads_none_of_its_workers_or_coordinators_secrets() {
     if root {
         assert!(listed.contains("nobody notes.txt"), "{listed}");
     }
+}
+
+#[test]
+fn a_sandbox_of_a_worker_running_as_the_same_user_cannot_read_the_worker() {
+    // Without root the test above already is this case (worker and sandbox
+    // share the user); as root, start the worker itself as nobody.
+    if !is_root() {
+        return;
+    }
+    if !caduceus_tests::require(
+        "setpriv",
+        "util-linux's setpriv to start a worker as nobody",
+        || {
+            std::process::Command::new("setpriv")
+                .arg("--version")
+                .output()
+                .is_ok()
+        },
+    ) {
+        return;
+    }
+    let fleet = Fleet::new();
+    let pid = std::process::id();
+    let token = format!("fleet-token-{pid}-qrstuvwxyz012345");
+    let secrets = [
+        ("AWS_SECRET_ACCESS_KEY", format!("plainawsvalue{pid}y")),
+        ("CADUCEUS_TOKEN", token.clone()),
+    ];
+    let coordinator = serve_with_env(&fleet, &secrets);
+    let home = tempfile::tempdir().unwrap();
+    std::os::unix::fs::chown(home.path(), Some(65534), Some(65534)).unwrap();
+    let mut cmd = std::process::Command::new("setpriv");
+    cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(caduceus_tests::bin())
+        .args([
+            "worker",
+            "--coordinator",
+            &coordinator.url(),
+            "--name",
+            "w-nobody",
+        ])
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", home.path())
+        .env("CADUCEUS_HOME", home.path())
+        .current_dir(home.path());
+    for (name, value) in &secrets {
+        cmd.env(name, value);
+    }
+    let _worker = Proc::spawn(cmd, "w-nobody");
+    wait_attached(&fleet, &coordinator, &token, "w-nobody");
+    let seen = probe(&client_as(
+        &fleet,
+        &coordinator,
+        &token,
+        &["call", "terminal", &probe_arguments()],
+    ));
+    assert!(seen.contains("whoami: nobody 65534"), "{seen}");
+    // The worker is the sandbox's parent and of the same user: only its
+    // non-dumpable flag keeps /proc/$PPID/environ closed.
+    assert!(seen.contains("Permission denied"), "{seen}");
+    assert_none_leaked(&seen, &secrets);
 }
