@@ -98,6 +98,10 @@ struct ServeArgs {
     tls_cert: Option<PathBuf>,
     #[arg(long)]
     tls_key: Option<PathBuf>,
+    /// CA certificate (PEM): workers must present a client certificate it
+    /// signed to attach (mutual TLS; clients need none).
+    #[arg(long)]
+    tls_client_ca: Option<PathBuf>,
     /// Heartbeat interval workers are asked to keep, milliseconds.
     #[arg(long, default_value_t = 2000)]
     heartbeat_ms: u64,
@@ -132,6 +136,12 @@ struct WorkerArgs {
     /// CA certificate (PEM) to trust for an https coordinator.
     #[arg(long)]
     tls_ca: Option<PathBuf>,
+    /// Client certificate (PEM) for a coordinator that demands one of
+    /// workers (`serve --tls-client-ca`); needs --tls-key.
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
     /// When the worker runs as root: the user its local sandboxes run as
     /// (default: nobody).
     #[arg(long)]
@@ -320,7 +330,14 @@ async fn serve(args: ServeArgs, config: &Config) -> Result<()> {
         args.tls_cert.or_else(|| config.tls.cert.clone()),
         args.tls_key.or_else(|| config.tls.key.clone()),
     ) {
-        (Some(cert), Some(key)) => Some(TlsFiles { cert, key }),
+        (Some(cert), Some(key)) => Some(TlsFiles {
+            cert,
+            key,
+            client_ca: args.tls_client_ca,
+        }),
+        (None, None) if args.tls_client_ca.is_some() => {
+            bail!("--tls-client-ca needs TLS: pass --tls-cert and --tls-key too")
+        }
         (None, None) => None,
         _ => bail!("TLS needs both --tls-cert and --tls-key"),
     };
@@ -584,6 +601,7 @@ async fn worker(args: WorkerArgs, config: &Config) -> Result<()> {
         url,
         token,
         ca_cert: args.tls_ca.or_else(|| config.tls.ca.clone()),
+        identity: args.tls_cert.zip(args.tls_key),
         connect_timeout: Duration::from_secs(10),
     };
     let outcome = caduceus_worker::link::run_grpc(worker.clone(), options, shutdown).await;

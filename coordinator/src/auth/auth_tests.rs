@@ -70,7 +70,7 @@ fn scoped_tokens_reach_only_their_methods_and_the_shared_token_reaches_all() {
     let (_, admin) = store.create(Role::Admin, "a", None).unwrap();
 
     let code = |path: &str, token: &str| {
-        auth.authorize(path, Some(&bearer(token)))
+        auth.authorize(path, Some(&bearer(token)), false)
             .err()
             .map(|s| s.code())
     };
@@ -86,7 +86,9 @@ fn scoped_tokens_reach_only_their_methods_and_the_shared_token_reaches_all() {
             assert_eq!(code(path, token), None, "{path}");
         }
     }
-    let denied = auth.authorize(CALL, Some(&bearer(&worker))).unwrap_err();
+    let denied = auth
+        .authorize(CALL, Some(&bearer(&worker)), false)
+        .unwrap_err();
     assert!(
         denied
             .message()
@@ -95,10 +97,12 @@ fn scoped_tokens_reach_only_their_methods_and_the_shared_token_reaches_all() {
         denied.message()
     );
 
-    let caller = auth.authorize(ATTACH, Some(&bearer(&worker))).unwrap();
+    let caller = auth
+        .authorize(ATTACH, Some(&bearer(&worker)), false)
+        .unwrap();
     assert_eq!(caller.token.map(|t| t.name), Some("w".to_owned()));
     assert!(
-        auth.authorize(ATTACH, Some(&bearer("shared-admin-token")))
+        auth.authorize(ATTACH, Some(&bearer("shared-admin-token")), false)
             .unwrap()
             .token
             .is_none()
@@ -110,7 +114,7 @@ fn missing_wrong_revoked_and_expired_tokens_are_unauthenticated() {
     let store = Arc::new(TokenStore::open(None).unwrap());
     let auth = Authenticator::new("shared-admin-token", store.clone());
     let message = |header: Option<&str>| {
-        let status = auth.authorize(CALL, header).unwrap_err();
+        let status = auth.authorize(CALL, header, false).unwrap_err();
         assert_eq!(status.code(), Code::Unauthenticated);
         status.message().to_owned()
     };
@@ -119,7 +123,7 @@ fn missing_wrong_revoked_and_expired_tokens_are_unauthenticated() {
     assert!(message(Some(&bearer("nope"))).starts_with("invalid token"));
 
     let (info, client) = store.create(Role::Client, "ci", None).unwrap();
-    assert!(auth.authorize(CALL, Some(&bearer(&client))).is_ok());
+    assert!(auth.authorize(CALL, Some(&bearer(&client)), false).is_ok());
     store.revoke(&info.id).unwrap();
     assert!(message(Some(&bearer(&client))).contains("'ci' was revoked"));
 
@@ -128,4 +132,24 @@ fn missing_wrong_revoked_and_expired_tokens_are_unauthenticated() {
         .unwrap();
     std::thread::sleep(Duration::from_millis(2100));
     assert!(message(Some(&bearer(&short))).contains("'short' has expired"));
+}
+
+#[test]
+fn with_mutual_tls_only_attach_needs_a_client_certificate() {
+    let store = Arc::new(TokenStore::open(None).unwrap());
+    let auth = Authenticator::new("shared-admin-token", store).with_worker_certificates(true);
+    let token = bearer("shared-admin-token");
+    let refused = auth.authorize(ATTACH, Some(&token), false).unwrap_err();
+    assert_eq!(refused.code(), Code::Unauthenticated);
+    assert!(
+        refused.message().starts_with("client certificate required"),
+        "{}",
+        refused.message()
+    );
+    assert!(auth.authorize(ATTACH, Some(&token), true).is_ok());
+    assert!(
+        auth.authorize(CALL, Some(&token), false).is_ok(),
+        "clients need no certificate"
+    );
+    assert!(auth.authorize(APPROVE, Some(&token), false).is_ok());
 }

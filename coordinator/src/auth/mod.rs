@@ -23,6 +23,7 @@ use futures::future::Either;
 use tonic::Status;
 use tonic::codegen::{Service, http};
 use tonic::server::NamedService;
+use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
 
 use caduceus_proto::{AUTHORIZATION, token_from_authorization, tokens_match};
 
@@ -75,6 +76,8 @@ pub struct Caller {
 pub struct Authenticator {
     shared: Arc<str>,
     store: Arc<TokenStore>,
+    /// `Attach` needs a verified TLS client certificate (`--tls-client-ca`).
+    worker_certificates: bool,
 }
 
 impl Authenticator {
@@ -82,12 +85,26 @@ impl Authenticator {
         Authenticator {
             shared: Arc::from(shared),
             store,
+            worker_certificates: false,
         }
     }
 
-    /// The caller of `path` with the `authorization` value `header`, or the
+    /// Demands a client certificate of every worker that attaches (mutual
+    /// TLS; the TLS layer has verified any certificate presented).
+    pub fn with_worker_certificates(mut self, required: bool) -> Self {
+        self.worker_certificates = required;
+        self
+    }
+
+    /// The caller of `path` with the `authorization` value `header` over a
+    /// connection that presented a verified client certificate or not, or the
     /// status that refuses the request.
-    pub fn authorize(&self, path: &str, header: Option<&str>) -> Result<Caller, Status> {
+    pub fn authorize(
+        &self,
+        path: &str,
+        header: Option<&str>,
+        client_certificate: bool,
+    ) -> Result<Caller, Status> {
         let Some(presented) = header.and_then(token_from_authorization) else {
             return Err(Status::unauthenticated(
                 "missing token: every request needs `authorization: Bearer <token>` (set --token or CADUCEUS_TOKEN)",
@@ -122,6 +139,11 @@ impl Authenticator {
             }
         };
         let needed = required_role(path);
+        if needed == Role::Worker && self.worker_certificates && !client_certificate {
+            return Err(Status::unauthenticated(
+                "client certificate required: this coordinator admits workers only with a client certificate signed by its --tls-client-ca (pass --tls-cert and --tls-key to the worker)",
+            ));
+        }
         if !permits(caller.role, needed) {
             let method = path.rsplit('/').next().unwrap_or(path);
             return Err(Status::permission_denied(format!(
@@ -172,7 +194,15 @@ where
             .headers()
             .get(AUTHORIZATION)
             .and_then(|v| v.to_str().ok());
-        match self.auth.authorize(request.uri().path(), header) {
+        let certificate = request
+            .extensions()
+            .get::<TlsConnectInfo<TcpConnectInfo>>()
+            .and_then(TlsConnectInfo::peer_certs)
+            .is_some_and(|certs| !certs.is_empty());
+        match self
+            .auth
+            .authorize(request.uri().path(), header, certificate)
+        {
             Ok(caller) => {
                 request.extensions_mut().insert(caller);
                 Either::Right(self.inner.call(request))

@@ -11,7 +11,7 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::server::TcpIncoming;
-use tonic::transport::{Identity, Server, ServerTlsConfig};
+use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 use tonic::{Request, Response, Status, Streaming};
 
 use caduceus_proto::control_server::{Control, ControlServer};
@@ -33,6 +33,9 @@ pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 pub struct TlsFiles {
     pub cert: PathBuf,
     pub key: PathBuf,
+    /// CA (PEM) whose client certificates workers must present to attach
+    /// (`--tls-client-ca`); clients need none.
+    pub client_ca: Option<PathBuf>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -55,7 +58,9 @@ pub async fn serve(
     tls: Option<TlsFiles>,
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> Result<(), ServeError> {
-    let auth = coordinator.authenticator();
+    let auth = coordinator
+        .authenticator()
+        .with_worker_certificates(tls.as_ref().is_some_and(|t| t.client_ca.is_some()));
     // The builder's tcp_nodelay applies only to listeners tonic binds itself;
     // accepted sockets need it too, or small replies wait ~40 ms for Nagle.
     let incoming = TcpIncoming::from(listener)
@@ -73,9 +78,16 @@ pub async fn serve(
             })
         };
         let identity = Identity::from_pem(read(&tls.cert)?, read(&tls.key)?);
-        builder = builder
-            .tls_config(ServerTlsConfig::new().identity(identity))
-            .map_err(ServeError::Tls)?;
+        let mut config = ServerTlsConfig::new().identity(identity);
+        if let Some(ca) = &tls.client_ca {
+            // Optional at the handshake so that clients connect without one;
+            // a certificate presented must verify, and Attach demands one
+            // (crate::auth).
+            config = config
+                .client_ca_root(Certificate::from_pem(read(ca)?))
+                .client_auth_optional(true);
+        }
+        builder = builder.tls_config(config).map_err(ServeError::Tls)?;
     }
     let gateway = Authorized::new(
         WorkerGatewayServer::new(GatewayService {

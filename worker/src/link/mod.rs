@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tonic::metadata::MetadataValue;
-use tonic::transport::{Certificate, ClientTlsConfig, Endpoint};
+use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
 use tonic::{Code, Request, Status};
 
 use caduceus_proto::worker_gateway_client::WorkerGatewayClient;
@@ -50,6 +50,8 @@ pub enum LinkError {
     BadAddress(String, String),
     #[error("cannot read the CA certificate {0}: {1}")]
     CaFile(PathBuf, std::io::Error),
+    #[error("cannot read the client certificate or key {0}: {1}")]
+    IdentityFile(PathBuf, std::io::Error),
 }
 
 fn event(e: worker_event::Event) -> WorkerEvent {
@@ -212,6 +214,9 @@ pub struct LinkOptions {
     pub token: String,
     /// CA certificate (PEM) to trust for https; public roots otherwise.
     pub ca_cert: Option<PathBuf>,
+    /// Client certificate and key (PEM) for a coordinator that demands them
+    /// of workers (mutual TLS, `serve --tls-client-ca`).
+    pub identity: Option<(PathBuf, PathBuf)>,
     pub connect_timeout: Duration,
 }
 
@@ -283,7 +288,17 @@ fn endpoint_for(options: &LinkOptions) -> Result<Endpoint, LinkError> {
             }
             None => tls = tls.with_webpki_roots(),
         }
+        if let Some((cert, key)) = &options.identity {
+            let read = |path: &PathBuf| {
+                std::fs::read(path).map_err(|e| LinkError::IdentityFile(path.clone(), e))
+            };
+            tls = tls.identity(Identity::from_pem(read(cert)?, read(key)?));
+        }
         endpoint = endpoint.tls_config(tls).map_err(|e| bad(e.to_string()))?;
+    } else if options.identity.is_some() {
+        return Err(bad(
+            "a client certificate needs an https:// coordinator".to_owned()
+        ));
     }
     Ok(endpoint)
 }
