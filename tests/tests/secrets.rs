@@ -28,16 +28,20 @@ fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// A command with the fleet's shared (admin) token that must succeed; its stdout.
+fn admin(fleet: &Fleet, coordinator: &Proc, args: &[&str]) -> String {
+    let out = client_as(fleet, coordinator, &fleet.token, args);
+    assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+    stdout(&out)
+}
+
 /// `tokens create` with the fleet's shared (admin) token; the new token.
 fn create_token(fleet: &Fleet, coordinator: &Proc, role: &str, name: &str) -> String {
-    let out = client_as(
+    let token = admin(
         fleet,
         coordinator,
-        &fleet.token,
         &["tokens", "create", "--role", role, "--name", name],
     );
-    assert!(out.status.success(), "tokens create: {}", stderr(&out));
-    let token = stdout(&out);
     assert!(
         token.starts_with("cdt_"),
         "stdout is the token alone: {token:?}"
@@ -47,6 +51,17 @@ fn create_token(fleet: &Fleet, coordinator: &Proc, role: &str, name: &str) -> St
 
 /// A worker that takes its token from the environment.
 fn worker_with_token(fleet: &Fleet, coordinator: &Proc, name: &str, token: &str) -> Proc {
+    worker_with_env(
+        fleet,
+        coordinator,
+        name,
+        &[("CADUCEUS_TOKEN", token.to_owned())],
+    )
+}
+
+/// A worker with `env` (its token among it) in its environment, and the
+/// default for a root worker: sandboxes run as nobody.
+fn worker_with_env(fleet: &Fleet, coordinator: &Proc, name: &str, env: &[(&str, String)]) -> Proc {
     let mut cmd = fleet.command();
     cmd.args([
         "worker",
@@ -55,7 +70,10 @@ fn worker_with_token(fleet: &Fleet, coordinator: &Proc, name: &str, token: &str)
         "--name",
         name,
     ])
-    .env("CADUCEUS_TOKEN", token);
+    .env_remove("CADUCEUS_ALLOW_ROOT_SANDBOX");
+    for (key, value) in env {
+        cmd.env(key, value);
+    }
     Proc::spawn(cmd, name)
 }
 
@@ -125,14 +143,7 @@ fn scoped_tokens_reach_only_their_methods_and_revoking_one_disconnects_its_worke
     );
 
     // The listing shows names and roles, never the secrets.
-    let listed = client_as(
-        &fleet,
-        &coordinator,
-        &fleet.token,
-        &["tokens", "list", "--json"],
-    );
-    assert!(listed.status.success(), "{}", stderr(&listed));
-    let text = stdout(&listed);
+    let text = admin(&fleet, &coordinator, &["tokens", "list", "--json"]);
     assert!(!text.contains(&worker_token) && !text.contains(&client_token));
     let list: serde_json::Value = serde_json::from_str(&text).unwrap();
     let roles: Vec<(&str, &str, &str)> = list
@@ -154,14 +165,7 @@ fn scoped_tokens_reach_only_their_methods_and_revoking_one_disconnects_its_worke
 
     // Revoking the worker token ends its worker's stream; its reconnection is
     // refused and it exits naming the cause.
-    let revoked = client_as(
-        &fleet,
-        &coordinator,
-        &fleet.token,
-        &["tokens", "revoke", "gpu-box"],
-    );
-    assert!(revoked.status.success(), "{}", stderr(&revoked));
-    let said = stdout(&revoked);
+    let said = admin(&fleet, &coordinator, &["tokens", "revoke", "gpu-box"]);
     assert!(said.contains("revoked worker token 'gpu-box'"), "{said}");
     assert!(said.contains("disconnected 1 worker"), "{said}");
     let exit = worker.wait_exit(Duration::from_secs(30));
@@ -173,13 +177,7 @@ fn scoped_tokens_reach_only_their_methods_and_revoking_one_disconnects_its_worke
     fleet.wait_for_workers(&coordinator, &[], Duration::from_secs(30));
 
     // A revoked client token is refused on its next request.
-    let revoked = client_as(
-        &fleet,
-        &coordinator,
-        &fleet.token,
-        &["tokens", "revoke", "ci"],
-    );
-    assert!(revoked.status.success(), "{}", stderr(&revoked));
+    admin(&fleet, &coordinator, &["tokens", "revoke", "ci"]);
     let refused = client_as(&fleet, &coordinator, &client_token, &["status"]);
     assert!(!refused.status.success());
     assert!(
@@ -317,25 +315,9 @@ fn a_local_sandbox_reads_none_of_its_workers_or_coordinators_secrets() {
         ("OPENAI_API_KEY", format!("plainopenaivalue{pid}x")),
         ("CADUCEUS_TOKEN", token.clone()),
     ];
-    let with_secrets = |cmd: &mut std::process::Command| {
-        for (name, value) in &secrets {
-            cmd.env(name, value);
-        }
-        // The default for a root worker: sandboxes run as nobody.
-        cmd.env_remove("CADUCEUS_ALLOW_ROOT_SANDBOX");
-    };
     let coordinator = serve_with_env(&fleet, &secrets);
 
-    let mut cmd = fleet.command();
-    cmd.args([
-        "worker",
-        "--coordinator",
-        &coordinator.url(),
-        "--name",
-        "w1",
-    ]);
-    with_secrets(&mut cmd);
-    let _worker = Proc::spawn(cmd, "w1");
+    let _worker = worker_with_env(&fleet, &coordinator, "w1", &secrets);
     let client = |args: &[&str]| client_as(&fleet, &coordinator, &token, args);
     wait_attached(&fleet, &coordinator, &token, "w1");
 

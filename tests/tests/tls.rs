@@ -17,6 +17,11 @@ openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj "/C
 printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n' > ext.cnf
 openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 2 -extfile ext.cnf 2>/dev/null
 "#;
+    run_in(dir, script)
+}
+
+/// Runs a bash script in `dir`; whether it succeeded.
+fn run_in(dir: &Path, script: &str) -> bool {
     Command::new("bash")
         .arg("-c")
         .arg(script)
@@ -131,13 +136,7 @@ openssl req -newkey rsa:2048 -nodes -keyout worker.key -out worker.csr -subj "/C
 printf 'basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n' > client.cnf
 openssl x509 -req -in worker.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out worker.pem -days 2 -extfile client.cnf 2>/dev/null
 "#;
-    Command::new("bash")
-        .arg("-c")
-        .arg(script)
-        .current_dir(dir)
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false)
+    run_in(dir, script)
 }
 
 #[test]
@@ -190,9 +189,8 @@ fn with_a_client_ca_only_workers_with_a_client_certificate_attach() {
         ],
     );
     // Clients need no certificate.
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let out = fleet
+    let status = || {
+        fleet
             .command()
             .args([
                 "status",
@@ -203,7 +201,11 @@ fn with_a_client_ca_only_workers_with_a_client_certificate_attach() {
             ])
             .env("CADUCEUS_TOKEN", &fleet.token)
             .output()
-            .unwrap();
+            .unwrap()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let out = status();
         assert!(
             out.status.success(),
             "{}",
@@ -235,18 +237,7 @@ fn with_a_client_ca_only_workers_with_a_client_certificate_attach() {
     );
     // It is refused at the handshake and keeps retrying, never attached.
     forged.wait_for_stderr("cannot attach", Duration::from_secs(30));
-    let out = fleet
-        .command()
-        .args([
-            "status",
-            "--coordinator",
-            &https,
-            "--tls-ca",
-            &file("ca.pem"),
-        ])
-        .env("CADUCEUS_TOKEN", &fleet.token)
-        .output()
-        .unwrap();
+    let out = status();
     assert!(!String::from_utf8_lossy(&out.stdout).contains("forged"));
     forged.kill();
 }
