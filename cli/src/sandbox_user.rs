@@ -68,26 +68,36 @@ fn lookup(name: &str) -> Result<User> {
     }
 }
 
-/// The user's own home when it has one it owns; otherwise a fresh private
-/// folder for this worker process (`nobody`'s home is `/nonexistent`).
+/// The user's own home when it has one it owns; otherwise
+/// `$TMPDIR/caduceus-sandbox-<user>` (`nobody`'s home is `/nonexistent`),
+/// made private to the user, and kept across runs like a home.
 fn sandbox_home(user: &User) -> Result<PathBuf> {
     if owns_dir(&user.dir, user.uid) {
         return Ok(user.dir.clone());
     }
-    let dir = std::env::temp_dir().join(format!(
-        "caduceus-sandbox-{}-{}",
-        user.name,
-        &uuid::Uuid::new_v4().simple().to_string()[..8]
-    ));
-    // create (not create_all): a path someone else made first is an error,
-    // never a folder of theirs that we would hand over.
-    std::fs::DirBuilder::new()
-        .mode(0o700)
-        .create(&dir)
-        .with_context(|| format!("cannot create {}", dir.display()))?;
-    nix::unistd::chown(&dir, Some(user.uid), Some(user.gid))
-        .with_context(|| format!("cannot give {} to {}", dir.display(), user.name))?;
+    let dir = std::env::temp_dir().join(format!("caduceus-sandbox-{}", user.name));
+    match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+        Ok(()) => nix::unistd::chown(&dir, Some(user.uid), Some(user.gid))
+            .with_context(|| format!("cannot give {} to {}", dir.display(), user.name))?,
+        // Only a real folder of that user (not a symlink, not someone
+        // else's) is used.
+        Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => {
+            if !owns_dir_no_follow(&dir, user.uid) {
+                bail!(
+                    "{} exists but is not a folder of {}: remove it, or give the user a home",
+                    dir.display(),
+                    user.name
+                );
+            }
+        }
+        Err(err) => return Err(err).with_context(|| format!("cannot create {}", dir.display())),
+    }
     Ok(dir)
+}
+
+fn owns_dir_no_follow(path: &Path, uid: Uid) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir() && m.uid() == uid.as_raw())
 }
 
 fn owns_dir(path: &Path, uid: Uid) -> bool {

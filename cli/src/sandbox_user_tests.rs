@@ -15,7 +15,8 @@ fn a_root_worker_runs_sandboxes_as_nobody_unless_told_otherwise() {
     let home = std::fs::metadata(&user.home).unwrap();
     use std::os::unix::fs::MetadataExt;
     assert_eq!(home.uid(), user.uid, "the sandbox home belongs to the user");
-    let _ = std::fs::remove_dir(&user.home);
+    let again = local_sandbox_user(None, false).unwrap().unwrap();
+    assert_eq!(again.home, user.home, "the same home on the next start");
 
     assert_eq!(
         local_sandbox_user(None, true).unwrap(),
