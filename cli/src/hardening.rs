@@ -6,8 +6,10 @@
 //!   `CAP_SYS_PTRACE` — including sandbox commands of the same user. (Root
 //!   has that capability, which is why a root worker runs its local sandboxes
 //!   as another user.) `/proc/<pid>/cmdline` stays world-readable whatever
-//!   the flag says, so a token given with `--token` is visible in `ps`; the
-//!   binary warns about that.
+//!   the flag says, so a token given with `--token` is visible in `ps`: the
+//!   binary warns, and re-executes itself with the token moved from its
+//!   arguments into `CADUCEUS_TOKEN` (the window is the few milliseconds
+//!   before that, long before any sandbox exists).
 //! - It withholds every secret-named variable from its own environment
 //!   (`caduceus_common::process_env`), so that no program it starts inherits
 //!   one by accident.
@@ -55,26 +57,70 @@ fn remove_vars(names: &[OsString]) {
     }
 }
 
-/// Whether `--token` was given on the command line of the (nested)
-/// subcommand, as opposed to the environment or the config file.
-pub(crate) fn token_on_command_line(matches: &ArgMatches) -> bool {
+/// The `--token` given on the command line of the (nested) subcommand, as
+/// opposed to the environment or the config file.
+pub(crate) fn token_on_command_line(matches: &ArgMatches) -> Option<String> {
     let mut current = matches;
     loop {
         if current.ids().any(|id| id.as_str() == "token")
             && current.value_source("token") == Some(ValueSource::CommandLine)
         {
-            return true;
+            return current.get_one::<String>("token").cloned();
         }
-        match current.subcommand() {
-            Some((_, sub)) => current = sub,
-            None => return false,
-        }
+        current = current.subcommand()?.1;
     }
 }
 
-/// Logs what [`protect_process`] did and the warnings about how the token
-/// was given.
-pub(crate) fn report(protection: &Protection, token_on_command_line: bool) {
+/// The arguments without `--token VALUE` / `--token=VALUE`; `None` when
+/// something token-like would remain.
+pub(crate) fn args_without_token(args: &[OsString]) -> Option<Vec<OsString>> {
+    let mut kept = Vec::new();
+    let mut skip_value = false;
+    for arg in args {
+        if std::mem::take(&mut skip_value) {
+            continue;
+        }
+        let bytes = arg.as_encoded_bytes();
+        if bytes == b"--token" {
+            skip_value = true;
+        } else if !bytes.starts_with(b"--token=") {
+            kept.push(arg.clone());
+        }
+    }
+    let left = kept
+        .iter()
+        .any(|a| a.as_encoded_bytes().starts_with(b"--token"));
+    (!left).then_some(kept)
+}
+
+/// Warns about a token given as `--token`, and re-executes this program
+/// with it in `CADUCEUS_TOKEN` instead, so that `ps` and
+/// `/proc/<pid>/cmdline` stop showing it. Returns only when re-executing is
+/// not possible (then the token stays visible).
+pub(crate) fn hide_token(token: &str) {
+    use std::os::unix::process::CommandExt;
+    let mut args = std::env::args_os();
+    let program = args.next().unwrap_or_else(|| OsString::from("caduceus"));
+    let args: Vec<OsString> = args.collect();
+    let Some(kept) = args_without_token(&args) else {
+        tracing::warn!(
+            "a token given with --token is visible to every process on this host, sandboxes included (ps, /proc/<pid>/cmdline); set CADUCEUS_TOKEN instead"
+        );
+        return;
+    };
+    tracing::warn!(
+        "a token given with --token is visible to every process on this host (ps, /proc/<pid>/cmdline) while it is in the arguments; caduceus moves it into CADUCEUS_TOKEN now, but set CADUCEUS_TOKEN yourself instead"
+    );
+    let err = std::process::Command::new("/proc/self/exe")
+        .arg0(&program)
+        .args(kept)
+        .env("CADUCEUS_TOKEN", token)
+        .exec();
+    tracing::warn!("cannot re-execute without --token ({err}): the token stays visible in ps");
+}
+
+/// Logs what [`protect_process`] did.
+pub(crate) fn report(protection: &Protection) {
     if let Some(err) = &protection.dumpable_error {
         tracing::warn!(
             "cannot make this process non-dumpable ({err}): its sandboxes may read its environment through /proc"
@@ -88,9 +134,8 @@ pub(crate) fn report(protection: &Protection, token_on_command_line: bool) {
             .collect();
         tracing::debug!(names = %names.join(","), "secret variables withheld from the process environment");
     }
-    if token_on_command_line {
-        tracing::warn!(
-            "a token given with --token is visible to every process on this host, sandboxes included (ps, /proc/<pid>/cmdline); set CADUCEUS_TOKEN instead"
-        );
-    }
 }
+
+#[cfg(test)]
+#[path = "hardening_tests.rs"]
+mod tests;

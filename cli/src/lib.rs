@@ -216,11 +216,14 @@ pub fn main() -> std::process::ExitCode {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let matches = Cli::command().get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|err| err.exit());
-    // Arguments (and the variables clap reads) are parsed; no thread exists yet.
-    let protection = hardening::protect_process();
     let quiet = !matches!(cli.command, Command::Serve(_) | Command::Worker(_));
     init_logging(if quiet { "warn" } else { "info" });
-    hardening::report(&protection, hardening::token_on_command_line(&matches));
+    if let Some(token) = hardening::token_on_command_line(&matches) {
+        hardening::hide_token(&token);
+    }
+    // Arguments (and the variables clap reads) are parsed; no thread exists yet.
+    let protection = hardening::protect_process();
+    hardening::report(&protection);
     // A worker spends its time waiting on pipes and sockets (its commands run
     // as separate processes), so one thread serves it best: a tool call then
     // crosses no thread boundary inside the worker (measured: ~50 µs less per

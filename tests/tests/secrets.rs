@@ -216,6 +216,11 @@ fn serve_warns_about_a_short_token_a_reachable_address_without_tls_and_a_token_i
         said.contains("given with --token is visible to every process"),
         "{said}"
     );
+    // ... and moved it out of its arguments: ps no longer shows it.
+    let cmdline = std::fs::read(format!("/proc/{}/cmdline", coordinator.pid())).unwrap();
+    let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+    assert!(cmdline.contains("serve --listen 0.0.0.0:0"), "{cmdline}");
+    assert!(!cmdline.contains("short-token"), "{cmdline}");
 
     // A long token from the environment on loopback: no warnings.
     let mut cmd = fleet.command();
