@@ -90,9 +90,19 @@ pub struct Coordinator {
     dispatcher: Arc<Dispatcher>,
     sessions: SessionHub,
     tokens: Arc<TokenStore>,
-    /// Command channels of workers attached with a scoped token, by token id.
-    worker_tokens: Mutex<Vec<(String, CommandSender)>>,
+    /// Workers attached with a scoped token: revoking it, or its expiry,
+    /// disconnects them.
+    worker_tokens: Mutex<Vec<AttachedWith>>,
 }
+
+/// A worker's command channel and the scoped token it attached with.
+struct AttachedWith {
+    token: TokenInfo,
+    commands: CommandSender,
+}
+
+/// How often attached workers' tokens are checked for expiry.
+const EXPIRY_CHECK: Duration = Duration::from_secs(1);
 
 /// Where a worker's commands go (its attach response stream).
 pub type CommandSender = mpsc::Sender<Result<WorkerCommand, Status>>;
@@ -148,7 +158,7 @@ impl Coordinator {
         let sessions = SessionHub::new(dispatcher.clone(), config.agent.clone());
         // Background-process notices go to the session that started the process.
         sessions.spawn_notice_router(notices_rx);
-        Ok(Arc::new(Coordinator {
+        let coordinator = Arc::new(Coordinator {
             id: config.id.clone(),
             config,
             registry,
@@ -157,7 +167,19 @@ impl Coordinator {
             sessions,
             tokens,
             worker_tokens: Mutex::new(Vec::new()),
-        }))
+        });
+        let weak = Arc::downgrade(&coordinator);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(EXPIRY_CHECK);
+            loop {
+                tick.tick().await;
+                let Some(coordinator) = weak.upgrade() else {
+                    break;
+                };
+                coordinator.disconnect_expired_workers().await;
+            }
+        });
+        Ok(coordinator)
     }
 
     pub fn id(&self) -> &str {
@@ -179,11 +201,11 @@ impl Coordinator {
     }
 
     /// Remembers that the worker reading `commands` attached with the scoped
-    /// token `token_id`, so that revoking the token disconnects it.
-    pub fn worker_attached_with(&self, token_id: String, commands: CommandSender) {
+    /// token `token`, so that revoking the token, or its expiry, disconnects it.
+    pub fn worker_attached_with(&self, token: TokenInfo, commands: CommandSender) {
         let mut attached = self.worker_tokens.lock().unwrap_or_else(|e| e.into_inner());
-        attached.retain(|(_, sender)| !sender.is_closed());
-        attached.push((token_id, commands));
+        attached.retain(|a| !a.commands.is_closed());
+        attached.push(AttachedWith { token, commands });
     }
 
     /// Revokes the token with id `which` (or every live one named so) and
@@ -196,23 +218,42 @@ impl Coordinator {
         let revoked = tokio::task::spawn_blocking(move || tokens.revoke(&which_owned))
             .await
             .unwrap_or_else(|err| Err(TokenError::NotFound(format!("{which} ({err})"))))?;
-        let streams: Vec<_> = {
+        for token in &revoked {
+            tracing::info!(id = %token.id, name = %token.name, role = token.role.as_str(), "token revoked");
+        }
+        let disconnected = self
+            .disconnect_workers(
+                |token| revoked.iter().any(|t| t.id == token.id),
+                "revoked token: the token '{name}' this worker attached with was revoked",
+            )
+            .await;
+        Ok((revoked, disconnected))
+    }
+
+    /// Disconnects the workers whose token has expired since they attached.
+    async fn disconnect_expired_workers(&self) {
+        let now = auth::tokens::now_secs();
+        self.disconnect_workers(
+            |token| token.expires_at.is_some_and(|at| at <= now),
+            "expired token: the token '{name}' this worker attached with has expired",
+        )
+        .await;
+    }
+
+    /// Ends the attach streams of the workers whose token is `hit`, with
+    /// `UNAUTHENTICATED` and `message` (`{name}`: the token's name); how many.
+    async fn disconnect_workers(&self, hit: impl Fn(&TokenInfo) -> bool, message: &str) -> usize {
+        let streams: Vec<AttachedWith> = {
             let mut attached = self.worker_tokens.lock().unwrap_or_else(|e| e.into_inner());
             let (hit, kept) = std::mem::take(&mut *attached)
                 .into_iter()
-                .partition(|(id, _)| revoked.iter().any(|t| &t.id == id));
+                .partition(|a| hit(&a.token));
             *attached = kept;
             hit
         };
         let mut disconnected = 0;
-        for (id, commands) in streams {
-            let name = revoked
-                .iter()
-                .find(|t| t.id == id)
-                .map_or(id.as_str(), |t| t.name.as_str());
-            let status = Status::unauthenticated(format!(
-                "revoked token: the token '{name}' this worker attached with was revoked"
-            ));
+        for AttachedWith { token, commands } in streams {
+            let status = Status::unauthenticated(message.replace("{name}", &token.name));
             // Ending the response stream with an error closes the attach; a
             // worker too busy to take it gets it as soon as it reads again.
             if tokio::time::timeout(Duration::from_secs(5), commands.send(Err(status)))
@@ -222,10 +263,7 @@ impl Coordinator {
                 disconnected += 1;
             }
         }
-        for token in &revoked {
-            tracing::info!(id = %token.id, name = %token.name, role = token.role.as_str(), "token revoked");
-        }
-        Ok((revoked, disconnected))
+        disconnected
     }
 
     /// Approval state of the command guard; `None` when the coordinator runs

@@ -420,3 +420,32 @@ fn a_sandbox_of_a_worker_running_as_the_same_user_cannot_read_the_worker() {
     assert!(seen.contains("Permission denied"), "{seen}");
     assert_none_leaked(&seen, &secrets);
 }
+
+#[test]
+fn a_worker_whose_token_expires_is_disconnected_and_not_let_back() {
+    let fleet = Fleet::new();
+    let coordinator = fleet.serve(&[]);
+    let token = admin(
+        &fleet,
+        &coordinator,
+        &[
+            "tokens",
+            "create",
+            "--role",
+            "worker",
+            "--name",
+            "short-lived",
+            "--expires",
+            "8s",
+        ],
+    );
+    let mut worker = worker_with_token(&fleet, &coordinator, "brief", &token);
+    fleet.wait_for_workers(&coordinator, &["brief"], Duration::from_secs(8));
+    let exit = worker.wait_exit(Duration::from_secs(30));
+    assert!(
+        exit.is_some_and(|s| !s.success()),
+        "the worker exits: {exit:?}"
+    );
+    assert!(worker.stderr_to_end().contains("'short-lived' has expired"));
+    fleet.wait_for_workers(&coordinator, &[], Duration::from_secs(30));
+}

@@ -130,14 +130,13 @@ impl WorkerGateway for GatewayService {
         let token = request
             .extensions()
             .get::<Caller>()
-            .and_then(|caller| caller.token.as_ref())
-            .map(|token| token.id.clone());
+            .and_then(|caller| caller.token.clone());
         let (commands, rx) = mpsc::channel(64);
         self.coordinator
             .attach_worker(Box::pin(request.into_inner()), commands.clone(), peer)
             .await?;
         if let Some(token) = token {
-            // Revoking the token disconnects this worker.
+            // Revoking the token, or its expiry, disconnects this worker.
             self.coordinator.worker_attached_with(token, commands);
         }
         Ok(Response::new(ReceiverStream::new(rx)))
