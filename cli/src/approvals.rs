@@ -54,6 +54,8 @@ pub struct RemoteArgs {
     /// Coordinator address (http://host:port or https://host:port).
     #[arg(long, env = "CADUCEUS_COORDINATOR")]
     coordinator: Option<String>,
+    /// An admin token (prefer CADUCEUS_TOKEN: a --token is visible in ps
+    /// until caduceus moves it out of its arguments).
     #[arg(long, env = "CADUCEUS_TOKEN", hide_env_values = true)]
     token: Option<String>,
     /// CA certificate (PEM) to trust for an https coordinator.

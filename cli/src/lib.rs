@@ -90,7 +90,8 @@ struct ServeArgs {
     #[arg(long)]
     listen: Option<String>,
     /// Shared token: an admin token for workers, clients and operators
-    /// (`caduceus tokens create` makes scoped ones).
+    /// (`caduceus tokens create` makes scoped ones). Prefer CADUCEUS_TOKEN:
+    /// a --token is visible in ps until caduceus moves it out of its arguments.
     #[arg(long, env = "CADUCEUS_TOKEN", hide_env_values = true)]
     token: Option<String>,
     /// TLS certificate (PEM); TLS is on when both --tls-cert and --tls-key are given.
@@ -119,6 +120,8 @@ struct WorkerArgs {
     /// Coordinator address (http://host:port or https://host:port).
     #[arg(long, env = "CADUCEUS_COORDINATOR")]
     coordinator: Option<String>,
+    /// Token (a worker, client or admin one). Prefer CADUCEUS_TOKEN: a
+    /// --token is visible in ps until caduceus moves it out of its arguments.
     #[arg(long, env = "CADUCEUS_TOKEN", hide_env_values = true)]
     token: Option<String>,
     /// Name of this worker, unique in the fleet (default: the host name).
@@ -157,6 +160,8 @@ struct ClientArgs {
     /// Coordinator address; without it an embedded coordinator and local worker are started.
     #[arg(long, env = "CADUCEUS_COORDINATOR")]
     coordinator: Option<String>,
+    /// Token (a worker, client or admin one). Prefer CADUCEUS_TOKEN: a
+    /// --token is visible in ps until caduceus moves it out of its arguments.
     #[arg(long, env = "CADUCEUS_TOKEN", hide_env_values = true)]
     token: Option<String>,
     /// CA certificate (PEM) to trust for an https coordinator.

@@ -217,7 +217,7 @@ impl Coordinator {
         let which_owned = which.to_owned();
         let revoked = tokio::task::spawn_blocking(move || tokens.revoke(&which_owned))
             .await
-            .unwrap_or_else(|err| Err(TokenError::NotFound(format!("{which} ({err})"))))?;
+            .unwrap_or_else(|err| Err(TokenError::Interrupted(err.to_string())))?;
         for token in &revoked {
             tracing::info!(id = %token.id, name = %token.name, role = token.role.as_str(), "token revoked");
         }

@@ -73,6 +73,8 @@ pub enum TokenError {
     Store { path: PathBuf, source: StoreError },
     #[error("token table error: {0}")]
     Sql(#[from] rusqlite::Error),
+    #[error("the token change was interrupted: {0}")]
+    Interrupted(String),
 }
 
 type Hash = [u8; 32];

@@ -389,7 +389,9 @@ fn token_status(err: &TokenError) -> Status {
     match err {
         TokenError::Role(_) => Status::invalid_argument(err.to_string()),
         TokenError::NotFound(_) => Status::not_found(err.to_string()),
-        TokenError::Store { .. } | TokenError::Sql(_) => Status::internal(err.to_string()),
+        TokenError::Store { .. } | TokenError::Sql(_) | TokenError::Interrupted(_) => {
+            Status::internal(err.to_string())
+        }
     }
 }
 
