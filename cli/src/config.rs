@@ -14,13 +14,20 @@ use caduceus_worker::backends::docker::settings::DockerSettings;
 use caduceus_worker::backends::lease::LeasePolicy;
 use caduceus_worker::backends::pool::PoolSpec;
 
+use crate::token::TokenSource;
+
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default)]
 pub struct Config {
     /// Coordinator address for client commands (`CADUCEUS_COORDINATOR`).
     pub coordinator: Option<String>,
-    /// Shared token (`CADUCEUS_TOKEN`).
-    pub token: Option<String>,
+    /// Shared token: the file's `token` or `token_file`, overridden by
+    /// `CADUCEUS_TOKEN` or `CADUCEUS_TOKEN_FILE` (see `token.rs`).
+    #[serde(skip)]
+    pub token: Option<TokenSource>,
+    #[serde(rename = "token")]
+    token_value: Option<String>,
+    token_file: Option<PathBuf>,
     /// Where `serve` listens.
     pub listen: Option<String>,
     pub tls: TlsSection,
@@ -406,8 +413,14 @@ impl Config {
             }
             Err(err) => return Err(err).with_context(|| format!("cannot read {}", path.display())),
         };
+        config.token = TokenSource::one_of(
+            config.token_value.take(),
+            config.token_file.take(),
+            ("the configuration's token", "token_file"),
+        )
+        .with_context(|| format!("invalid configuration in {}", path.display()))?;
         config.path = Some(path);
-        config.apply_env();
+        config.apply_env()?;
         Ok(config)
     }
 
@@ -426,15 +439,19 @@ impl Config {
         }
     }
 
-    fn apply_env(&mut self) {
-        // Secret ones (CADUCEUS_TOKEN, CADUCEUS_COORDINATOR) were withheld
-        // from the environment at start.
+    fn apply_env(&mut self) -> Result<()> {
+        // Secret-named ones (CADUCEUS_TOKEN, CADUCEUS_TOKEN_FILE,
+        // CADUCEUS_COORDINATOR) were withheld from the environment at start.
         let var = process_env::var;
         if let Some(v) = var("CADUCEUS_COORDINATOR") {
             self.coordinator = Some(v);
         }
-        if let Some(v) = var("CADUCEUS_TOKEN") {
-            self.token = Some(v);
+        if let Some(source) = TokenSource::one_of(
+            var("CADUCEUS_TOKEN"),
+            var("CADUCEUS_TOKEN_FILE").map(PathBuf::from),
+            ("CADUCEUS_TOKEN", "CADUCEUS_TOKEN_FILE"),
+        )? {
+            self.token = Some(source);
         }
         if let Some(v) = var("CADUCEUS_RUN_AS") {
             self.worker.run_as = Some(v);
@@ -458,6 +475,7 @@ impl Config {
             self.terminal.lifetime_seconds = v;
         }
         self.apply_remote_backend_env(&var);
+        Ok(())
     }
 
     /// `TERMINAL_SSH_*`, `TERMINAL_SINGULARITY_*`, `TERMINAL_CONTAINER_*`.

@@ -115,6 +115,9 @@ pub(crate) fn hide_token(token: &str) {
         .arg0(&program)
         .args(kept)
         .env("CADUCEUS_TOKEN", token)
+        // The flag outranked a token file named in the environment; the
+        // variable now carries the flag's token, so the file must not clash.
+        .env_remove("CADUCEUS_TOKEN_FILE")
         .exec();
     tracing::warn!("cannot re-execute without --token ({err}): the token stays visible in ps");
 }
