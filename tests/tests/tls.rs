@@ -20,6 +20,16 @@ openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out s
     run_in(dir, script)
 }
 
+/// Whether the openssl CLI is here (skipping loudly, or failing under
+/// CADUCEUS_REQUIRE_ALL, when not).
+fn have_openssl() -> bool {
+    require(
+        "openssl",
+        "the openssl CLI (apt-get install openssl) to make test certificates",
+        || Command::new("openssl").arg("version").output().is_ok(),
+    )
+}
+
 /// Runs a bash script in `dir`; whether it succeeded.
 fn run_in(dir: &Path, script: &str) -> bool {
     Command::new("bash")
@@ -33,11 +43,7 @@ fn run_in(dir: &Path, script: &str) -> bool {
 
 #[test]
 fn tls_coordinator_worker_and_client() {
-    if !require(
-        "openssl",
-        "the openssl CLI (apt-get install openssl) to make test certificates",
-        || Command::new("openssl").arg("version").output().is_ok(),
-    ) {
+    if !have_openssl() {
         return;
     }
     let fleet = Fleet::new();
@@ -141,11 +147,7 @@ openssl x509 -req -in worker.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out w
 
 #[test]
 fn with_a_client_ca_only_workers_with_a_client_certificate_attach() {
-    if !require(
-        "openssl",
-        "the openssl CLI (apt-get install openssl) to make test certificates",
-        || Command::new("openssl").arg("version").output().is_ok(),
-    ) {
+    if !have_openssl() {
         return;
     }
     let fleet = Fleet::new();
