@@ -22,6 +22,7 @@ use clap::{Args, Parser, Subcommand};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use caduceus_common::redact;
 use caduceus_coordinator::guard::{CommandGate, Gate};
 use caduceus_coordinator::registry::ToolFilter;
 use caduceus_coordinator::server::TlsFiles;
@@ -326,18 +327,34 @@ async fn serve(args: ServeArgs, config: &Config) -> Result<()> {
 }
 
 /// Coordinator settings from the configuration (serve and embedded fleets).
+/// Registers the secrets it holds (the token, the model's API key and extra
+/// headers, the secret-named variables of its environment) with the output
+/// redaction.
 pub(crate) fn coordinator_config(config: &Config, token: String) -> Result<CoordinatorConfig> {
+    let agent = agent_settings::agent_settings(config)?;
+    redact::register_secret(&token);
+    for secret in agent
+        .llm
+        .api_key
+        .iter()
+        .chain(agent.llm.extra_headers.values())
+    {
+        redact::register_secret(secret);
+    }
+    redact::register_scrubbed_env(std::env::vars(), &[]);
     Ok(CoordinatorConfig {
         token,
         terminal_backend: config.terminal.backend.clone(),
         terminal_timeout_secs: config.terminal.timeout,
         environment_settings: config.terminal.environment_settings(),
-        agent: agent_settings::agent_settings(config)?,
+        agent,
         ..CoordinatorConfig::default()
     })
 }
 
-/// Worker settings from the configuration.
+/// Worker settings from the configuration. The variables withheld from
+/// sandboxes (and the sudo password among them) are registered with the
+/// output redaction.
 pub(crate) fn worker_config(
     config: &Config,
     name: String,
@@ -359,6 +376,7 @@ pub(crate) fn worker_config(
         std::env::vars(),
         &config.terminal.env_passthrough,
     );
+    redact::register_scrubbed_env(std::env::vars(), &config.terminal.env_passthrough);
     WorkerConfig {
         name,
         labels,
@@ -481,6 +499,7 @@ async fn worker(args: WorkerArgs, config: &Config) -> Result<()> {
     let token = args.token.or_else(|| config.token.clone()).ok_or_else(|| {
         anyhow!("worker needs the coordinator's token: pass --token or set CADUCEUS_TOKEN")
     })?;
+    redact::register_secret(&token);
     let name = args
         .name
         .or_else(|| config.worker.name.clone())
