@@ -11,8 +11,17 @@ use std::time::Duration;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use caduceus_tests::Fleet;
+use caduceus_tests::{Fleet, Proc};
 use serde_json::json;
+
+/// The `output` of one `terminal` call of task `t`.
+fn terminal_output(fleet: &Fleet, coordinator: &Proc, command: &str) -> String {
+    let result = fleet.call(coordinator, "terminal", &json!({ "command": command }), "t");
+    result["output"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no output: {result}"))
+        .to_owned()
+}
 
 const SERVICE_TOKEN: &str = "svc-Qm7Zx2Kp9Wv4Lr8Tb3Nd";
 const AWS_SECRET: &str = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYzz8Kq2Vn5";
@@ -20,7 +29,7 @@ const AWS_SECRET: &str = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYzz8Kq2Vn5";
 #[test]
 fn known_secrets_are_masked_however_they_are_printed() {
     let fleet = Fleet::new();
-    let coordinator = fleet.serve(&[]);
+    let coordinator = fleet.serve(&["--heartbeat-ms", "5000"]);
     let _worker = fleet.worker_with_env(
         &coordinator,
         "w",
@@ -39,13 +48,7 @@ fn known_secrets_are_masked_however_they_are_printed() {
              printf '%s\\n' '{secret}' | base64; printf 'xx%syy\\n' '{secret}'; \
              printf 'prefix-%s' '{secret}' | base64"
         );
-        let result = fleet.call(
-            &coordinator,
-            "terminal",
-            &json!({ "command": command }),
-            "t",
-        );
-        let output = result["output"].as_str().unwrap();
+        let output = terminal_output(&fleet, &coordinator, &command);
         let reversed: String = secret.chars().rev().collect();
         let encoded = STANDARD.encode(format!("{secret}\n"));
         for form in [secret, reversed.as_str(), &encoded[..encoded.len() - 4]] {
@@ -58,7 +61,7 @@ fn known_secrets_are_masked_however_they_are_printed() {
 #[test]
 fn credential_lines_and_cut_private_keys_are_masked() {
     let fleet = Fleet::new();
-    let coordinator = fleet.serve(&[]);
+    let coordinator = fleet.serve(&["--heartbeat-ms", "5000"]);
     let _worker = fleet.worker(&coordinator, "w", &fleet.token, &[]);
     fleet.wait_for_workers(&coordinator, &["w"], Duration::from_secs(30));
     let dir = fleet.home.path().join("creds");
@@ -76,13 +79,7 @@ fn credential_lines_and_cut_private_keys_are_masked() {
     )
     .unwrap();
     let command = format!("cat {}; head -2 {}", ini.display(), key.display());
-    let result = fleet.call(
-        &coordinator,
-        "terminal",
-        &json!({ "command": command }),
-        "t",
-    );
-    let output = result["output"].as_str().unwrap();
+    let output = terminal_output(&fleet, &coordinator, &command);
     for leaked in ["hunter2hunter2", "Zx8Kq2Vn5Lr7", "b3BlbnNzaC1rZXkt"] {
         assert!(!output.contains(leaked), "{leaked} leaked:\n{output}");
     }
