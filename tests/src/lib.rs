@@ -225,6 +225,35 @@ impl Fleet {
         names
     }
 
+    /// Waits until worker `name` offers `backend` (Docker is offered once its
+    /// engine was probed).
+    pub fn wait_for_backend(
+        &self,
+        coordinator: &Proc,
+        name: &str,
+        backend: &str,
+        within: Duration,
+    ) {
+        let deadline = Instant::now() + within;
+        loop {
+            let status = self.status(coordinator);
+            let ready = status["workers"].as_array().unwrap().iter().any(|w| {
+                w["name"] == name
+                    && w["backends"]
+                        .as_array()
+                        .is_some_and(|b| b.iter().any(|b| b == backend))
+            });
+            if ready {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "worker {name} never offered {backend}: {status}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// Waits until the attached workers are exactly `names`.
     pub fn wait_for_workers(&self, coordinator: &Proc, names: &[&str], within: Duration) {
         let mut want: Vec<String> = names.iter().map(|s| (*s).to_owned()).collect();
