@@ -24,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use caduceus_coordinator::guard::{CommandGate, Gate};
 use caduceus_coordinator::registry::ToolFilter;
+use caduceus_coordinator::scheduler::Liveness;
 use caduceus_coordinator::server::TlsFiles;
 use caduceus_coordinator::{Coordinator, CoordinatorConfig};
 use caduceus_worker::link::LinkOptions;
@@ -90,8 +91,16 @@ struct ServeArgs {
     #[arg(long)]
     tls_key: Option<PathBuf>,
     /// Heartbeat interval workers are asked to keep, milliseconds.
-    #[arg(long, default_value_t = 2000)]
+    #[arg(long, default_value_t = 1000)]
     heartbeat_ms: u64,
+    /// Silence after which a worker is `suspect` (no new placements),
+    /// milliseconds (default: 1.5 heartbeat intervals).
+    #[arg(long)]
+    suspect_after_ms: Option<u64>,
+    /// Silence after which a worker is lost (its calls are answered with an
+    /// error, its tasks placed afresh), milliseconds (default: 3 intervals).
+    #[arg(long)]
+    lost_after_ms: Option<u64>,
     /// Threads of the coordinator's runtime; 0 = automatic (one thread on
     /// machines with up to 2 cores, else one per core). One thread answers
     /// calls fastest (no thread hand-offs, ~50 µs less per call, measured) and
@@ -302,9 +311,26 @@ async fn serve(args: ServeArgs, config: &Config) -> Result<()> {
         (None, None) => None,
         _ => bail!("TLS needs both --tls-cert and --tls-key"),
     };
+    let mut liveness = Liveness::from_interval(Duration::from_millis(args.heartbeat_ms.max(100)));
+    if let Some(ms) = args.suspect_after_ms {
+        liveness.suspect_after = Duration::from_millis(ms);
+    }
+    if let Some(ms) = args.lost_after_ms {
+        liveness.lost_after = Duration::from_millis(ms);
+    }
+    if liveness.suspect_after < liveness.heartbeat_interval
+        || liveness.lost_after < liveness.suspect_after
+    {
+        bail!(
+            "heartbeat settings must grow: --heartbeat-ms ({} ms) <= --suspect-after-ms ({} ms) <= --lost-after-ms ({} ms)",
+            liveness.heartbeat_interval.as_millis(),
+            liveness.suspect_after.as_millis(),
+            liveness.lost_after.as_millis()
+        );
+    }
     let coordinator = Coordinator::start(
         CoordinatorConfig {
-            heartbeat_interval: Duration::from_millis(args.heartbeat_ms.max(100)),
+            liveness,
             ..coordinator_config(config, token)?
         },
         gate(config),

@@ -38,6 +38,28 @@ pub fn bin() -> PathBuf {
     path
 }
 
+/// Heartbeat settings of test fleets: the product's 1 s heartbeat, but a
+/// worker is suspect only after 5 s and lost only after 15 s of silence, so a
+/// loaded test machine (2 cores, parallel builds) never loses a live worker.
+/// Killed workers are noticed at once anyway (their stream closes); tests of
+/// hung workers pass their own settings ([`PRODUCT_LIVENESS`]).
+pub const TEST_LIVENESS: [(&str, &str); 3] = [
+    ("--heartbeat-ms", "1000"),
+    ("--suspect-after-ms", "5000"),
+    ("--lost-after-ms", "15000"),
+];
+
+/// The product defaults (heartbeat 1 s, suspect after 1.5 s, lost after 3 s),
+/// for tests of hung-worker detection.
+pub const PRODUCT_LIVENESS: [&str; 6] = [
+    "--heartbeat-ms",
+    "1000",
+    "--suspect-after-ms",
+    "1500",
+    "--lost-after-ms",
+    "3000",
+];
+
 /// A temporary `CADUCEUS_HOME` and a token shared by a test's processes.
 pub struct Fleet {
     pub home: tempfile::TempDir,
@@ -74,18 +96,16 @@ impl Fleet {
     }
 
     /// Starts `caduceus serve` on a free port and waits until it listens.
+    /// Heartbeat settings not given in `extra` are [`TEST_LIVENESS`].
     pub fn serve(&self, extra: &[&str]) -> Proc {
         let mut cmd = self.command();
-        cmd.args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--token",
-            &self.token,
-            "--heartbeat-ms",
-            "500",
-        ])
-        .args(extra);
+        cmd.args(["serve", "--listen", "127.0.0.1:0", "--token", &self.token]);
+        for (flag, value) in TEST_LIVENESS {
+            if !extra.contains(&flag) {
+                cmd.args([flag, value]);
+            }
+        }
+        cmd.args(extra);
         let mut proc = Proc::spawn(cmd, "coordinator");
         let line = proc.wait_for_stderr(
             "caduceus coordinator listening on ",
