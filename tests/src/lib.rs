@@ -461,3 +461,67 @@ pub fn require(component: &str, how: &str, present: impl FnOnce() -> bool) -> bo
     eprintln!("\n*** SKIPPED: {message} ***\n");
     false
 }
+
+/// A Control client of a coordinator, presenting `token`.
+pub type ControlClient = caduceus_proto::control_client::ControlClient<
+    tonic::service::interceptor::InterceptedService<tonic::transport::Channel, BearerToken>,
+>;
+
+/// Adds `authorization: Bearer <token>` to every request.
+#[derive(Clone)]
+pub struct BearerToken(tonic::metadata::MetadataValue<tonic::metadata::Ascii>);
+
+impl tonic::service::Interceptor for BearerToken {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
+        request
+            .metadata_mut()
+            .insert(caduceus_proto::AUTHORIZATION, self.0.clone());
+        Ok(request)
+    }
+}
+
+/// Connects a Control client to `url`.
+pub async fn control_client(url: &str, token: &str) -> ControlClient {
+    let channel = tonic::transport::Endpoint::from_shared(url.to_owned())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let value = caduceus_proto::bearer(token).parse().unwrap();
+    caduceus_proto::control_client::ControlClient::with_interceptor(channel, BearerToken(value))
+}
+
+/// One `terminal` call through `client`: the parsed result and the worker
+/// that ran it.
+pub async fn terminal_call(
+    client: &mut ControlClient,
+    task: &str,
+    command: &str,
+) -> (Value, String) {
+    let response = client
+        .call_tool(caduceus_proto::CallToolRequest {
+            tool: "terminal".into(),
+            arguments_json: serde_json::json!({"command": command}).to_string(),
+            task_id: task.into(),
+            session_id: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    (
+        serde_json::from_str(&response.result).unwrap(),
+        response.worker,
+    )
+}
+
+/// Sends `signal` (`STOP`, `CONT`, `TERM`, `INT`, ...) to a process.
+pub fn signal(pid: u32, signal: &str) {
+    let status = Command::new("kill")
+        .args([&format!("-{signal}"), &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill -{signal} {pid} failed");
+}
