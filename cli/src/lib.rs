@@ -557,11 +557,65 @@ fn host_name() -> String {
         .unwrap_or_else(|| "worker".to_owned())
 }
 
+/// `caduceus call`'s exit status after Ctrl-C (128 + SIGINT, as shells report it).
+const INTERRUPTED: i32 = 130;
+
+/// How long an interrupted `call` waits for its coordinator to take the cancel.
+const CANCEL_CONFIRM: Duration = Duration::from_secs(10);
+
+/// One tool call. Whatever happens to the call itself, stdout gets one JSON
+/// result: the tool's, or one saying the coordinator was lost or the call
+/// was interrupted (Ctrl-C cancels it on the worker and exits 130; a second
+/// Ctrl-C exits at once).
+#[allow(clippy::print_stderr)] // the binary's edge
 async fn call(args: CallArgs, config: &Config) -> Result<()> {
-    let mut target = Target::open(&remote(&args.client, config), config, gate(config), 1).await?;
-    let reply = target.call(&args.tool, &args.arguments, &args.task).await;
+    let remote = remote(&args.client, config);
+    // Registered before the call starts, so no Ctrl-C goes unseen.
+    let mut interrupts = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+        .context("cannot watch for Ctrl-C")?;
+    let mut target = Target::open(&remote, config, gate(config), 1).await?;
+    let reply = tokio::select! {
+        reply = target.call(&args.tool, &args.arguments, &args.task) => Some(reply),
+        _ = interrupts.recv() => None,
+    };
+    let Some(reply) = reply else {
+        // The call's future is gone: that cancels it (remote: its stream is
+        // reset and the coordinator cancels it on the worker; embedded: the
+        // worker is told directly). A second Ctrl-C does not wait for that.
+        tokio::spawn(async move {
+            interrupts.recv().await;
+            eprintln!("interrupted again: exiting without waiting");
+            std::process::exit(INTERRUPTED);
+        });
+        let message = match &remote.url {
+            Some(url) if target.confirm_abandoned(CANCEL_CONFIRM).await => format!(
+                "Interrupted (Ctrl-C): the call was cancelled; the coordinator at {url} stops its command on the worker."
+            ),
+            Some(url) => format!(
+                "Interrupted (Ctrl-C): the call was abandoned, but the coordinator at {url} did not answer within {}s, so whether its command was stopped is unknown.",
+                CANCEL_CONFIRM.as_secs()
+            ),
+            None => {
+                "Interrupted (Ctrl-C): the call was cancelled and its command stopped.".to_owned()
+            }
+        };
+        // Embedded: ends the worker's environments (and the stopped command's shell).
+        target.close().await;
+        out(&caduceus_common::result::tool_error(message))?;
+        std::process::exit(INTERRUPTED);
+    };
     target.close().await;
-    out(&reply?.result)
+    match reply {
+        Ok(reply) => out(&reply.result),
+        Err(err) => match err.downcast_ref::<target::ConnectionLost>() {
+            Some(lost) => out(&caduceus_common::result::tool_error(format!(
+                "The connection to the coordinator at {} was lost while this call was running ({}). The command was stopped: a worker stops a call when it loses its coordinator, and a coordinator stops a call when it loses its caller. What it did before that remains; check before repeating it.",
+                remote.url.as_deref().unwrap_or("(embedded)"),
+                lost.0
+            ))),
+            None => Err(err),
+        },
+    }
 }
 
 async fn tools(args: ToolsArgs, config: &Config) -> Result<()> {

@@ -76,7 +76,7 @@ async fn a_hung_worker_is_suspect_then_lost_and_its_calls_end_naming_it() {
     });
     let needle = format!("sleep {mark}");
     let deadline = Instant::now() + Duration::from_secs(20);
-    while !caduceus_tests::process_alive_with(&needle) {
+    while !running(&needle) {
         assert!(Instant::now() < deadline, "the call never started");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -132,7 +132,7 @@ async fn a_hung_worker_is_suspect_then_lost_and_its_calls_end_naming_it() {
     fleet.wait_for_workers(&coordinator, &["w1", "w2"], Duration::from_secs(30));
     // The resumed worker stopped the command nobody waits for any more.
     assert!(
-        caduceus_tests::wait_gone(&needle, Duration::from_secs(20)),
+        gone_within(&needle, Duration::from_secs(20)),
         "the abandoned command still runs on the resumed worker"
     );
 }
@@ -198,4 +198,213 @@ async fn a_worker_back_from_a_hang_never_answers_for_a_task_placed_elsewhere() {
         .map(|w| w.name.clone())
         .collect();
     assert_eq!(listed, [other], "one task, one live environment");
+}
+
+/// A unique `sleep` command and the needle that finds its process.
+fn unique_sleep() -> String {
+    format!(
+        "sleep {}.{}{:09}",
+        500 + std::process::id() % 100,
+        std::process::id(),
+        uuid_digits()
+    )
+}
+
+fn uuid_digits() -> u32 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos()
+}
+
+/// `caduceus call terminal {command}` as a child process (stdout piped);
+/// `url` = None runs it embedded.
+fn spawn_call(fleet: &Fleet, url: Option<&str>, command: &str) -> std::process::Child {
+    let mut cmd = fleet.command();
+    cmd.args([
+        "call",
+        "terminal",
+        &serde_json::json!({ "command": command }).to_string(),
+        "--task",
+        "t",
+    ]);
+    if let Some(url) = url {
+        cmd.env("CADUCEUS_COORDINATOR", url)
+            .env("CADUCEUS_TOKEN", &fleet.token);
+    }
+    cmd.stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits for a child to exit; its status and stdout.
+fn finish(mut child: std::process::Child, within: Duration) -> (std::process::ExitStatus, Value) {
+    let deadline = Instant::now() + within;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("caduceus call did not exit within {within:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let result = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+        panic!(
+            "not one JSON result ({e}, exit {}): {stdout}\nstderr: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status, result)
+}
+
+/// Is a process running exactly `command` (not one that merely mentions it,
+/// like the `caduceus call` that asked for it)?
+fn running(command: &str) -> bool {
+    std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+        std::fs::read(e.path().join("cmdline"))
+            .map(|raw| String::from_utf8_lossy(&raw).replace('\0', " ").trim() == command)
+            .unwrap_or(false)
+    })
+}
+
+fn gone_within(command: &str, within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    while running(command) {
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    true
+}
+
+fn wait_started(needle: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !running(needle) {
+        assert!(Instant::now() < deadline, "'{needle}' never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_call_in_flight_when_the_coordinator_dies_prints_a_result_naming_it() {
+    let fleet = Fleet::new();
+    let mut coordinator = fleet.serve(&[]);
+    let _w1 = fleet.worker(&coordinator, "w1", &fleet.token, &[]);
+    fleet.wait_for_workers(&coordinator, &["w1"], Duration::from_secs(30));
+    let command = unique_sleep();
+    let url = coordinator.url();
+    let child = spawn_call(&fleet, Some(&url), &command);
+    wait_started(&command);
+
+    coordinator.kill();
+    let (status, result) = finish(child, Duration::from_secs(30));
+    let error = result["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains(&format!("coordinator at {url} was lost")) && error.contains("was stopped"),
+        "{result}"
+    );
+    assert!(status.success(), "{status}");
+    // And it was: the worker stopped the command when it lost the coordinator.
+    assert!(
+        gone_within(&command, Duration::from_secs(20)),
+        "the command outlived its coordinator"
+    );
+}
+
+#[test]
+fn ctrl_c_cancels_a_remote_call_on_its_worker_and_exits_130() {
+    let fleet = Fleet::new();
+    let coordinator = fleet.serve(&[]);
+    let _w1 = fleet.worker(&coordinator, "w1", &fleet.token, &[]);
+    fleet.wait_for_workers(&coordinator, &["w1"], Duration::from_secs(30));
+    let command = unique_sleep();
+    let child = spawn_call(&fleet, Some(&coordinator.url()), &command);
+    wait_started(&command);
+
+    signal(child.id(), "INT");
+    let (status, result) = finish(child, Duration::from_secs(30));
+    assert_eq!(status.code(), Some(130), "{result}");
+    assert!(
+        result["error"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("Interrupted (Ctrl-C): the call was cancelled"),
+        "{result}"
+    );
+    assert!(
+        gone_within(&command, Duration::from_secs(20)),
+        "the interrupted command still runs on the worker"
+    );
+    // The task's environment serves the next call.
+    let next = fleet.call(
+        &coordinator,
+        "terminal",
+        &serde_json::json!({"command": "echo next"}),
+        "t",
+    );
+    assert_eq!(next["output"], "next", "{next}");
+}
+
+#[test]
+fn ctrl_c_cancels_an_embedded_call_and_exits_130() {
+    let fleet = Fleet::new();
+    let command = unique_sleep();
+    let child = spawn_call(&fleet, None, &command);
+    wait_started(&command);
+
+    signal(child.id(), "INT");
+    let (status, result) = finish(child, Duration::from_secs(30));
+    assert_eq!(status.code(), Some(130), "{result}");
+    assert_eq!(
+        result["error"],
+        "Interrupted (Ctrl-C): the call was cancelled and its command stopped."
+    );
+    assert!(
+        !running(&command),
+        "the interrupted command outlived caduceus call"
+    );
+}
+
+#[test]
+fn a_second_ctrl_c_exits_at_once() {
+    let fleet = Fleet::new();
+    let coordinator = fleet.serve(&[]);
+    let _w1 = fleet.worker(&coordinator, "w1", &fleet.token, &[]);
+    fleet.wait_for_workers(&coordinator, &["w1"], Duration::from_secs(30));
+    let command = unique_sleep();
+    let mut child = spawn_call(&fleet, Some(&coordinator.url()), &command);
+    wait_started(&command);
+
+    // A frozen coordinator cannot confirm the cancel: the first Ctrl-C waits
+    // for it (up to 10 s); the second does not.
+    signal(coordinator.pid(), "STOP");
+    signal(child.id(), "INT");
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the first Ctrl-C did not wait for the coordinator"
+    );
+    signal(child.id(), "INT");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the second Ctrl-C did not end caduceus call"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(130));
+    signal(coordinator.pid(), "CONT");
+    // Once the coordinator runs again it cancels the abandoned call.
+    assert!(
+        gone_within(&command, Duration::from_secs(20)),
+        "the abandoned command still runs"
+    );
 }
