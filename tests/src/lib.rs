@@ -494,17 +494,18 @@ pub async fn control_client(url: &str, token: &str) -> ControlClient {
     caduceus_proto::control_client::ControlClient::with_interceptor(channel, BearerToken(value))
 }
 
-/// One `terminal` call through `client`: the parsed result and the worker
+/// One call of `tool` through `client`: the parsed result and the worker
 /// that ran it.
-pub async fn terminal_call(
+pub async fn tool_call(
     client: &mut ControlClient,
+    tool: &str,
+    args: &Value,
     task: &str,
-    command: &str,
 ) -> (Value, String) {
     let response = client
         .call_tool(caduceus_proto::CallToolRequest {
-            tool: "terminal".into(),
-            arguments_json: serde_json::json!({"command": command}).to_string(),
+            tool: tool.into(),
+            arguments_json: args.to_string(),
             task_id: task.into(),
             session_id: String::new(),
         })
@@ -515,6 +516,22 @@ pub async fn terminal_call(
         serde_json::from_str(&response.result).unwrap(),
         response.worker,
     )
+}
+
+/// One `terminal` call through `client`: the parsed result and the worker
+/// that ran it.
+pub async fn terminal_call(
+    client: &mut ControlClient,
+    task: &str,
+    command: &str,
+) -> (Value, String) {
+    tool_call(
+        client,
+        "terminal",
+        &serde_json::json!({ "command": command }),
+        task,
+    )
+    .await
 }
 
 /// Sends `signal` (`STOP`, `CONT`, `TERM`, `INT`, ...) to a process.
