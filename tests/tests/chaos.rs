@@ -9,7 +9,12 @@
 //! terminal call reports its shell's pid); and afterwards, with everything
 //! stopped gracefully, no shell or caduceus process of the fleet is left.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::print_stderr
+)]
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;

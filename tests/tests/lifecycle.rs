@@ -1,7 +1,12 @@
 //! Hung workers, fenced environments, and `caduceus call` when things go
 //! away (issue 9): real coordinator and worker processes, SIGSTOP/SIGCONT.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::print_stderr
+)]
 
 use std::time::{Duration, Instant};
 
@@ -46,6 +51,14 @@ fn shell_pid(result: &Value) -> u32 {
         .unwrap()
         .parse()
         .unwrap_or_else(|_| panic!("no pid in {result}"))
+}
+
+/// A coordinator (test heartbeat settings) and worker w1.
+fn fleet_of_one(fleet: &Fleet) -> (Proc, Proc) {
+    let coordinator = fleet.serve(&[]);
+    let w1 = fleet.worker(&coordinator, "w1", &fleet.token, &[]);
+    fleet.wait_for_workers(&coordinator, &["w1"], Duration::from_secs(30));
+    (coordinator, w1)
 }
 
 /// A coordinator with the product's heartbeat settings and workers w1, w2.
@@ -292,9 +305,7 @@ fn wait_started(needle: &str) {
 #[test]
 fn a_call_in_flight_when_the_coordinator_dies_prints_a_result_naming_it() {
     let fleet = Fleet::new();
-    let mut coordinator = fleet.serve(&[]);
-    let _w1 = fleet.worker(&coordinator, "w1", &fleet.token, &[]);
-    fleet.wait_for_workers(&coordinator, &["w1"], Duration::from_secs(30));
+    let (mut coordinator, _w1) = fleet_of_one(&fleet);
     let command = unique_sleep();
     let url = coordinator.url();
     let child = spawn_call(&fleet, Some(&url), &command);
@@ -318,9 +329,7 @@ fn a_call_in_flight_when_the_coordinator_dies_prints_a_result_naming_it() {
 #[test]
 fn ctrl_c_cancels_a_remote_call_on_its_worker_and_exits_130() {
     let fleet = Fleet::new();
-    let coordinator = fleet.serve(&[]);
-    let _w1 = fleet.worker(&coordinator, "w1", &fleet.token, &[]);
-    fleet.wait_for_workers(&coordinator, &["w1"], Duration::from_secs(30));
+    let (coordinator, _w1) = fleet_of_one(&fleet);
     let command = unique_sleep();
     let child = spawn_call(&fleet, Some(&coordinator.url()), &command);
     wait_started(&command);
@@ -372,9 +381,7 @@ fn ctrl_c_cancels_an_embedded_call_and_exits_130() {
 #[test]
 fn a_second_ctrl_c_exits_at_once() {
     let fleet = Fleet::new();
-    let coordinator = fleet.serve(&[]);
-    let _w1 = fleet.worker(&coordinator, "w1", &fleet.token, &[]);
-    fleet.wait_for_workers(&coordinator, &["w1"], Duration::from_secs(30));
+    let (coordinator, _w1) = fleet_of_one(&fleet);
     let command = unique_sleep();
     let mut child = spawn_call(&fleet, Some(&coordinator.url()), &command);
     wait_started(&command);

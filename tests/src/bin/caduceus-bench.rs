@@ -375,19 +375,7 @@ impl Loopback {
         let mut client =
             ControlClient::with_interceptor(channel, Auth(bearer(&self.token).parse().unwrap()));
         // Wait for a worker to offer the terminal.
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let status = client
-                .status(caduceus_proto::StatusRequest {})
-                .await
-                .unwrap()
-                .into_inner();
-            if !status.workers.is_empty() {
-                break;
-            }
-            assert!(Instant::now() < deadline, "no worker attached");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        wait_status(&mut client, "no worker attached", |s| !s.workers.is_empty()).await;
         client
     }
 }
@@ -405,6 +393,27 @@ impl Drop for Loopback {
     }
 }
 
+/// Polls the coordinator's status until `done` holds (30 s at most).
+async fn wait_status(
+    client: &mut Client,
+    what: &str,
+    done: impl Fn(&caduceus_proto::StatusResponse) -> bool,
+) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let status = client
+            .status(caduceus_proto::StatusRequest {})
+            .await
+            .unwrap()
+            .into_inner();
+        if done(&status) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// From SIGSTOP of the worker running a call to the call's answer, `n` times.
 async fn sigstop_answer(n: usize) -> Vec<f64> {
     let fleet = Loopback::start(1);
@@ -419,6 +428,19 @@ async fn sigstop_answer(n: usize) -> Vec<f64> {
     };
     let mut xs = Vec::with_capacity(n);
     for i in 0..n {
+        // The task's shell is up before the timed call starts.
+        let warm = client
+            .call_tool(CallToolRequest {
+                tool: "terminal".into(),
+                arguments_json: json!({"command": "echo warm"}).to_string(),
+                task_id: format!("stopped-{i}"),
+                session_id: String::new(),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .result;
+        assert!(warm.contains("warm"), "{warm}");
         let mut caller = client.clone();
         let call = tokio::spawn(async move {
             caller
@@ -434,17 +456,10 @@ async fn sigstop_answer(n: usize) -> Vec<f64> {
                 .result
         });
         // Wait until the call runs on the worker.
-        loop {
-            let status = client
-                .status(caduceus_proto::StatusRequest {})
-                .await
-                .unwrap()
-                .into_inner();
-            if status.workers.iter().any(|w| w.running_calls > 0) {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        wait_status(&mut client, "the call never ran", |s| {
+            s.workers.iter().any(|w| w.running_calls > 0)
+        })
+        .await;
         // Let the call reach its shell.
         tokio::time::sleep(Duration::from_millis(200)).await;
         kill("-STOP");
@@ -454,17 +469,10 @@ async fn sigstop_answer(n: usize) -> Vec<f64> {
         assert!(result.contains("was lost"), "{result}");
         kill("-CONT");
         // The resumed worker reattaches before the next sample.
-        loop {
-            let status = client
-                .status(caduceus_proto::StatusRequest {})
-                .await
-                .unwrap()
-                .into_inner();
-            if status.workers.iter().any(|w| w.state == "ready") {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        wait_status(&mut client, "the worker never came back", |s| {
+            s.workers.iter().any(|w| w.state == "ready")
+        })
+        .await;
     }
     xs
 }
