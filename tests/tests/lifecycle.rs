@@ -302,15 +302,21 @@ fn wait_started(needle: &str) {
     }
 }
 
+/// A fleet of one worker with a `caduceus call` of a unique sleep running on it:
+/// the coordinator, the worker, the sleep command and the call's process.
+fn remote_call_running(fleet: &Fleet) -> (Proc, Proc, String, std::process::Child) {
+    let (coordinator, w1) = fleet_of_one(fleet);
+    let command = unique_sleep();
+    let child = spawn_call(fleet, Some(&coordinator.url()), &command);
+    wait_started(&command);
+    (coordinator, w1, command, child)
+}
+
 #[test]
 fn a_call_in_flight_when_the_coordinator_dies_prints_a_result_naming_it() {
     let fleet = Fleet::new();
-    let (mut coordinator, _w1) = fleet_of_one(&fleet);
-    let command = unique_sleep();
+    let (mut coordinator, _w1, command, child) = remote_call_running(&fleet);
     let url = coordinator.url();
-    let child = spawn_call(&fleet, Some(&url), &command);
-    wait_started(&command);
-
     coordinator.kill();
     let (status, result) = finish(child, Duration::from_secs(30));
     let error = result["error"].as_str().unwrap_or_default();
@@ -329,10 +335,7 @@ fn a_call_in_flight_when_the_coordinator_dies_prints_a_result_naming_it() {
 #[test]
 fn ctrl_c_cancels_a_remote_call_on_its_worker_and_exits_130() {
     let fleet = Fleet::new();
-    let (coordinator, _w1) = fleet_of_one(&fleet);
-    let command = unique_sleep();
-    let child = spawn_call(&fleet, Some(&coordinator.url()), &command);
-    wait_started(&command);
+    let (coordinator, _w1, command, child) = remote_call_running(&fleet);
 
     signal(child.id(), "INT");
     let (status, result) = finish(child, Duration::from_secs(30));
@@ -381,10 +384,7 @@ fn ctrl_c_cancels_an_embedded_call_and_exits_130() {
 #[test]
 fn a_second_ctrl_c_exits_at_once() {
     let fleet = Fleet::new();
-    let (coordinator, _w1) = fleet_of_one(&fleet);
-    let command = unique_sleep();
-    let mut child = spawn_call(&fleet, Some(&coordinator.url()), &command);
-    wait_started(&command);
+    let (coordinator, _w1, command, mut child) = remote_call_running(&fleet);
 
     // A frozen coordinator cannot confirm the cancel: the first Ctrl-C waits
     // for it (up to 10 s); the second does not.
