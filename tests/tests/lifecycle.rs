@@ -1,417 +1,439 @@
-//! Hung workers, fenced environments, and `caduceus call` when things go
-//! away (issue 9): real coordinator and worker processes, SIGSTOP/SIGCONT.
+//! Lifecycle of a worker's commands and environments with real processes
+//! (issue 9): a timeout, a cancel or a lost coordinator ends the whole
+//! command; SIGTERM and SIGINT stop a worker gracefully; the commands of a
+//! killed worker die with it and its successor sweeps what it left.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::print_stderr
-)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use caduceus_proto::StatusRequest;
-use caduceus_tests::{
-    ControlClient, Fleet, PRODUCT_LIVENESS, Proc, control_client, signal, terminal_call,
-};
-use serde_json::Value;
+use caduceus_tests::{Fleet, Proc, process_alive_with, wait_gone};
+use serde_json::{Value, json};
 
-/// (name, state) of every attached worker.
-async fn states(client: &mut ControlClient) -> Vec<(String, String)> {
-    client
-        .status(StatusRequest {})
-        .await
+/// A coordinator and one worker `w` whose temp dir is `<home>/tmp` (the
+/// shells' private directories land there, so a test can see them).
+fn fleet(worker_args: &[&str]) -> (Fleet, Proc, Proc, PathBuf) {
+    let fleet = Fleet::new();
+    let tmp = fleet.home.path().join("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let coordinator = fleet.serve(&[]);
+    let worker = start_worker(&fleet, &coordinator, worker_args, &tmp);
+    fleet.wait_for_workers(&coordinator, &["w"], Duration::from_secs(30));
+    (fleet, coordinator, worker, tmp)
+}
+
+fn start_worker(fleet: &Fleet, coordinator: &Proc, args: &[&str], tmp: &Path) -> Proc {
+    fleet.worker_with_env(coordinator, "w", args, &[("TMPDIR", tmp.to_str().unwrap())])
+}
+
+fn terminal(fleet: &Fleet, coordinator: &Proc, task: &str, args: &Value) -> Value {
+    fleet.call(coordinator, "terminal", args, task)
+}
+
+fn wait_for_file(path: &Path, within: Duration) {
+    let deadline = Instant::now() + within;
+    while !path.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "{} never appeared",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn signal(proc: &Proc, name: &str) {
+    let status = Command::new("kill")
+        .args([&format!("-{name}"), &proc.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+/// What workers left in `tmp`: the shells' private directories
+/// (`caduceus-<id>`, `caduceus-login-<id>`) and the workers' ledgers
+/// (`caduceus-ledger-<uid>/<instance>.lease`).
+fn leftovers(tmp: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(tmp).unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with("caduceus-ledger-") {
+            for lease in std::fs::read_dir(entry.path()).unwrap().flatten() {
+                found.push(format!("{name}/{}", lease.file_name().to_string_lossy()));
+            }
+        } else if name.starts_with("caduceus-") {
+            found.push(name);
+        }
+    }
+    found
+}
+
+fn wait_no_leftovers(tmp: &Path, within: Duration) {
+    let deadline = Instant::now() + within;
+    loop {
+        let left = leftovers(tmp);
+        if left.is_empty() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "left behind: {left:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// pids of processes whose command line holds every one of `needles`.
+fn pids_with(needles: &[&str]) -> Vec<u32> {
+    std::fs::read_dir("/proc")
         .unwrap()
-        .into_inner()
-        .workers
-        .into_iter()
-        .map(|w| (w.name, w.state))
+        .flatten()
+        .filter_map(|e| {
+            let pid = e.file_name().to_str()?.parse::<u32>().ok()?;
+            let raw = std::fs::read(e.path().join("cmdline")).ok()?;
+            let line = String::from_utf8_lossy(&raw).replace('\0', " ");
+            needles.iter().all(|n| line.contains(n)).then_some(pid)
+        })
         .collect()
 }
 
-/// The name of the worker holding `task`'s environment, per status.
-async fn holder(client: &mut ControlClient, task: &str) -> Option<String> {
-    client
-        .status(StatusRequest {})
-        .await
-        .unwrap()
-        .into_inner()
-        .workers
-        .into_iter()
-        .find(|w| w.environments.iter().any(|e| e.task_id == task))
-        .map(|w| w.name)
-}
-
-fn shell_pid(result: &Value) -> u32 {
-    result["output"]
-        .as_str()
-        .unwrap()
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap_or_else(|_| panic!("no pid in {result}"))
-}
-
-/// A coordinator (test heartbeat settings) and worker w1.
-fn fleet_of_one(fleet: &Fleet) -> (Proc, Proc) {
-    let coordinator = fleet.serve(&[]);
-    let w1 = fleet.worker(&coordinator, "w1", &fleet.token, &[]);
-    fleet.wait_for_workers(&coordinator, &["w1"], Duration::from_secs(30));
-    (coordinator, w1)
-}
-
-/// A coordinator with the product's heartbeat settings and workers w1, w2.
-fn fleet_of_two(fleet: &Fleet) -> (Proc, Proc, Proc) {
-    let coordinator = fleet.serve(&PRODUCT_LIVENESS);
-    let w1 = fleet.worker(&coordinator, "w1", &fleet.token, &[]);
-    let w2 = fleet.worker(&coordinator, "w2", &fleet.token, &[]);
-    fleet.wait_for_workers(&coordinator, &["w1", "w2"], Duration::from_secs(30));
-    (coordinator, w1, w2)
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_hung_worker_is_suspect_then_lost_and_its_calls_end_naming_it() {
-    let fleet = Fleet::new();
-    let (coordinator, w1, w2) = fleet_of_two(&fleet);
-    let mut client = control_client(&coordinator.url(), &fleet.token).await;
-    let (_, name) = terminal_call(&mut client, "r", "echo placed").await;
-    let (hung, other) = if name == "w1" { (w1, "w2") } else { (w2, "w1") };
-
-    // A call in flight on the worker that will hang.
-    let mark = format!("{}.{}", 600 + std::process::id() % 100, std::process::id());
-    let url = coordinator.url();
-    let token = fleet.token.clone();
-    let command = format!("sleep {mark}");
-    let in_flight = tokio::spawn(async move {
-        let mut client = control_client(&url, &token).await;
-        terminal_call(&mut client, "r", &command).await
-    });
-    let needle = format!("sleep {mark}");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !running(&needle) {
-        assert!(Instant::now() < deadline, "the call never started");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-
-    signal(hung.pid(), "STOP");
-    let stopped_at = Instant::now();
-    // Suspect first (shown in status, no new placements), then lost.
-    let mut seen_suspect = false;
-    let mut placed_while_suspect = Vec::new();
-    loop {
-        let now = states(&mut client).await;
-        let state = now.iter().find(|(n, _)| *n == name).map(|(_, s)| s.clone());
-        match state.as_deref() {
-            Some("suspect") => {
-                seen_suspect = true;
-                let task = format!("fresh-{}", placed_while_suspect.len());
-                let (result, worker) = terminal_call(&mut client, &task, "echo new").await;
-                assert_eq!(result["output"], "new");
-                placed_while_suspect.push(worker);
-            }
-            Some(_) => {}
-            None => break,
-        }
-        assert!(
-            stopped_at.elapsed() < Duration::from_secs(30),
-            "the stopped worker was never declared lost: {now:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(
-        seen_suspect,
-        "status never showed the silent worker suspect"
-    );
-    assert!(
-        placed_while_suspect.iter().all(|w| w == other),
-        "new tasks were placed on the suspect worker: {placed_while_suspect:?}"
-    );
-    // The call in flight is answered while the worker is still stopped,
-    // with an error naming it.
-    let (result, _) = tokio::time::timeout(Duration::from_secs(20), in_flight)
-        .await
-        .expect("the in-flight call was never answered")
-        .unwrap();
-    let answered_after = stopped_at.elapsed();
-    let error = result["error"].as_str().unwrap_or_default();
-    assert!(
-        error.contains(&format!("The worker '{name}' running this call was lost")),
-        "{result}"
-    );
-    eprintln!("SIGSTOP to the in-flight call's answer: {answered_after:?}");
-
-    signal(hung.pid(), "CONT");
-    fleet.wait_for_workers(&coordinator, &["w1", "w2"], Duration::from_secs(30));
-    // The resumed worker stopped the command nobody waits for any more.
-    assert!(
-        gone_within(&needle, Duration::from_secs(20)),
-        "the abandoned command still runs on the resumed worker"
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_worker_back_from_a_hang_never_answers_for_a_task_placed_elsewhere() {
-    let fleet = Fleet::new();
-    let (coordinator, w1, w2) = fleet_of_two(&fleet);
-    let mut client = control_client(&coordinator.url(), &fleet.token).await;
-    let (first, name) =
-        terminal_call(&mut client, "r", "cd /tmp && export MARK=old && echo $$").await;
-    let old_pid = shell_pid(&first);
-    let (hung, other) = if name == "w1" { (w1, "w2") } else { (w2, "w1") };
-
-    signal(hung.pid(), "STOP");
-    fleet.wait_for_workers(&coordinator, &[other], Duration::from_secs(30));
-    // r moves to the other worker, and the model is told.
-    let (moved, worker) = terminal_call(&mut client, "r", "echo $$ MARK=$MARK").await;
-    assert_eq!(worker, other);
-    assert!(
-        moved["environment_reset"]
-            .as_str()
-            .unwrap_or_default()
-            .contains(&name),
-        "{moved}"
-    );
-    let new_pid = shell_pid(&moved);
-    assert_ne!(new_pid, old_pid);
-    assert!(
-        moved["output"].as_str().unwrap().ends_with("MARK="),
-        "{moved}"
-    );
-    terminal_call(&mut client, "r", "export MARK=new").await;
-
-    signal(hung.pid(), "CONT");
-    fleet.wait_for_workers(&coordinator, &["w1", "w2"], Duration::from_secs(30));
-    // The old environment is stale for ever: every call of r is answered by
-    // the new one, without another notice, and the old shell is ended.
-    for _ in 0..5 {
-        let (again, worker) = terminal_call(&mut client, "r", "echo $$ MARK=$MARK").await;
-        assert_eq!(worker, other, "{again}");
-        assert_eq!(again["output"], format!("{new_pid} MARK=new"));
-        assert!(again.get("environment_reset").is_none(), "{again}");
-    }
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::path::Path::new(&format!("/proc/{old_pid}")).exists()
-        || holder(&mut client, "r").await.as_deref() != Some(other)
-    {
-        assert!(
-            Instant::now() < deadline,
-            "the stale shell {old_pid} lives on or r is listed on {name}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let listed: Vec<String> = client
-        .status(StatusRequest {})
-        .await
-        .unwrap()
-        .into_inner()
-        .workers
-        .iter()
-        .filter(|w| w.environments.iter().any(|e| e.task_id == "r"))
-        .map(|w| w.name.clone())
-        .collect();
-    assert_eq!(listed, [other], "one task, one live environment");
-}
-
-/// A unique `sleep` command and the needle that finds its process.
-fn unique_sleep() -> String {
-    format!(
-        "sleep {}.{}{:09}",
-        500 + std::process::id() % 100,
-        std::process::id(),
-        uuid_digits()
-    )
-}
-
-fn uuid_digits() -> u32 {
-    std::time::SystemTime::now()
+/// A string to recognise a test's processes by in /proc.
+fn unique(label: &str) -> String {
+    let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
-        .subsec_nanos()
+        .as_nanos();
+    format!("caduceus-lc-{label}-{}-{nanos}", std::process::id())
 }
 
-/// `caduceus call terminal {command}` as a child process (stdout piped);
-/// `url` = None runs it embedded.
-fn spawn_call(fleet: &Fleet, url: Option<&str>, command: &str) -> std::process::Child {
-    let mut cmd = fleet.command();
-    cmd.args([
-        "call",
-        "terminal",
-        &serde_json::json!({ "command": command }).to_string(),
-        "--task",
+/// `bash <script>`: a script file whose path carries `mark`, so that its
+/// process is found in /proc (the guard asks approval for `bash -c`).
+fn script(dir: &Path, mark: &str, body: &str) -> String {
+    let path = dir.join(format!("{mark}.sh"));
+    std::fs::write(&path, format!("{body}\n")).unwrap();
+    format!("bash {}", path.display())
+}
+
+#[test]
+fn a_timeout_ends_the_whole_command_and_keeps_the_state_it_reached() {
+    let (fleet, c, _w, _tmp) = fleet(&[]);
+    let dir = fleet.home.path().join("work");
+    std::fs::create_dir_all(&dir).unwrap();
+    let d = dir.display();
+    let result = terminal(
+        &fleet,
+        &c,
         "t",
-    ]);
-    if let Some(url) = url {
-        cmd.env("CADUCEUS_COORDINATOR", url)
-            .env("CADUCEUS_TOKEN", &fleet.token);
-    }
-    cmd.stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
+        &json!({"command": format!("cd {d}; REACHED=yes; sleep 5; echo AFTER > {d}/afterfile; echo printed"), "timeout": 1}),
+    );
+    assert_eq!(result["exit_code"], 124, "{result}");
+    assert!(!result["output"].as_str().unwrap().contains("printed"));
+    let result = terminal(
+        &fleet,
+        &c,
+        "t",
+        &json!({"command": format!("for i in 1 2 3 4 5 6; do sleep 1; echo tick >> {d}/ticks; done"), "timeout": 1}),
+    );
+    assert_eq!(result["exit_code"], 124, "{result}");
+    // Long enough for the rest of both lines to have run, had it.
+    std::thread::sleep(Duration::from_secs(6));
+    assert!(!dir.join("afterfile").exists(), "the rest of the line ran");
+    let ticks = std::fs::read_to_string(dir.join("ticks")).unwrap_or_default();
+    assert!(ticks.lines().count() <= 1, "the loop went on: {ticks:?}");
+    // The live shell kept what the interrupted command had reached.
+    let result = terminal(&fleet, &c, "t", &json!({"command": "echo $REACHED; pwd"}));
+    assert_eq!(result["output"], format!("yes\n{d}"), "{result}");
+}
+
+#[test]
+fn a_lost_coordinator_ends_the_whole_command() {
+    let (fleet, mut c, _w, _tmp) = fleet(&[]);
+    let dir = fleet.home.path().join("work");
+    std::fs::create_dir_all(&dir).unwrap();
+    let d = dir.display();
+    let args =
+        json!({"command": format!("touch {d}/started; sleep 4; touch {d}/after"), "timeout": 60});
+    let mut call = fleet
+        .command()
+        .args(["call", "terminal", &args.to_string(), "--task", "t"])
+        .env("CADUCEUS_COORDINATOR", c.url())
+        .env("CADUCEUS_TOKEN", &fleet.token)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
         .spawn()
-        .unwrap()
+        .unwrap();
+    wait_for_file(&dir.join("started"), Duration::from_secs(30));
+    c.kill();
+    let _ = call.wait();
+    std::thread::sleep(Duration::from_secs(6));
+    assert!(
+        !dir.join("after").exists(),
+        "the command went on after its coordinator died"
+    );
 }
 
-/// Waits for a child to exit; its status and stdout.
-fn finish(mut child: std::process::Child, within: Duration) -> (std::process::ExitStatus, Value) {
-    let deadline = Instant::now() + within;
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("caduceus call did not exit within {within:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let out = child.wait_with_output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let result = serde_json::from_str(&stdout).unwrap_or_else(|e| {
-        panic!(
-            "not one JSON result ({e}, exit {}): {stdout}\nstderr: {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        )
+#[test]
+fn sigterm_lets_running_calls_finish_and_ends_every_environment() {
+    let (fleet, c, mut w, tmp) = fleet(&[]);
+    let dir = fleet.home.path().join("work");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mark = unique("bg");
+    let background = script(&dir, &mark, "sleep 300");
+    let started = terminal(
+        &fleet,
+        &c,
+        "bg",
+        &json!({"command": background, "background": true}),
+    );
+    assert_eq!(started["exit_code"], 0, "{started}");
+    assert!(process_alive_with(&mark));
+    assert!(!leftovers(&tmp).is_empty());
+    let d = dir.display();
+    let url = c.url();
+    let result = std::thread::scope(|scope| {
+        let running = scope.spawn(|| {
+            fleet.call_at(
+                &url,
+                "terminal",
+                &json!({"command": format!("touch {d}/started; sleep 2; echo finished"), "timeout": 60}),
+                "fg",
+            )
+        });
+        wait_for_file(&dir.join("started"), Duration::from_secs(30));
+        signal(&w, "TERM");
+        // A second SIGTERM (an impatient operator, systemd's repeat) does
+        // not cut the grace short.
+        std::thread::sleep(Duration::from_millis(300));
+        signal(&w, "TERM");
+        running.join().unwrap()
     });
-    (out.status, result)
+    assert_eq!(result["exit_code"], 0, "{result}");
+    assert_eq!(result["output"], "finished");
+    let status = w
+        .wait_exit(Duration::from_secs(20))
+        .expect("the worker exits");
+    assert!(status.success(), "exit status {status:?}");
+    assert!(
+        wait_gone(&mark, Duration::from_secs(5)),
+        "a background process outlived its worker"
+    );
+    assert_eq!(leftovers(&tmp), Vec::<String>::new());
+    // The coordinator was told, and the worker left the fleet.
+    fleet.wait_for_workers(&c, &[], Duration::from_secs(10));
 }
 
-/// Is a process running exactly `command` (not one that merely mentions it,
-/// like the `caduceus call` that asked for it)?
-fn running(command: &str) -> bool {
-    std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
-        std::fs::read(e.path().join("cmdline"))
-            .map(|raw| String::from_utf8_lossy(&raw).replace('\0', " ").trim() == command)
-            .unwrap_or(false)
-    })
+#[test]
+fn sigint_after_the_grace_cancels_the_rest_of_the_command() {
+    let (fleet, c, mut w, tmp) = fleet(&["--shutdown-grace", "1"]);
+    let dir = fleet.home.path().join("work");
+    std::fs::create_dir_all(&dir).unwrap();
+    let d = dir.display();
+    let url = c.url();
+    let result = std::thread::scope(|scope| {
+        let running = scope.spawn(|| {
+            fleet.call_at(
+                &url,
+                "terminal",
+                &json!({"command": format!("touch {d}/started; sleep 30; touch {d}/after"), "timeout": 120}),
+                "fg",
+            )
+        });
+        wait_for_file(&dir.join("started"), Duration::from_secs(30));
+        signal(&w, "INT");
+        running.join().unwrap()
+    });
+    assert_eq!(result["exit_code"], 130, "{result}");
+    assert!(
+        result["output"]
+            .as_str()
+            .unwrap()
+            .contains("[Command interrupted]"),
+        "{result}"
+    );
+    let status = w
+        .wait_exit(Duration::from_secs(20))
+        .expect("the worker exits");
+    assert!(status.success(), "exit status {status:?}");
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(!dir.join("after").exists(), "the rest of the command ran");
+    assert_eq!(leftovers(&tmp), Vec::<String>::new());
 }
 
-fn gone_within(command: &str, within: Duration) -> bool {
-    let deadline = Instant::now() + within;
-    while running(command) {
-        if Instant::now() > deadline {
-            return false;
-        }
+/// Starts a background process (`bg_mark`) and a foreground command
+/// (`fg_mark`, through a `caduceus call` left running) on `w`.
+fn busy_worker(fleet: &Fleet, c: &Proc, bg_mark: &str, fg_mark: &str) -> std::process::Child {
+    let dir = fleet.home.path().join("work");
+    std::fs::create_dir_all(&dir).unwrap();
+    let background = script(&dir, bg_mark, "sleep 300");
+    let started = terminal(
+        fleet,
+        c,
+        "bg",
+        &json!({"command": background, "background": true}),
+    );
+    assert_eq!(started["exit_code"], 0, "{started}");
+    let foreground = script(&dir, fg_mark, "sleep 300");
+    let args = json!({"command": foreground, "timeout": 600});
+    let call = fleet
+        .command()
+        .args(["call", "terminal", &args.to_string(), "--task", "fg"])
+        .env("CADUCEUS_COORDINATOR", c.url())
+        .env("CADUCEUS_TOKEN", &fleet.token)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !(process_alive_with(bg_mark) && process_alive_with(fg_mark)) {
+        assert!(Instant::now() < deadline, "the commands never started");
         std::thread::sleep(Duration::from_millis(50));
     }
-    true
+    call
 }
 
-fn wait_started(needle: &str) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !running(needle) {
-        assert!(Instant::now() < deadline, "'{needle}' never started");
-        std::thread::sleep(Duration::from_millis(20));
+#[test]
+fn the_commands_of_a_killed_worker_die_with_it() {
+    let (fleet, c, mut w, tmp) = fleet(&[]);
+    let (bg, fg) = (unique("k9-bg"), unique("k9-fg"));
+    let mut call = busy_worker(&fleet, &c, &bg, &fg);
+    w.kill();
+    assert!(
+        wait_gone(&fg, Duration::from_secs(10)),
+        "the in-flight foreground command outlived its worker"
+    );
+    assert!(
+        wait_gone(&bg, Duration::from_secs(10)),
+        "a background process outlived its worker"
+    );
+    wait_no_leftovers(&tmp, Duration::from_secs(10));
+    let _ = call.kill();
+    let _ = call.wait();
+}
+
+#[test]
+fn a_worker_starting_on_a_host_sweeps_what_a_dead_predecessor_left() {
+    let (fleet, c, mut w, tmp) = fleet(&[]);
+    let (bg, fg) = (unique("sweep-bg"), unique("sweep-fg"));
+    let mut call = busy_worker(&fleet, &c, &bg, &fg);
+    // The guardian goes first (a kill of the whole process group, an OOM
+    // kill): nothing is left to clean up but the next worker.
+    let tmp_text = tmp.display().to_string();
+    let guardians = pids_with(&["caduceus-guardian", &tmp_text]);
+    assert_eq!(guardians.len(), 1, "one guardian per worker: {guardians:?}");
+    for pid in guardians {
+        Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status()
+            .unwrap();
     }
+    w.kill();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(process_alive_with(&bg), "nothing should have swept yet");
+    let dead = leftovers(&tmp);
+    assert!(dead.iter().any(|l| l.ends_with(".lease")), "{dead:?}");
+    assert!(
+        dead.len() >= 3,
+        "ledger, login and private directories: {dead:?}"
+    );
+    let _next = start_worker(&fleet, &c, &[], &tmp);
+    assert!(
+        wait_gone(&bg, Duration::from_secs(20)),
+        "a background process survived"
+    );
+    assert!(
+        wait_gone(&fg, Duration::from_secs(5)),
+        "the foreground command survived"
+    );
+    // Nothing of the dead worker is left (the new one has its own).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left: Vec<String> = leftovers(&tmp)
+            .into_iter()
+            .filter(|l| dead.contains(l))
+            .collect();
+        if left.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "left behind: {left:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = call.kill();
+    let _ = call.wait();
 }
 
-/// A fleet of one worker with a `caduceus call` of a unique sleep running on it:
-/// the coordinator, the worker, the sleep command and the call's process.
-fn remote_call_running(fleet: &Fleet) -> (Proc, Proc, String, std::process::Child) {
-    let (coordinator, w1) = fleet_of_one(fleet);
-    let command = unique_sleep();
-    let child = spawn_call(fleet, Some(&coordinator.url()), &command);
-    wait_started(&command);
-    (coordinator, w1, command, child)
-}
-
-#[test]
-fn a_call_in_flight_when_the_coordinator_dies_prints_a_result_naming_it() {
-    let fleet = Fleet::new();
-    let (mut coordinator, _w1, command, child) = remote_call_running(&fleet);
-    let url = coordinator.url();
-    coordinator.kill();
-    let (status, result) = finish(child, Duration::from_secs(30));
-    let error = result["error"].as_str().unwrap_or_default();
-    assert!(
-        error.contains(&format!("coordinator at {url} was lost")) && error.contains("was stopped"),
-        "{result}"
-    );
-    assert!(status.success(), "{status}");
-    // And it was: the worker stopped the command when it lost the coordinator.
-    assert!(
-        gone_within(&command, Duration::from_secs(20)),
-        "the command outlived its coordinator"
-    );
-}
-
-#[test]
-fn ctrl_c_cancels_a_remote_call_on_its_worker_and_exits_130() {
-    let fleet = Fleet::new();
-    let (coordinator, _w1, command, child) = remote_call_running(&fleet);
-
-    signal(child.id(), "INT");
-    let (status, result) = finish(child, Duration::from_secs(30));
-    assert_eq!(status.code(), Some(130), "{result}");
-    assert!(
-        result["error"]
-            .as_str()
-            .unwrap_or_default()
-            .starts_with("Interrupted (Ctrl-C): the call was cancelled"),
-        "{result}"
-    );
-    assert!(
-        gone_within(&command, Duration::from_secs(20)),
-        "the interrupted command still runs on the worker"
-    );
-    // The task's environment serves the next call.
-    let next = fleet.call(
-        &coordinator,
-        "terminal",
-        &serde_json::json!({"command": "echo next"}),
-        "t",
-    );
-    assert_eq!(next["output"], "next", "{next}");
+/// Running containers carrying `label`.
+fn running_with_label(label: &str) -> Vec<String> {
+    let out = Command::new("docker")
+        .args([
+            "ps",
+            "-q",
+            "--no-trunc",
+            "--filter",
+            &format!("label={label}"),
+        ])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect()
 }
 
 #[test]
-fn ctrl_c_cancels_an_embedded_call_and_exits_130() {
+fn a_docker_sandbox_ends_itself_when_its_lease_is_not_renewed() {
+    use caduceus_tests::conformance::{BackendUnderTest, DOCKER_IMAGE, containers_with_label};
+    if BackendUnderTest::docker().ready_or_skip().is_none() {
+        return;
+    }
     let fleet = Fleet::new();
-    let command = unique_sleep();
-    let child = spawn_call(&fleet, None, &command);
-    wait_started(&command);
-
-    signal(child.id(), "INT");
-    let (status, result) = finish(child, Duration::from_secs(30));
-    assert_eq!(status.code(), Some(130), "{result}");
-    assert_eq!(
-        result["error"],
-        "Interrupted (Ctrl-C): the call was cancelled and its command stopped."
-    );
-    assert!(
-        !running(&command),
-        "the interrupted command outlived caduceus call"
-    );
-}
-
-#[test]
-fn a_second_ctrl_c_exits_at_once() {
-    let fleet = Fleet::new();
-    let (coordinator, _w1, command, mut child) = remote_call_running(&fleet);
-
-    // A frozen coordinator cannot confirm the cancel: the first Ctrl-C waits
-    // for it (up to 10 s); the second does not.
-    signal(coordinator.pid(), "STOP");
-    signal(child.id(), "INT");
-    std::thread::sleep(Duration::from_secs(1));
-    assert!(
-        child.try_wait().unwrap().is_none(),
-        "the first Ctrl-C did not wait for the coordinator"
-    );
-    signal(child.id(), "INT");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
+    // No sweeper will run again: only the container itself can end it.
+    fleet.write_config(&format!(
+        "terminal:\n  backend: docker\n  docker_image: {DOCKER_IMAGE}\n  container_persistent: false\n  container_memory: 512\n  sandbox_lease_seconds: 3\n  sweep_interval_seconds: 3600\n  backend_probe_seconds: 1\n"
+    ));
+    let c = fleet.serve(&[]);
+    let name = unique("dock");
+    let mut w = fleet.worker(&c, &name, &fleet.token, &["--backends", "docker"]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let status = fleet.status(&c);
+        let ready = status["workers"].as_array().unwrap().iter().any(|worker| {
+            worker["name"] == name.as_str()
+                && worker["backends"]
+                    .as_array()
+                    .is_some_and(|b| b.iter().any(|b| b == "docker"))
+        });
+        if ready {
+            break;
         }
         assert!(
             Instant::now() < deadline,
-            "the second Ctrl-C did not end caduceus call"
+            "docker never became available: {status}"
         );
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert_eq!(status.code(), Some(130));
-    signal(coordinator.pid(), "CONT");
-    // Once the coordinator runs again it cancels the abandoned call.
-    assert!(
-        gone_within(&command, Duration::from_secs(20)),
-        "the abandoned command still runs"
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let result = terminal(&fleet, &c, "dk", &json!({"command": "echo in-container"}));
+    assert_eq!(result["output"], "in-container", "{result}");
+    let label = format!("caduceus.worker={name}");
+    let running = running_with_label(&label);
+    assert_eq!(running.len(), 1, "{running:?}");
+    // Held: renewed every second, the container stays past its lease.
+    std::thread::sleep(Duration::from_secs(5));
+    assert_eq!(
+        running_with_label(&label),
+        running,
+        "a held container ended"
     );
+    w.kill();
+    // Lease 3 s, looked at every second: ended well within 15 s, with no
+    // worker left to sweep it.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !running_with_label(&label).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the container of a dead worker is still running"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    for id in containers_with_label(&label) {
+        let _ = Command::new("docker").args(["rm", "-f", &id]).output();
+    }
 }
