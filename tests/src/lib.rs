@@ -382,6 +382,24 @@ impl Drop for Proc {
     }
 }
 
+/// What workers left in `tmp`: the shells' private directories
+/// (`caduceus-<id>`, `caduceus-login-<id>`) and the workers' ledgers
+/// (`caduceus-ledger-<uid>/<instance>.lease`).
+pub fn leftovers(tmp: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(tmp).unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with("caduceus-ledger-") {
+            for lease in std::fs::read_dir(entry.path()).unwrap().flatten() {
+                found.push(format!("{name}/{}", lease.file_name().to_string_lossy()));
+            }
+        } else if name.starts_with("caduceus-") {
+            found.push(name);
+        }
+    }
+    found
+}
+
 /// Is any process whose command line contains `needle` alive?
 pub fn process_alive_with(needle: &str) -> bool {
     let Ok(entries) = std::fs::read_dir("/proc") else {

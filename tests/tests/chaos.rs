@@ -7,7 +7,9 @@
 //! twice (each terminal call appends its id to its task's log); no result
 //! comes from an environment older than its task's last reset notice (each
 //! terminal call reports its shell's pid); and afterwards, with everything
-//! stopped gracefully, no shell or caduceus process of the fleet is left.
+//! stopped gracefully, no shell, caduceus process or directory of the fleet
+//! is left (the workers' temp dir is `<home>/tmp`, so their private
+//! directories and ledgers are seen).
 
 #![allow(
     clippy::unwrap_used,
@@ -20,7 +22,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use caduceus_tests::{Fleet, Proc, control_client, signal, tool_call};
+use caduceus_tests::{Fleet, Proc, control_client, leftovers, signal, tool_call};
 use serde_json::{Value, json};
 
 const TASKS: usize = 20;
@@ -102,10 +104,16 @@ async fn run_task(
     records
 }
 
+/// A worker whose temp dir is `<home>/tmp`.
+fn start_worker(fleet: &Fleet, coordinator: &Proc, name: &str) -> Proc {
+    let tmp = fleet.home.path().join("tmp");
+    fleet.worker_with_env(coordinator, name, &[], &[("TMPDIR", tmp.to_str().unwrap())])
+}
+
 /// The faults, in order, on a timeline of about 30 s of calls.
 fn inflict_faults(fleet: &Fleet, coordinator: &Proc, workers: &Mutex<HashMap<String, Proc>>) {
     let restart = |name: &str| {
-        let fresh = fleet.worker(coordinator, name, &fleet.token, &[]);
+        let fresh = start_worker(fleet, coordinator, name);
         workers.lock().unwrap().insert(name.to_owned(), fresh);
     };
     std::thread::sleep(Duration::from_secs(3));
@@ -149,8 +157,9 @@ fn chaos_every_call_one_result_none_twice_no_stale_environment() {
     let fleet = Fleet::new();
     let coordinator = fleet.serve(&LIVENESS);
     let workers: Mutex<HashMap<String, Proc>> = Mutex::default();
+    std::fs::create_dir_all(fleet.home.path().join("tmp")).unwrap();
     for name in ["w1", "w2", "w3"] {
-        let proc = fleet.worker(&coordinator, name, &fleet.token, &[]);
+        let proc = start_worker(&fleet, &coordinator, name);
         workers.lock().unwrap().insert(name.to_owned(), proc);
     }
     fleet.wait_for_workers(&coordinator, &["w1", "w2", "w3"], Duration::from_secs(30));
@@ -280,12 +289,13 @@ fn chaos_every_call_one_result_none_twice_no_stale_environment() {
             .filter(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists())
             .collect();
         let fleet_procs = processes_of(fleet.home.path());
-        if left.is_empty() && fleet_procs.is_empty() {
+        let dirs = leftovers(&fleet.home.path().join("tmp"));
+        if left.is_empty() && fleet_procs.is_empty() && dirs.is_empty() {
             break;
         }
         assert!(
             Instant::now() < deadline,
-            "left behind: shells {left:?}, fleet processes {fleet_procs:?}"
+            "left behind: shells {left:?}, fleet processes {fleet_procs:?}, directories {dirs:?}"
         );
         std::thread::sleep(Duration::from_millis(200));
     }
