@@ -288,7 +288,7 @@ async fn attach_in_process(
         .attach_worker(stream, commands, "in-process".to_owned())
         .await
         .map_err(|s| status_error(&s))?;
-    tokio::spawn(caduceus_worker::link::serve_connection(
+    tokio::spawn(caduceus_worker::link::serve_in_process(
         worker,
         ReceiverStream::new(commands_rx),
         events,

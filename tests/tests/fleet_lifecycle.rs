@@ -415,3 +415,18 @@ fn a_second_ctrl_c_exits_at_once() {
         "the abandoned command still runs"
     );
 }
+
+#[test]
+fn an_embedded_call_survives_its_process_being_suspended() {
+    // Ctrl-Z and fg: the embedded coordinator and worker freeze together,
+    // which is no loss (longer than the 3 s after which a remote worker is).
+    let fleet = Fleet::new();
+    let child = spawn_call(&fleet, None, "sleep 2 && echo done");
+    std::thread::sleep(Duration::from_millis(500));
+    signal(child.id(), "STOP");
+    std::thread::sleep(Duration::from_secs(4));
+    signal(child.id(), "CONT");
+    let (status, result) = finish(child, Duration::from_secs(60));
+    assert!(status.success(), "{status}");
+    assert_eq!(result["output"], "done", "{result}");
+}

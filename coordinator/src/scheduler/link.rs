@@ -243,6 +243,8 @@ pub struct LinkArgs {
     pub liveness: super::Liveness,
     /// When the link last looked at the worker's silence.
     pub last_check: Instant,
+    /// No worker is judged lost before this (see `CheckHeartbeat`).
+    pub judge_after: Instant,
     /// Tells the scheduler about backend changes and released environments.
     pub scheduler: ActorRef<super::SchedulerMsg>,
     pub notices: Option<NoticeSink>,
@@ -307,12 +309,18 @@ impl Actor for WorkerLink {
                 myself.stop(Some(reason));
             }
             LinkMsg::CheckHeartbeat => {
-                let since_check = state.last_check.elapsed();
-                state.last_check = Instant::now();
+                let now = Instant::now();
+                let since_check = now.duration_since(state.last_check);
+                state.last_check = now;
                 if since_check > state.liveness.suspect_after {
                     // The coordinator itself was not running (a loaded or
-                    // stopped host): heartbeats may sit unread in the stream.
-                    // Judge the worker only once the reader has had its turn.
+                    // stopped host): heartbeats may sit unread in the stream,
+                    // and the checks missed meanwhile arrive in a burst.
+                    // Judge the worker only once its next heartbeat has had
+                    // time to be read.
+                    state.judge_after = now + state.liveness.suspect_after;
+                }
+                if now < state.judge_after {
                     return Ok(());
                 }
                 let age = state.shared().heartbeat_age();

@@ -626,6 +626,7 @@ async fn attach(
         backends: hello.backends.clone(),
         liveness: state.config.liveness,
         last_check: Instant::now(),
+        judge_after: Instant::now(),
         scheduler: myself.clone(),
         notices: state.config.notices.clone(),
         placements: state.placements.clone(),

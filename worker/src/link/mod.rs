@@ -70,9 +70,37 @@ fn event(e: worker_event::Event) -> WorkerEvent {
 /// the coordinator's welcome (the caller has already sent the hello).
 pub async fn serve_connection<S>(
     worker: Arc<Worker>,
+    commands: S,
+    events: mpsc::Sender<WorkerEvent>,
+    shutdown: CancellationToken,
+) -> Disconnect
+where
+    S: Stream<Item = Result<WorkerCommand, Status>> + Unpin,
+{
+    serve(worker, commands, events, shutdown, true).await
+}
+
+/// [`serve_connection`] for a worker in its coordinator's process (embedded
+/// mode): a freeze (Ctrl-Z, SIGSTOP) stops both alike, so it is no loss and
+/// does not fence the connection.
+pub async fn serve_in_process<S>(
+    worker: Arc<Worker>,
+    commands: S,
+    events: mpsc::Sender<WorkerEvent>,
+    shutdown: CancellationToken,
+) -> Disconnect
+where
+    S: Stream<Item = Result<WorkerCommand, Status>> + Unpin,
+{
+    serve(worker, commands, events, shutdown, false).await
+}
+
+async fn serve<S>(
+    worker: Arc<Worker>,
     mut commands: S,
     events: mpsc::Sender<WorkerEvent>,
     shutdown: CancellationToken,
+    fence_freezes: bool,
 ) -> Disconnect
 where
     S: Stream<Item = Result<WorkerCommand, Status>> + Unpin,
@@ -139,7 +167,7 @@ where
         tokio::select! {
             command = commands.next() => match command {
                 Some(Ok(WorkerCommand { command: Some(command) })) => {
-                    if let (worker_command::Command::Run(_), Some(frozen)) = (&command, pulse.frozen_for()) {
+                    if let (true, worker_command::Command::Run(_), Some(frozen)) = (fence_freezes, &command, pulse.frozen_for()) {
                         break frozen_disconnect(frozen, lost_after);
                     }
                     if handle_command(&worker, command, &events, &in_flight, &lost) {
@@ -155,7 +183,7 @@ where
             () = worker.heartbeat_due() => {
                 let _ = events.try_send(event(worker_event::Event::Heartbeat(worker.heartbeat())));
             }
-            () = pulse.frozen() => {
+            () = pulse.frozen(), if fence_freezes => {
                 break frozen_disconnect(pulse.frozen_for().unwrap_or(lost_after), lost_after);
             }
             _ = heartbeat.tick() => {
