@@ -237,7 +237,7 @@ impl Embedded {
             backends,
             Default::default(),
             None,
-        );
+        )?;
         let mut started = Vec::new();
         for index in 0..workers {
             let name = if workers == 1 {

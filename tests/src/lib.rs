@@ -97,6 +97,10 @@ impl Fleet {
             .env_remove("OPENAI_BASE_URL")
             .env_remove("OPENAI_API_KEY")
             .env_remove("CADUCEUS_MODEL")
+            // Test machines often run as root, and the tests' local sandboxes
+            // work in root-owned temporary folders; `secrets.rs` tests the
+            // default (a root worker's sandboxes run as nobody).
+            .env("CADUCEUS_ALLOW_ROOT_SANDBOX", "1")
             .env("CADUCEUS_LOG", "info");
         cmd
     }

@@ -206,7 +206,9 @@ impl Dispatcher {
                       worker: Option<String>,
                       args: Option<Map<String, Value>>| CallOutcome {
             tool,
-            result,
+            // Every result leaves here: no secret this process knows reaches
+            // the model or a client, whatever tool or worker printed it.
+            result: caduceus_common::redact::mask_known_secrets(&result).into_owned(),
             status,
             worker,
             duration: started.elapsed(),
@@ -534,7 +536,7 @@ fn unavailable_reason(snapshot: &ToolRegistry, entry: &ToolEntry) -> String {
     let missing: Vec<&str> = entry
         .requires_env
         .iter()
-        .filter(|v| std::env::var_os(v).is_none_or(|x| x.is_empty()))
+        .filter(|v| caduceus_common::process_env::var(v).is_none())
         .map(String::as_str)
         .collect();
     if !missing.is_empty() {

@@ -21,7 +21,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tonic::metadata::MetadataValue;
-use tonic::transport::{Certificate, ClientTlsConfig, Endpoint};
+use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
 use tonic::{Code, Request, Status};
 
 use caduceus_common::result::tool_error;
@@ -60,6 +60,8 @@ pub enum LinkError {
     BadAddress(String, String),
     #[error("cannot read the CA certificate {0}: {1}")]
     CaFile(PathBuf, std::io::Error),
+    #[error("cannot read the client certificate or key {0}: {1}")]
+    IdentityFile(PathBuf, std::io::Error),
 }
 
 fn event(e: worker_event::Event) -> WorkerEvent {
@@ -332,12 +334,16 @@ pub struct LinkOptions {
     pub token: String,
     /// CA certificate (PEM) to trust for https; public roots otherwise.
     pub ca_cert: Option<PathBuf>,
+    /// Client certificate and key (PEM) for a coordinator that demands them
+    /// of workers (mutual TLS, `serve --tls-client-ca`).
+    pub identity: Option<(PathBuf, PathBuf)>,
     pub connect_timeout: Duration,
 }
 
 /// Keeps the worker attached: connects, serves, and reconnects with
 /// exponential backoff (0.2 s doubling to 10 s, with jitter) until `shutdown`.
-/// A refused token ends it with an error: retrying would not help.
+/// A refused token (wrong, revoked, expired, or of a role that may not
+/// attach) ends it with an error: retrying would not help.
 pub async fn run_grpc(
     worker: Arc<Worker>,
     options: LinkOptions,
@@ -352,7 +358,14 @@ pub async fn run_grpc(
                 tracing::warn!(%reason, "lost the coordinator; reconnecting");
                 backoff = Duration::from_millis(200);
             }
-            Err(status) if status.code() == Code::Unauthenticated => {
+            // A wrong, revoked or expired token, or one whose role may not
+            // attach (a client token): retrying would not help.
+            Err(status)
+                if matches!(
+                    status.code(),
+                    Code::Unauthenticated | Code::PermissionDenied
+                ) =>
+            {
                 return Err(LinkError::Refused(status.message().to_owned()));
             }
             Err(status) if status.code() == Code::InvalidArgument => {
@@ -395,7 +408,17 @@ fn endpoint_for(options: &LinkOptions) -> Result<Endpoint, LinkError> {
             }
             None => tls = tls.with_webpki_roots(),
         }
+        if let Some((cert, key)) = &options.identity {
+            let read = |path: &PathBuf| {
+                std::fs::read(path).map_err(|e| LinkError::IdentityFile(path.clone(), e))
+            };
+            tls = tls.identity(Identity::from_pem(read(cert)?, read(key)?));
+        }
         endpoint = endpoint.tls_config(tls).map_err(|e| bad(e.to_string()))?;
+    } else if options.identity.is_some() {
+        return Err(bad(
+            "a client certificate needs an https:// coordinator".to_owned()
+        ));
     }
     Ok(endpoint)
 }
