@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use caduceus_tests::{Fleet, Proc, process_alive_with, wait_gone};
+use caduceus_tests::{Fleet, Proc, leftovers, process_alive_with, wait_gone};
 use serde_json::{Value, json};
 
 /// A coordinator and one worker `w` whose temp dir is `<home>/tmp` (the
@@ -86,24 +86,6 @@ fn signal(proc: &Proc, name: &str) {
         .status()
         .unwrap();
     assert!(status.success());
-}
-
-/// What workers left in `tmp`: the shells' private directories
-/// (`caduceus-<id>`, `caduceus-login-<id>`) and the workers' ledgers
-/// (`caduceus-ledger-<uid>/<instance>.lease`).
-fn leftovers(tmp: &Path) -> Vec<String> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir(tmp).unwrap().flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if name.starts_with("caduceus-ledger-") {
-            for lease in std::fs::read_dir(entry.path()).unwrap().flatten() {
-                found.push(format!("{name}/{}", lease.file_name().to_string_lossy()));
-            }
-        } else if name.starts_with("caduceus-") {
-            found.push(name);
-        }
-    }
-    found
 }
 
 fn wait_no_leftovers(tmp: &Path, within: Duration) {
