@@ -1,5 +1,5 @@
 //! `caduceus` — one binary: `serve`, `worker`, `call`, `tools`, `status`,
-//! `approvals`, `guard check`. Results go to stdout; logs go to stderr. The command logic
+//! `run`, `sessions`, `approvals`, `guard check`. Results go to stdout; logs go to stderr. The command logic
 //! lives in this library so that the integration tests can build the same
 //! program under another name (see `tests/README.md`).
 
@@ -7,6 +7,7 @@ mod agent_settings;
 pub mod config;
 mod progress;
 mod run;
+mod sessions;
 pub mod target;
 
 mod approvals;
@@ -64,6 +65,11 @@ enum Command {
     Status(StatusArgs),
     /// Run one agent task: live progress on stderr, the final answer on stdout.
     Run(run::RunArgs),
+    /// Recorded agent sessions: list, show one.
+    Sessions {
+        #[command(subcommand)]
+        command: sessions::SessionsCommand,
+    },
     /// The command guard.
     Guard {
         #[command(subcommand)]
@@ -259,6 +265,7 @@ async fn run(cli: Cli) -> Result<()> {
             out(&verdict.to_json().to_string())
         }
         Command::Approvals { command } => approvals::run(command, &config).await,
+        Command::Sessions { command } => sessions::run(command),
     }
 }
 
@@ -302,10 +309,13 @@ async fn serve(args: ServeArgs, config: &Config) -> Result<()> {
         (None, None) => None,
         _ => bail!("TLS needs both --tls-cert and --tls-key"),
     };
+    let mut coordinator_config = coordinator_config(config, token)?;
+    // A served coordinator's sessions outlive it: the next one resumes them.
+    coordinator_config.agent.durable = true;
     let coordinator = Coordinator::start(
         CoordinatorConfig {
             heartbeat_interval: Duration::from_millis(args.heartbeat_ms.max(100)),
-            ..coordinator_config(config, token)?
+            ..coordinator_config
         },
         gate(config),
     )
@@ -317,6 +327,13 @@ async fn serve(args: ServeArgs, config: &Config) -> Result<()> {
     tracing::info!(%address, id = %coordinator.id(), tls = tls.is_some(), "coordinator listening");
     // A parseable line for scripts that start the coordinator on port 0.
     eprintln!("caduceus coordinator listening on {address}");
+    let resumed = coordinator.sessions().resume_orphans();
+    if resumed > 0 {
+        tracing::info!(
+            sessions = resumed,
+            "resuming sessions a restart interrupted once their workers are back"
+        );
+    }
     let shutdown = async {
         let _ = tokio::signal::ctrl_c().await;
     };
