@@ -231,11 +231,16 @@ impl CallSite {
                 status,
                 worker,
             },
-            Recovered::Unknown | Recovered::Adopt => Finished {
-                content: resume::unknown_outcome(),
-                status,
-                worker: None,
-            },
+            Recovered::Unknown | Recovered::Adopt => {
+                let done = Finished {
+                    content: resume::unknown_outcome(),
+                    status,
+                    worker: None,
+                };
+                // The record now says what the model was told.
+                self.record_end(call, &done);
+                done
+            }
         };
         self.finished(call, (Instant::now(), now_ms()), &done);
         done
