@@ -338,6 +338,8 @@ async fn serve(args: ServeArgs, config: &Config) -> Result<()> {
         let _ = tokio::signal::ctrl_c().await;
     };
     caduceus_coordinator::server::serve(coordinator.clone(), listener, tls, shutdown).await?;
+    // What the sessions recorded is on disk before the process ends.
+    coordinator.sessions().flush().await;
     coordinator.shutdown();
     Ok(())
 }

@@ -258,6 +258,13 @@ impl SessionHub {
         self.inner.store()
     }
 
+    /// Waits until everything recorded so far is on disk (before a process exits).
+    pub async fn flush(&self) {
+        if let Some(Some(store)) = self.inner.store.get() {
+            store.flush().await;
+        }
+    }
+
     /// The model a request names.
     fn resolve_model(&self, name: &str) -> Result<(Arc<dyn ChatModel>, String), SessionError> {
         let mut config: LlmConfig = self.inner.settings.llm.clone();
@@ -461,6 +468,16 @@ impl SessionHub {
     /// running when it died (served coordinators' sessions only: see
     /// `AgentSettings::durable`). Returns how many.
     pub fn resume_orphans(&self) -> usize {
+        // No database yet: nothing to resume, and none is created for it.
+        if !self
+            .inner
+            .settings
+            .state_db
+            .as_ref()
+            .is_some_and(|db| db.exists())
+        {
+            return 0;
+        }
         let Some(store) = self.inner.store() else {
             return 0;
         };

@@ -241,3 +241,7 @@ pub(crate) fn outcome_of(db: &Path, session: &StoredSession) -> SessionOutcome {
         workers,
     }
 }
+
+#[cfg(test)]
+#[path = "resume_tests.rs"]
+mod tests;
