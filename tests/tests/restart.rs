@@ -306,3 +306,84 @@ fn a_session_killed_mid_turn_with_a_child_resumes_after_the_coordinator_restarts
     assert_eq!(shown["calls"][0]["state"], "done");
     assert_eq!(shown["calls"][0]["result"], UNKNOWN);
 }
+
+#[test]
+fn an_embedded_run_killed_mid_call_is_resumed_by_run_resume() {
+    let fleet = Fleet::new();
+    let work = tempfile::tempdir().unwrap();
+    let turns = [
+        json!({"content": "Waiting.", "tool_calls": [tool_call("w1", "terminal", json!({"command": "sleep 20"}))]}),
+        json!({"content": "I cannot tell whether the wait finished.", "expect_contains": "its outcome is unknown"}),
+    ];
+    let script = work.path().join("embedded.jsonl");
+    std::fs::write(
+        &script,
+        turns.iter().map(|t| format!("{t}\n")).collect::<String>(),
+    )
+    .unwrap();
+    let model = format!("replay:{}", script.display());
+    let db = fleet.home.path().join("state.db");
+
+    let mut cmd = fleet.command();
+    cmd.current_dir(work.path())
+        .args(["run", "--json", "--model", &model, "Wait for a while"])
+        .env("CADUCEUS_LOG", "error")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    let mut run = cmd.spawn().unwrap();
+    let mut root = String::new();
+    wait_until(
+        "the call recorded as pending",
+        Duration::from_secs(60),
+        || {
+            let Ok(sessions) = store::read_sessions(&db) else {
+                return false;
+            };
+            let Some(session) = sessions.first() else {
+                return false;
+            };
+            root = session.id.clone();
+            store::read_calls(&db, &root)
+                .unwrap()
+                .iter()
+                .any(|c| c.state == "pending")
+        },
+    );
+    run.kill().unwrap();
+    run.wait().unwrap();
+    assert_eq!(
+        store::read_state(&db, &root).unwrap().as_deref(),
+        Some("running")
+    );
+
+    // An embedded run's sessions are not resumed behind anyone's back; asked
+    // for, the session resumes in the asking process and finishes.
+    let resumed = fleet
+        .command()
+        .current_dir(work.path())
+        .args(["run", "--json", "--resume", &root])
+        .env("CADUCEUS_LOG", "error")
+        .output()
+        .unwrap();
+    let events = json_lines(&resumed.stdout);
+    assert!(
+        resumed.status.success(),
+        "{}\n{events:#?}",
+        String::from_utf8_lossy(&resumed.stderr)
+    );
+    let last = events.last().unwrap();
+    assert_eq!(last["kind"], "final");
+    assert_eq!(
+        last["data"]["text"],
+        "I cannot tell whether the wait finished."
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| e["kind"] == "session_resumed" && e["data"]["unknown_calls"] == json!(["w1"]))
+    );
+    assert_eq!(
+        store::read_state(&db, &root).unwrap().as_deref(),
+        Some("completed")
+    );
+}
