@@ -244,9 +244,11 @@ fn apply(conn: &Connection, op: Op) -> Result<(), rusqlite::Error> {
         Op::Started(row, owner, durable) => {
             let spec = serde_json::to_string(&row.spec).unwrap_or_default();
             conn.execute(
-                "INSERT OR REPLACE INTO sessions (id, parent_id, root_id, depth, task_id, model, prompt, state, started_at,
+                // A resumed session is taken over: same row, new owner.
+                "INSERT INTO sessions (id, parent_id, root_id, depth, task_id, model, prompt, state, started_at,
                  parent_call_id, task_index, spec, owner, durable)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'running', ?8, ?9, ?10, ?11, ?12, ?13)",
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'running', ?8, ?9, ?10, ?11, ?12, ?13)
+                 ON CONFLICT(id) DO UPDATE SET state = 'running', owner = excluded.owner, durable = excluded.durable",
                 params![
                     row.id,
                     row.parent_id,

@@ -210,3 +210,23 @@ fn a_database_from_before_resuming_gains_the_new_columns() {
     assert!(!sessions[0].durable);
     assert_eq!(sessions[0].spec, ResumeSpec::default());
 }
+
+#[tokio::test]
+async fn taking_a_session_over_keeps_its_row_and_changes_its_owner() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let gone = SessionStore::open(&path, true).unwrap();
+    gone.session_started(row("r", None));
+    gone.flush().await;
+    let before = read_session(&path, "r").unwrap().unwrap();
+    drop(gone);
+    assert_eq!(orphaned_roots(&path).unwrap().len(), 1);
+
+    let next = SessionStore::open(&path, true).unwrap();
+    next.session_started(row("r", None));
+    next.flush().await;
+    let after = read_session(&path, "r").unwrap().unwrap();
+    assert_eq!(after.started_at, before.started_at);
+    assert_eq!(after.owner.as_deref(), Some(next.owner()));
+    assert!(orphaned_roots(&path).unwrap().is_empty());
+}

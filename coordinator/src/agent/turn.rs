@@ -407,6 +407,9 @@ impl AgentLoop {
         }
         self.messages = restored.messages;
         self.api_calls = restored.api_calls;
+        self.shared
+            .api_calls
+            .store(self.api_calls, Ordering::Relaxed);
         self.tokens = restored.tokens;
         self.trace = restored.trace;
         self.workers = restored.workers;
@@ -755,7 +758,13 @@ impl AgentLoop {
             .collect();
         let mut results: Vec<Option<Finished>> = calls.iter().map(|_| None).collect();
         let mut runnable = Vec::new();
+        let site = self.call_site(self.api_calls);
         for (index, route) in routes.iter().enumerate() {
+            // After a restart, a call with a record is answered from it.
+            if let Some(recovered) = self.take_recovered(&calls[index].id) {
+                results[index] = Some(site.recovered(&calls[index], recovered));
+                continue;
+            }
             match route {
                 Route::Invalid(content) => {
                     results[index] = Some(Finished {
@@ -783,21 +792,12 @@ impl AgentLoop {
             None
         };
         let segments = plan_batch(&plan_input, cwd.as_deref());
-        let site = self.call_site(self.api_calls);
 
         for segment in &segments {
             if self.cancelled() {
                 break;
             }
-            let mut indices: Vec<usize> = segment.calls().iter().map(|&k| runnable[k]).collect();
-            // After a restart, calls with a record are answered from it.
-            indices.retain(|&i| match self.take_recovered(&calls[i].id) {
-                Some(recovered) => {
-                    results[i] = Some(site.recovered(&calls[i], recovered));
-                    false
-                }
-                None => true,
-            });
+            let indices: Vec<usize> = segment.calls().iter().map(|&k| runnable[k]).collect();
             if segment.is_parallel() {
                 let site = &site;
                 let dispatched: Vec<Finished> = futures::stream::iter(
