@@ -13,6 +13,7 @@ use caduceus_proto::{AnswerApprovalRequest, Approval, ListApprovalsRequest};
 use crate::config::Config;
 use crate::out;
 use crate::target::{Client, Remote};
+use crate::token::TokenArgs;
 
 #[derive(Subcommand)]
 pub enum ApprovalsCommand {
@@ -54,27 +55,38 @@ pub struct RemoteArgs {
     /// Coordinator address (http://host:port or https://host:port).
     #[arg(long, env = "CADUCEUS_COORDINATOR")]
     coordinator: Option<String>,
-    #[arg(long, env = "CADUCEUS_TOKEN", hide_env_values = true)]
-    token: Option<String>,
+    #[command(flatten)]
+    token: TokenArgs,
     /// CA certificate (PEM) to trust for an https coordinator.
     #[arg(long)]
     tls_ca: Option<PathBuf>,
 }
 
 async fn client(remote: &RemoteArgs, config: &Config) -> Result<Client> {
+    remote_client(
+        remote,
+        config,
+        "approvals are answered on a running coordinator: pass --coordinator or set CADUCEUS_COORDINATOR (an embedded coordinator lives only as long as one command, so it never has approvals to answer)",
+    )
+    .await
+}
+
+/// A Control client of the coordinator `remote` names; `why` is the error
+/// when it names none.
+pub(crate) async fn remote_client(
+    remote: &RemoteArgs,
+    config: &Config,
+    why: &str,
+) -> Result<Client> {
     Remote::from_flags(
         remote.coordinator.clone(),
-        remote.token.clone(),
+        &remote.token,
         remote.tls_ca.clone(),
         config,
-    )
+    )?
     .client()
     .await?
-    .ok_or_else(|| {
-        anyhow!(
-            "approvals are answered on a running coordinator: pass --coordinator or set CADUCEUS_COORDINATOR (an embedded coordinator lives only as long as one command, so it never has approvals to answer)"
-        )
-    })
+    .ok_or_else(|| anyhow!("{why}"))
 }
 
 pub async fn run(command: ApprovalsCommand, config: &Config) -> Result<()> {

@@ -8,18 +8,26 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use serde::Deserialize;
 
+use caduceus_common::process_env;
 use caduceus_coordinator::guard::{ApprovalMode, ApprovalSettings, ContainerApprovals};
 use caduceus_worker::backends::docker::settings::DockerSettings;
 use caduceus_worker::backends::lease::LeasePolicy;
 use caduceus_worker::backends::pool::PoolSpec;
+
+use crate::token::TokenSource;
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default)]
 pub struct Config {
     /// Coordinator address for client commands (`CADUCEUS_COORDINATOR`).
     pub coordinator: Option<String>,
-    /// Shared token (`CADUCEUS_TOKEN`).
-    pub token: Option<String>,
+    /// Shared token: the file's `token` or `token_file`, overridden by
+    /// `CADUCEUS_TOKEN` or `CADUCEUS_TOKEN_FILE` (see `token.rs`).
+    #[serde(skip)]
+    pub token: Option<TokenSource>,
+    #[serde(rename = "token")]
+    token_value: Option<String>,
+    token_file: Option<PathBuf>,
     /// Where `serve` listens.
     pub listen: Option<String>,
     pub tls: TlsSection,
@@ -356,6 +364,12 @@ pub struct WorkerSection {
     pub backends: Option<Vec<String>>,
     pub labels: HashMap<String, String>,
     pub capacity: Option<u32>,
+    /// The account local sandboxes of a root worker run as (default
+    /// `nobody`; `CADUCEUS_RUN_AS`).
+    pub run_as: Option<String>,
+    /// Let a root worker run local sandboxes as root
+    /// (`CADUCEUS_ALLOW_ROOT_SANDBOX=1`).
+    pub allow_root_sandbox: bool,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -399,8 +413,14 @@ impl Config {
             }
             Err(err) => return Err(err).with_context(|| format!("cannot read {}", path.display())),
         };
+        config.token = TokenSource::one_of(
+            config.token_value.take(),
+            config.token_file.take(),
+            ("the configuration's token", "token_file"),
+        )
+        .with_context(|| format!("invalid configuration in {}", path.display()))?;
         config.path = Some(path);
-        config.apply_env();
+        config.apply_env()?;
         Ok(config)
     }
 
@@ -414,19 +434,30 @@ impl Config {
             deny: self.approvals.deny.clone(),
             allowlist: self.command_allowlist.clone(),
             containers: self.approvals.containers,
-            sudo_password_configured: std::env::var_os("SUDO_PASSWORD")
-                .is_some_and(|v| !v.is_empty()),
+            sudo_password_configured: process_env::var("SUDO_PASSWORD").is_some(),
             allowlist_file: self.path.clone(),
         }
     }
 
-    fn apply_env(&mut self) {
-        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    fn apply_env(&mut self) -> Result<()> {
+        // Secret-named ones (CADUCEUS_TOKEN, CADUCEUS_TOKEN_FILE,
+        // CADUCEUS_COORDINATOR) were withheld from the environment at start.
+        let var = process_env::var;
         if let Some(v) = var("CADUCEUS_COORDINATOR") {
             self.coordinator = Some(v);
         }
-        if let Some(v) = var("CADUCEUS_TOKEN") {
-            self.token = Some(v);
+        if let Some(source) = TokenSource::one_of(
+            var("CADUCEUS_TOKEN"),
+            var("CADUCEUS_TOKEN_FILE").map(PathBuf::from),
+            ("CADUCEUS_TOKEN", "CADUCEUS_TOKEN_FILE"),
+        )? {
+            self.token = Some(source);
+        }
+        if let Some(v) = var("CADUCEUS_RUN_AS") {
+            self.worker.run_as = Some(v);
+        }
+        if let Some(v) = var("CADUCEUS_ALLOW_ROOT_SANDBOX") {
+            self.worker.allow_root_sandbox = matches!(v.trim(), "1" | "true" | "yes");
         }
         if let Some(v) = var("TERMINAL_ENV") {
             self.terminal.backend = v;
@@ -444,6 +475,7 @@ impl Config {
             self.terminal.lifetime_seconds = v;
         }
         self.apply_remote_backend_env(&var);
+        Ok(())
     }
 
     /// `TERMINAL_SSH_*`, `TERMINAL_SINGULARITY_*`, `TERMINAL_CONTAINER_*`.

@@ -5,12 +5,16 @@
 
 mod agent_settings;
 pub mod config;
+mod hardening;
 mod progress;
 mod run;
+mod sandbox_user;
 mod sessions;
 pub mod target;
+pub mod token;
 
 mod approvals;
+mod tokens;
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -19,8 +23,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use serde_json::{Value, json};
+use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
 use caduceus_coordinator::guard::{CommandGate, Gate};
@@ -80,6 +85,11 @@ enum Command {
         #[command(subcommand)]
         command: approvals::ApprovalsCommand,
     },
+    /// Scoped tokens (worker, client, admin) on a running coordinator: create, list, revoke.
+    Tokens {
+        #[command(subcommand)]
+        command: tokens::TokensCommand,
+    },
 }
 
 #[derive(Args)]
@@ -87,14 +97,19 @@ struct ServeArgs {
     /// Address to listen on (default: the config's `listen`, else 127.0.0.1:7700).
     #[arg(long)]
     listen: Option<String>,
-    /// Shared token workers and clients must present.
-    #[arg(long, env = "CADUCEUS_TOKEN", hide_env_values = true)]
-    token: Option<String>,
+    // The shared token: an admin token for workers, clients and operators
+    // (`caduceus tokens create` makes scoped ones).
+    #[command(flatten)]
+    token: token::TokenArgs,
     /// TLS certificate (PEM); TLS is on when both --tls-cert and --tls-key are given.
     #[arg(long)]
     tls_cert: Option<PathBuf>,
     #[arg(long)]
     tls_key: Option<PathBuf>,
+    /// CA certificate (PEM): workers must present a client certificate it
+    /// signed to attach (mutual TLS; clients need none).
+    #[arg(long)]
+    tls_client_ca: Option<PathBuf>,
     /// Heartbeat interval workers are asked to keep, milliseconds.
     #[arg(long, default_value_t = 2000)]
     heartbeat_ms: u64,
@@ -112,8 +127,8 @@ struct WorkerArgs {
     /// Coordinator address (http://host:port or https://host:port).
     #[arg(long, env = "CADUCEUS_COORDINATOR")]
     coordinator: Option<String>,
-    #[arg(long, env = "CADUCEUS_TOKEN", hide_env_values = true)]
-    token: Option<String>,
+    #[command(flatten)]
+    token: token::TokenArgs,
     /// Name of this worker, unique in the fleet (default: the host name).
     #[arg(long)]
     name: Option<String>,
@@ -129,6 +144,33 @@ struct WorkerArgs {
     /// CA certificate (PEM) to trust for an https coordinator.
     #[arg(long)]
     tls_ca: Option<PathBuf>,
+    /// Client certificate (PEM) for a coordinator that demands one of
+    /// workers (`serve --tls-client-ca`); needs --tls-key.
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// When the worker runs as root: the user its local sandboxes run as
+    /// (default: nobody).
+    #[arg(long)]
+    run_as: Option<String>,
+    /// Let a root worker run its local sandboxes as root, where their
+    /// commands can read the worker's environment and memory.
+    #[arg(long)]
+    allow_root_sandbox: bool,
+    /// On SIGTERM or SIGINT: seconds running calls get to finish before they
+    /// are cancelled (a second signal does not cut it short).
+    #[arg(long, value_name = "SECONDS", default_value_t = 10.0, value_parser = grace_seconds)]
+    shutdown_grace: f64,
+}
+
+fn grace_seconds(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(seconds) if seconds.is_finite() && (0.0..=86_400.0).contains(&seconds) => Ok(seconds),
+        _ => Err(format!(
+            "'{text}' is not a number of seconds between 0 and 86400"
+        )),
+    }
 }
 
 #[derive(Args, Clone)]
@@ -136,8 +178,8 @@ struct ClientArgs {
     /// Coordinator address; without it an embedded coordinator and local worker are started.
     #[arg(long, env = "CADUCEUS_COORDINATOR")]
     coordinator: Option<String>,
-    #[arg(long, env = "CADUCEUS_TOKEN", hide_env_values = true)]
-    token: Option<String>,
+    #[command(flatten)]
+    token: token::TokenArgs,
     /// CA certificate (PEM) to trust for an https coordinator.
     #[arg(long)]
     tls_ca: Option<PathBuf>,
@@ -193,9 +235,16 @@ enum GuardCommand {
 #[allow(clippy::print_stderr)] // the binary's edge: errors go to stderr
 pub fn main() -> std::process::ExitCode {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|err| err.exit());
     let quiet = !matches!(cli.command, Command::Serve(_) | Command::Worker(_));
     init_logging(if quiet { "warn" } else { "info" });
+    if let Some(token) = hardening::token_on_command_line(&matches) {
+        hardening::hide_token(&token);
+    }
+    // Arguments (and the variables clap reads) are parsed; no thread exists yet.
+    let protection = hardening::protect_process();
+    hardening::report(&protection);
     // A worker spends its time waiting on pipes and sockets (its commands run
     // as separate processes), so one thread serves it best: a tool call then
     // crosses no thread boundary inside the worker (measured: ~50 µs less per
@@ -266,6 +315,7 @@ async fn run(cli: Cli) -> Result<()> {
         }
         Command::Approvals { command } => approvals::run(command, &config).await,
         Command::Sessions { command } => sessions::run(command),
+        Command::Tokens { command } => tokens::run(command, &config).await,
     }
 }
 
@@ -282,10 +332,10 @@ fn gate(config: &Config) -> Arc<dyn Gate> {
     Arc::new(CommandGate::new(config.approval_settings()))
 }
 
-fn remote(args: &ClientArgs, config: &Config) -> Remote {
+fn remote(args: &ClientArgs, config: &Config) -> Result<Remote> {
     Remote::from_flags(
         args.coordinator.clone(),
-        args.token.clone(),
+        &args.token,
         args.tls_ca.clone(),
         config,
     )
@@ -293,10 +343,9 @@ fn remote(args: &ClientArgs, config: &Config) -> Remote {
 
 #[allow(clippy::print_stderr)] // the listening line scripts wait for
 async fn serve(args: ServeArgs, config: &Config) -> Result<()> {
-    let token = args
-        .token
-        .or_else(|| config.token.clone())
-        .ok_or_else(|| anyhow!("serve needs a token: pass --token or set CADUCEUS_TOKEN (workers and clients must present it)"))?;
+    let token = args.token.resolve(config)?.ok_or_else(|| {
+        anyhow!("serve needs a token: pass --token or --token-file, or set CADUCEUS_TOKEN or CADUCEUS_TOKEN_FILE (workers and clients must present it)")
+    })?;
     let listen = args
         .listen
         .or_else(|| config.listen.clone())
@@ -305,7 +354,14 @@ async fn serve(args: ServeArgs, config: &Config) -> Result<()> {
         args.tls_cert.or_else(|| config.tls.cert.clone()),
         args.tls_key.or_else(|| config.tls.key.clone()),
     ) {
-        (Some(cert), Some(key)) => Some(TlsFiles { cert, key }),
+        (Some(cert), Some(key)) => Some(TlsFiles {
+            cert,
+            key,
+            client_ca: args.tls_client_ca,
+        }),
+        (None, None) if args.tls_client_ca.is_some() => {
+            bail!("--tls-client-ca needs TLS: pass --tls-cert and --tls-key too")
+        }
         (None, None) => None,
         _ => bail!("TLS needs both --tls-cert and --tls-key"),
     };
@@ -324,6 +380,9 @@ async fn serve(args: ServeArgs, config: &Config) -> Result<()> {
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
     let address = listener.local_addr()?;
+    for warning in serve_warnings(coordinator.token(), address, tls.is_some()) {
+        tracing::warn!("{warning}");
+    }
     tracing::info!(%address, id = %coordinator.id(), tls = tls.is_some(), "coordinator listening");
     // A parseable line for scripts that start the coordinator on port 0.
     eprintln!("caduceus coordinator listening on {address}");
@@ -342,6 +401,26 @@ async fn serve(args: ServeArgs, config: &Config) -> Result<()> {
     coordinator.sessions().flush().await;
     coordinator.shutdown();
     Ok(())
+}
+
+/// Tokens shorter than this draw a warning from `serve`.
+const MIN_TOKEN_CHARS: usize = 16;
+
+/// What `serve` warns about before it listens: a guessable token, and
+/// plain-text traffic on an address other hosts can reach.
+fn serve_warnings(token: &str, address: std::net::SocketAddr, tls: bool) -> Vec<String> {
+    let mut warnings = Vec::new();
+    if token.chars().count() < MIN_TOKEN_CHARS {
+        warnings.push(format!(
+            "the token is shorter than {MIN_TOKEN_CHARS} characters and can be guessed; use a long random one (e.g. `openssl rand -hex 32`)"
+        ));
+    }
+    if !tls && !address.ip().is_loopback() {
+        warnings.push(format!(
+            "listening on {address} without TLS: tokens and tool traffic cross the network in plain text; pass --tls-cert and --tls-key, or listen on 127.0.0.1"
+        ));
+    }
+    warnings
 }
 
 /// Coordinator settings from the configuration (serve and embedded fleets).
@@ -363,11 +442,29 @@ pub(crate) fn worker_config(
     backends: Vec<String>,
     labels: HashMap<String, String>,
     capacity: Option<u32>,
-) -> WorkerConfig {
+) -> Result<WorkerConfig> {
+    let mut backend_options = backend_options(config);
+    if backends.iter().any(|b| b == "local") {
+        backend_options.local_user = sandbox_user::local_sandbox_user(
+            config.worker.run_as.as_deref(),
+            config.worker.allow_root_sandbox,
+        )?;
+        match &backend_options.local_user {
+            Some(user) => {
+                tracing::info!(user = %user.name, uid = user.uid, home = %user.home, "local sandboxes run as another user")
+            }
+            None if nix::unistd::Uid::effective().is_root() => tracing::warn!(
+                "local sandboxes run as root (--allow-root-sandbox): their commands can read this worker's environment and memory"
+            ),
+            None => {}
+        }
+    }
+    // A sandbox user starts in its own home unless a cwd is configured.
     let local_cwd = config
         .terminal
         .cwd
         .clone()
+        .or_else(|| backend_options.local_user.as_ref().map(|u| u.home.clone()))
         .or_else(|| {
             std::env::current_dir()
                 .ok()
@@ -375,10 +472,10 @@ pub(crate) fn worker_config(
         })
         .unwrap_or_else(|| "/".to_owned());
     let shell_env = caduceus_common::env_hygiene::sanitized_env(
-        std::env::vars(),
+        caduceus_common::process_env::vars().into_iter(),
         &config.terminal.env_passthrough,
     );
-    WorkerConfig {
+    Ok(WorkerConfig {
         name,
         labels,
         backends,
@@ -388,7 +485,7 @@ pub(crate) fn worker_config(
                 .unwrap_or(16)
         }),
         local_cwd,
-        backend_options: backend_options(config),
+        backend_options,
         tools: ToolSettings {
             terminal_timeout_secs: config.terminal.timeout,
             max_foreground_timeout_secs: config.terminal.max_foreground_timeout,
@@ -407,13 +504,12 @@ pub(crate) fn worker_config(
         shell_init_files: shell_init_files(&config.terminal),
         // The terminal hands it to sudo itself; it never enters a sandbox's
         // environment (env_hygiene drops it).
-        sudo_password: std::env::var("SUDO_PASSWORD")
-            .ok()
+        sudo_password: caduceus_common::process_env::var("SUDO_PASSWORD")
             .map(caduceus_worker::shell::Secret::new),
         env_lifetime: Duration::from_secs(config.terminal.lifetime_seconds),
         reap_interval: Duration::from_secs(config.terminal.reap_interval_seconds.max(1)),
         backend_probe_interval: Duration::from_secs(config.terminal.backend_probe_seconds.max(1)),
-    }
+    })
 }
 
 /// hermes' `_resolve_shell_init_files`: the explicit list, else the rc files
@@ -487,18 +583,25 @@ fn backend_options(config: &Config) -> caduceus_worker::backends::BackendOptions
             tracing::warn!("{err:#}; no warm pools");
             Vec::new()
         }),
+        local_user: None,
         worker: String::new(),
         worker_instance: String::new(),
     }
 }
 
 async fn worker(args: WorkerArgs, config: &Config) -> Result<()> {
+    let mut config = config.clone();
+    if args.run_as.is_some() {
+        config.worker.run_as = args.run_as.clone();
+    }
+    config.worker.allow_root_sandbox |= args.allow_root_sandbox;
+    let config = &config;
     let url = args
         .coordinator
         .or_else(|| config.coordinator.clone())
         .ok_or_else(|| anyhow!("worker needs the coordinator's address: pass --coordinator or set CADUCEUS_COORDINATOR"))?;
-    let token = args.token.or_else(|| config.token.clone()).ok_or_else(|| {
-        anyhow!("worker needs the coordinator's token: pass --token or set CADUCEUS_TOKEN")
+    let token = args.token.resolve(config)?.ok_or_else(|| {
+        anyhow!("worker needs the coordinator's token: pass --token or --token-file, or set CADUCEUS_TOKEN or CADUCEUS_TOKEN_FILE")
     })?;
     let name = args
         .name
@@ -522,22 +625,41 @@ async fn worker(args: WorkerArgs, config: &Config) -> Result<()> {
         backends,
         labels,
         args.capacity.or(config.worker.capacity),
-    ));
+    )?);
+    // Installed before anything else can take time: from here on SIGTERM
+    // and SIGINT mean a graceful stop, never the default instant exit.
+    let mut terminate =
+        signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut interrupt = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
     let shutdown = CancellationToken::new();
     worker.start_housekeeping(shutdown.clone()).await;
     let stop = shutdown.clone();
+    let stopping = worker.clone();
+    let grace = Duration::from_secs_f64(args.shutdown_grace);
     tokio::spawn(async move {
-        let _ = tokio::signal::ctrl_c().await;
+        let name = tokio::select! {
+            _ = terminate.recv() => "SIGTERM",
+            _ = interrupt.recv() => "SIGINT",
+        };
+        tracing::info!(
+            "{name}: stopping; running calls get {:.1}s to finish",
+            grace.as_secs_f64()
+        );
+        // Later signals land in the streams kept here and change nothing.
+        stopping.stop_gracefully(grace).await;
         stop.cancel();
+        let _keep = (terminate, interrupt);
     });
     let options = LinkOptions {
         url,
         token,
         ca_cert: args.tls_ca.or_else(|| config.tls.ca.clone()),
+        identity: args.tls_cert.zip(args.tls_key),
         connect_timeout: Duration::from_secs(10),
     };
     let outcome = caduceus_worker::link::run_grpc(worker.clone(), options, shutdown).await;
     worker.shutdown().await;
+    tracing::info!("worker stopped; every environment ended");
     outcome.map_err(|e| anyhow!("{e}"))
 }
 
@@ -551,14 +673,14 @@ fn host_name() -> String {
 }
 
 async fn call(args: CallArgs, config: &Config) -> Result<()> {
-    let mut target = Target::open(&remote(&args.client, config), config, gate(config), 1).await?;
+    let mut target = Target::open(&remote(&args.client, config)?, config, gate(config), 1).await?;
     let reply = target.call(&args.tool, &args.arguments, &args.task).await;
     target.close().await;
     out(&reply?.result)
 }
 
 async fn tools(args: ToolsArgs, config: &Config) -> Result<()> {
-    let mut target = Target::open(&remote(&args.client, config), config, gate(config), 1).await?;
+    let mut target = Target::open(&remote(&args.client, config)?, config, gate(config), 1).await?;
     let filter = ToolFilter {
         enabled_toolsets: args.toolsets,
         disabled_toolsets: args.disable,
@@ -584,7 +706,7 @@ async fn tools(args: ToolsArgs, config: &Config) -> Result<()> {
 }
 
 async fn status(args: StatusArgs, config: &Config) -> Result<()> {
-    let mut target = Target::open(&remote(&args.client, config), config, gate(config), 1).await?;
+    let mut target = Target::open(&remote(&args.client, config)?, config, gate(config), 1).await?;
     let status = target.status().await;
     target.close().await;
     let status = status?;
@@ -662,3 +784,7 @@ async fn status(args: StatusArgs, config: &Config) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+#[path = "lib_tests.rs"]
+mod tests;

@@ -534,7 +534,7 @@ fn unavailable_reason(snapshot: &ToolRegistry, entry: &ToolEntry) -> String {
     let missing: Vec<&str> = entry
         .requires_env
         .iter()
-        .filter(|v| std::env::var_os(v).is_none_or(|x| x.is_empty()))
+        .filter(|v| caduceus_common::process_env::var(v).is_none())
         .map(String::as_str)
         .collect();
     if !missing.is_empty() {

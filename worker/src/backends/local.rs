@@ -1,10 +1,16 @@
 //! The local backend: processes on the worker's own host, each environment's
 //! shell in its own session (no controlling terminal, own process group).
+//!
+//! A worker running as root runs its local sandboxes as an unprivileged
+//! [`SandboxUser`] (`worker --run-as`): root could read the worker's
+//! environment and memory through `/proc` whatever the worker does. Such a
+//! sandbox's file tools then go through its shell too ([`ShellFs`]), so they
+//! see exactly what its commands see, with the same user's rights.
 
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use std::process::Stdio;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use async_trait::async_trait;
 use caduceus_files::{FileSystem, LocalFs};
@@ -13,14 +19,30 @@ use nix::unistd::Pid;
 use tokio::net::unix::pipe;
 use tokio::process::{Child, Command};
 
+use super::ledger::HostLedger;
+use crate::backends::shell_fs::ShellFs;
 use crate::sandbox::{ProcessHandle, Sandbox, SandboxError, SpawnSpec, SpawnedProcess, StopSignal};
+
+/// The account local sandbox commands run as, instead of the worker's own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxUser {
+    pub name: String,
+    pub uid: u32,
+    pub gid: u32,
+    /// `HOME` of its commands (a directory it can write).
+    pub home: String,
+}
 
 pub struct LocalSandbox {
     id: String,
     cwd: String,
     home: String,
     temp: String,
-    files: Arc<LocalFs>,
+    user: Option<SandboxUser>,
+    files: Arc<dyn FileSystem>,
+    /// The worker's ledger: its processes carry the tag, its private
+    /// directories are listed (see `ledger.rs`).
+    ledger: Option<Arc<HostLedger>>,
 }
 
 impl std::fmt::Debug for LocalSandbox {
@@ -35,22 +57,52 @@ impl std::fmt::Debug for LocalSandbox {
 impl LocalSandbox {
     pub fn new(id: String, cwd: String) -> Self {
         let home = std::env::var("HOME").unwrap_or_else(|_| "/".to_owned());
-        let temp = ["TMPDIR", "TMP", "TEMP"]
-            .iter()
-            .find_map(|v| std::env::var(v).ok().filter(|s| !s.is_empty()))
-            .unwrap_or_else(|| "/tmp".to_owned());
-        let temp = temp.trim_end_matches('/').to_owned();
         LocalSandbox {
             id,
             cwd,
             home,
-            temp: if temp.is_empty() {
-                "/".to_owned()
-            } else {
-                temp
-            },
+            temp: host_temp_dir(),
+            user: None,
             files: Arc::new(LocalFs::new()),
+            ledger: None,
         }
+    }
+
+    /// A sandbox whose commands and file tools run as `user`.
+    pub fn for_user(
+        id: String,
+        cwd: String,
+        user: SandboxUser,
+        ledger: Option<Arc<HostLedger>>,
+    ) -> Arc<Self> {
+        Arc::new_cyclic(|me: &Weak<LocalSandbox>| {
+            let me: Weak<dyn Sandbox> = me.clone();
+            let mut sandbox = LocalSandbox::new(id, cwd).with_ledger(ledger);
+            sandbox.home = user.home.clone();
+            sandbox.files = Arc::new(ShellFs::new(me));
+            sandbox.user = Some(user);
+            sandbox
+        })
+    }
+
+    pub fn with_ledger(mut self, ledger: Option<Arc<HostLedger>>) -> Self {
+        self.ledger = ledger;
+        self
+    }
+}
+
+/// The host's temporary directory (`TMPDIR`, `TMP`, `TEMP`, else `/tmp`),
+/// without a trailing slash.
+pub fn host_temp_dir() -> String {
+    let temp = ["TMPDIR", "TMP", "TEMP"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok().filter(|s| !s.is_empty()))
+        .unwrap_or_else(|| "/tmp".to_owned());
+    let temp = temp.trim_end_matches('/').to_owned();
+    if temp.is_empty() {
+        "/".to_owned()
+    } else {
+        temp
     }
 }
 
@@ -77,11 +129,18 @@ impl Sandbox for LocalSandbox {
             .args(&spec.args)
             .env_clear()
             .envs(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            // Last, so that a tag inherited from an outer worker is replaced.
+            .envs(self.ledger.as_ref().map(|l| l.tag()))
             .current_dir(spec.cwd.as_deref().unwrap_or(&self.cwd))
             .stdin(Stdio::piped())
             .stdout(Stdio::from(writer))
             .stderr(Stdio::from(writer_err))
             .kill_on_drop(true);
+        if let Some(user) = &self.user {
+            // std drops the supplementary groups too (setgroups(0) before
+            // setuid), so no group of the worker's account is kept.
+            command.uid(user.uid).gid(user.gid);
+        }
         detach_from_terminal(&mut command);
         let mut child = command.spawn().map_err(|e| fail(e.to_string()))?;
         // Our copies of the pipe's write end go with the Command: without this
@@ -112,6 +171,19 @@ impl Sandbox for LocalSandbox {
         Ok(())
     }
 
+    async fn signal_process(&self, pid: u32, signal: StopSignal) -> Result<(), SandboxError> {
+        if let Ok(pid) = i32::try_from(pid) {
+            let _ = kill(Pid::from_raw(pid), nix_signal(signal));
+        }
+        Ok(())
+    }
+
+    fn record_private_dir(&self, path: &str) {
+        if let Some(ledger) = &self.ledger {
+            ledger.record_dir(path);
+        }
+    }
+
     fn files(&self) -> Arc<dyn FileSystem> {
         self.files.clone()
     }
@@ -122,6 +194,23 @@ impl Sandbox for LocalSandbox {
 
     fn home_dir(&self) -> String {
         self.home.clone()
+    }
+
+    fn shell_env(&self, worker_env: &[(String, String)]) -> Vec<(String, String)> {
+        let Some(user) = &self.user else {
+            return worker_env.to_vec();
+        };
+        let mut env: Vec<(String, String)> = worker_env
+            .iter()
+            .filter(|(name, _)| !matches!(name.as_str(), "HOME" | "USER" | "LOGNAME"))
+            .cloned()
+            .collect();
+        env.extend([
+            ("HOME".to_owned(), user.home.clone()),
+            ("USER".to_owned(), user.name.clone()),
+            ("LOGNAME".to_owned(), user.name.clone()),
+        ]);
+        env
     }
 
     fn initial_cwd(&self) -> String {
@@ -181,11 +270,7 @@ impl ProcessHandle for LocalProcess {
 /// Signals the descendants of `root`, parents first (read from /proc), then
 /// `root` itself when asked.
 pub fn signal_local_tree(root: u32, signal: StopSignal, include_root: bool) {
-    let signal = match signal {
-        StopSignal::Interrupt => Signal::SIGINT,
-        StopSignal::Terminate => Signal::SIGTERM,
-        StopSignal::Kill => Signal::SIGKILL,
-    };
+    let signal = nix_signal(signal);
     let table = process_table();
     let mut order = Vec::new();
     collect_descendants(root, &table.children, &mut order, 0);
@@ -205,6 +290,15 @@ pub fn signal_local_tree(root: u32, signal: StopSignal, include_root: bool) {
     }
     if include_root && let Ok(pid) = i32::try_from(root) {
         let _ = kill(Pid::from_raw(pid), signal);
+    }
+}
+
+fn nix_signal(signal: StopSignal) -> Signal {
+    match signal {
+        StopSignal::Interrupt => Signal::SIGINT,
+        StopSignal::Terminate => Signal::SIGTERM,
+        StopSignal::Kill => Signal::SIGKILL,
+        StopSignal::Abort => Signal::SIGUSR2,
     }
 }
 

@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tonic::metadata::MetadataValue;
-use tonic::transport::{Certificate, ClientTlsConfig, Endpoint};
+use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
 use tonic::{Code, Request, Status};
 
 use caduceus_proto::worker_gateway_client::WorkerGatewayClient;
@@ -30,6 +30,9 @@ use crate::tools::OutputSink;
 /// Live output streamed per call at most; the final result carries the
 /// (bounded) output anyway.
 const MAX_STREAMED_BYTES: usize = 1024 * 1024;
+
+/// How long a stopping worker waits for its queued events to be sent.
+const FLUSH_WAIT: Duration = Duration::from_secs(2);
 
 /// Why a connection ended.
 #[derive(Debug)]
@@ -50,6 +53,8 @@ pub enum LinkError {
     BadAddress(String, String),
     #[error("cannot read the CA certificate {0}: {1}")]
     CaFile(PathBuf, std::io::Error),
+    #[error("cannot read the client certificate or key {0}: {1}")]
+    IdentityFile(PathBuf, std::io::Error),
 }
 
 fn event(e: worker_event::Event) -> WorkerEvent {
@@ -132,6 +137,24 @@ where
             () = shutdown.cancelled() => break Disconnect::Shutdown,
         }
     };
+    if matches!(end, Disconnect::Shutdown) {
+        // The worker is stopping: its environments end with it. Telling the
+        // coordinator now lets it answer the tasks' next calls with a reset
+        // notice at once instead of waiting to notice a lost stream.
+        for info in worker.environments().infos() {
+            let _ = events.try_send(event(worker_event::Event::Released(EnvironmentReleased {
+                task_id: info.task_id,
+                reason: "shutdown".to_owned(),
+            })));
+        }
+        // Give the stream a moment to carry what is queued (results of the
+        // calls that just finished, the releases) before it is dropped.
+        let flushed = tokio::time::Instant::now() + FLUSH_WAIT;
+        while events.capacity() < events.max_capacity() && tokio::time::Instant::now() < flushed {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     if matches!(end, Disconnect::Lost(_)) {
         // The coordinator already answered these calls with an error; stop
         // them rather than let unobserved commands carry on.
@@ -212,12 +235,16 @@ pub struct LinkOptions {
     pub token: String,
     /// CA certificate (PEM) to trust for https; public roots otherwise.
     pub ca_cert: Option<PathBuf>,
+    /// Client certificate and key (PEM) for a coordinator that demands them
+    /// of workers (mutual TLS, `serve --tls-client-ca`).
+    pub identity: Option<(PathBuf, PathBuf)>,
     pub connect_timeout: Duration,
 }
 
 /// Keeps the worker attached: connects, serves, and reconnects with
 /// exponential backoff (0.2 s doubling to 10 s, with jitter) until `shutdown`.
-/// A refused token ends it with an error: retrying would not help.
+/// A refused token (wrong, revoked, expired, or of a role that may not
+/// attach) ends it with an error: retrying would not help.
 pub async fn run_grpc(
     worker: Arc<Worker>,
     options: LinkOptions,
@@ -232,7 +259,14 @@ pub async fn run_grpc(
                 tracing::warn!(%reason, "lost the coordinator; reconnecting");
                 backoff = Duration::from_millis(200);
             }
-            Err(status) if status.code() == Code::Unauthenticated => {
+            // A wrong, revoked or expired token, or one whose role may not
+            // attach (a client token): retrying would not help.
+            Err(status)
+                if matches!(
+                    status.code(),
+                    Code::Unauthenticated | Code::PermissionDenied
+                ) =>
+            {
                 return Err(LinkError::Refused(status.message().to_owned()));
             }
             Err(status) if status.code() == Code::InvalidArgument => {
@@ -275,7 +309,17 @@ fn endpoint_for(options: &LinkOptions) -> Result<Endpoint, LinkError> {
             }
             None => tls = tls.with_webpki_roots(),
         }
+        if let Some((cert, key)) = &options.identity {
+            let read = |path: &PathBuf| {
+                std::fs::read(path).map_err(|e| LinkError::IdentityFile(path.clone(), e))
+            };
+            tls = tls.identity(Identity::from_pem(read(cert)?, read(key)?));
+        }
         endpoint = endpoint.tls_config(tls).map_err(|e| bad(e.to_string()))?;
+    } else if options.identity.is_some() {
+        return Err(bad(
+            "a client certificate needs an https:// coordinator".to_owned()
+        ));
     }
     Ok(endpoint)
 }
