@@ -28,6 +28,7 @@ use serde_json::{Value, json};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
+use caduceus_common::redact;
 use caduceus_coordinator::guard::{CommandGate, Gate};
 use caduceus_coordinator::registry::ToolFilter;
 use caduceus_coordinator::server::TlsFiles;
@@ -424,18 +425,34 @@ fn serve_warnings(token: &str, address: std::net::SocketAddr, tls: bool) -> Vec<
 }
 
 /// Coordinator settings from the configuration (serve and embedded fleets).
+/// Registers the secrets it holds (the token, the model's API key and extra
+/// headers, the secret-named variables of its environment) with the output
+/// redaction.
 pub(crate) fn coordinator_config(config: &Config, token: String) -> Result<CoordinatorConfig> {
+    let agent = agent_settings::agent_settings(config)?;
+    redact::register_secret(&token);
+    for secret in agent
+        .llm
+        .api_key
+        .iter()
+        .chain(agent.llm.extra_headers.values())
+    {
+        redact::register_secret(secret);
+    }
+    redact::register_scrubbed_env(caduceus_common::process_env::vars(), &[]);
     Ok(CoordinatorConfig {
         token,
         terminal_backend: config.terminal.backend.clone(),
         terminal_timeout_secs: config.terminal.timeout,
         environment_settings: config.terminal.environment_settings(),
-        agent: agent_settings::agent_settings(config)?,
+        agent,
         ..CoordinatorConfig::default()
     })
 }
 
-/// Worker settings from the configuration.
+/// Worker settings from the configuration. The variables withheld from
+/// sandboxes (and the sudo password among them) are registered with the
+/// output redaction.
 pub(crate) fn worker_config(
     config: &Config,
     name: String,
@@ -473,6 +490,12 @@ pub(crate) fn worker_config(
         .unwrap_or_else(|| "/".to_owned());
     let shell_env = caduceus_common::env_hygiene::sanitized_env(
         caduceus_common::process_env::vars().into_iter(),
+        &config.terminal.env_passthrough,
+    );
+    // The secret variables were withheld from our own environment at start;
+    // their values are still known, and masked wherever they appear.
+    redact::register_scrubbed_env(
+        caduceus_common::process_env::vars(),
         &config.terminal.env_passthrough,
     );
     Ok(WorkerConfig {
@@ -603,6 +626,7 @@ async fn worker(args: WorkerArgs, config: &Config) -> Result<()> {
     let token = args.token.resolve(config)?.ok_or_else(|| {
         anyhow!("worker needs the coordinator's token: pass --token or --token-file, or set CADUCEUS_TOKEN or CADUCEUS_TOKEN_FILE")
     })?;
+    redact::register_secret(&token);
     let name = args
         .name
         .or_else(|| config.worker.name.clone())

@@ -322,6 +322,8 @@ impl Worker {
             Some(notice) => with_reset_notice(&result, &notice),
             None => result,
         };
+        // Whatever the tool printed, no secret this worker knows leaves it.
+        let result = caduceus_common::redact::mask_known_secrets(&result).into_owned();
         CallResult {
             call_id: call.call_id,
             result,

@@ -206,7 +206,9 @@ impl Dispatcher {
                       worker: Option<String>,
                       args: Option<Map<String, Value>>| CallOutcome {
             tool,
-            result,
+            // Every result leaves here: no secret this process knows reaches
+            // the model or a client, whatever tool or worker printed it.
+            result: caduceus_common::redact::mask_known_secrets(&result).into_owned(),
             status,
             worker,
             duration: started.elapsed(),
