@@ -1,5 +1,5 @@
 //! `caduceus` — one binary: `serve`, `worker`, `call`, `tools`, `status`,
-//! `approvals`, `guard check`. Results go to stdout; logs go to stderr. The command logic
+//! `run`, `sessions`, `approvals`, `guard check`. Results go to stdout; logs go to stderr. The command logic
 //! lives in this library so that the integration tests can build the same
 //! program under another name (see `tests/README.md`).
 
@@ -9,6 +9,7 @@ mod hardening;
 mod progress;
 mod run;
 mod sandbox_user;
+mod sessions;
 pub mod target;
 pub mod token;
 
@@ -71,6 +72,11 @@ enum Command {
     Status(StatusArgs),
     /// Run one agent task: live progress on stderr, the final answer on stdout.
     Run(run::RunArgs),
+    /// Recorded agent sessions: list, show one.
+    Sessions {
+        #[command(subcommand)]
+        command: sessions::SessionsCommand,
+    },
     /// The command guard.
     Guard {
         #[command(subcommand)]
@@ -318,6 +324,7 @@ async fn run(cli: Cli) -> Result<()> {
             out(&verdict.to_json().to_string())
         }
         Command::Approvals { command } => approvals::run(command, &config).await,
+        Command::Sessions { command } => sessions::run(command),
         Command::Tokens { command } => tokens::run(command, &config).await,
     }
 }
@@ -385,10 +392,13 @@ async fn serve(args: ServeArgs, config: &Config) -> Result<()> {
             liveness.lost_after.as_millis()
         );
     }
+    let mut coordinator_config = coordinator_config(config, token)?;
+    // A served coordinator's sessions outlive it: the next one resumes them.
+    coordinator_config.agent.durable = true;
     let coordinator = Coordinator::start(
         CoordinatorConfig {
             liveness,
-            ..coordinator_config(config, token)?
+            ..coordinator_config
         },
         gate(config),
     )
@@ -403,10 +413,19 @@ async fn serve(args: ServeArgs, config: &Config) -> Result<()> {
     tracing::info!(%address, id = %coordinator.id(), tls = tls.is_some(), "coordinator listening");
     // A parseable line for scripts that start the coordinator on port 0.
     eprintln!("caduceus coordinator listening on {address}");
+    let resumed = coordinator.sessions().resume_orphans();
+    if resumed > 0 {
+        tracing::info!(
+            sessions = resumed,
+            "resuming sessions a restart interrupted once their workers are back"
+        );
+    }
     let shutdown = async {
         let _ = tokio::signal::ctrl_c().await;
     };
     caduceus_coordinator::server::serve(coordinator.clone(), listener, tls, shutdown).await?;
+    // What the sessions recorded is on disk before the process ends.
+    coordinator.sessions().flush().await;
     coordinator.shutdown();
     Ok(())
 }

@@ -397,9 +397,13 @@ impl Coordinator {
         Ok(attached.worker_id)
     }
 
-    /// Stops accepting calls and stops the actors.
+    /// Stops accepting calls and stops the actors. Sessions are cancelled,
+    /// except durable ones (a served coordinator's): those stay recorded as
+    /// running, and the next coordinator on the database resumes them.
     pub fn shutdown(&self) {
-        self.sessions.cancel_all();
+        if !self.config.agent.durable {
+            self.sessions.cancel_all();
+        }
         self.scheduler.stop();
         self.registry.stop();
     }

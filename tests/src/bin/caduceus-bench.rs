@@ -26,6 +26,9 @@
 //!   (1 s; suspect 1.5 s; lost 3 s); one sample = from SIGSTOP of the worker
 //!   running a `sleep 60` call to that call's answer (an error naming the
 //!   worker); the worker is resumed and reattaches before the next sample
+//! - `state_write_ahead`: what durability adds to each agent-loop call: the
+//!   write-ahead record of a call (on disk before it is dispatched) in a fresh
+//!   session database under `workdir`
 
 #![allow(
     clippy::unwrap_used,
@@ -82,6 +85,7 @@ async fn run(mode: &str, n: usize, work: &Path) -> Value {
         ),
         "persistent_bash" => samples(mode, &persistent_bash(n)),
         "agent_batch8_sleep" => samples(mode, &agent_batch8(n).await),
+        "state_write_ahead" => samples(mode, &state_write_ahead(n, work).await),
         "agent_fanout3" => samples(mode, &agent_fanout3(n, false).await),
         "agent_fanout3_warm" => samples(mode, &agent_fanout3(n, true).await),
         m if m.starts_with("embedded_") => {
@@ -152,6 +156,40 @@ async fn run(mode: &str, n: usize, work: &Path) -> Value {
         }
         other => panic!("unknown mode {other}"),
     }
+}
+
+/// One sample: `call_started` (which returns once the record is on disk),
+/// then the result record, as the agent loop writes them around every call.
+async fn state_write_ahead(n: usize, work: &Path) -> Vec<f64> {
+    use caduceus_coordinator::agent::store::{CallResult, CallStart, SessionStore};
+    std::fs::create_dir_all(work).unwrap();
+    let dir = tempfile::tempdir_in(work).unwrap();
+    let store = SessionStore::open(dir.path().join("state.db"), true).unwrap();
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        let t = Instant::now();
+        store
+            .call_started(CallStart {
+                session_id: "bench".into(),
+                turn: i,
+                call_id: format!("c{i}"),
+                tool: "terminal".into(),
+                arguments: r#"{"command":"echo hi"}"#.into(),
+                task_id: "bench".into(),
+            })
+            .await;
+        out.push(t.elapsed().as_secs_f64() * 1000.0);
+        store.call_finished(CallResult {
+            session_id: "bench".into(),
+            turn: i,
+            call_id: format!("c{i}"),
+            result: r#"{"output": "hi", "exit_code": 0, "error": null}"#.into(),
+            status: "ok".into(),
+            worker: Some("w1".into()),
+        });
+    }
+    store.flush().await;
+    out
 }
 
 fn samples(mode: &str, xs: &[f64]) -> Value {
