@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use serde::Deserialize;
 
-use caduceus_coordinator::guard::{ApprovalMode, ApprovalSettings, ContainerApprovals};
+use caduceus_coordinator::gate::{ApprovalMode, ApprovalSettings, ContainerApprovals};
 use caduceus_worker::backends::docker::settings::DockerSettings;
 use caduceus_worker::backends::lease::LeasePolicy;
 use caduceus_worker::backends::pool::PoolSpec;

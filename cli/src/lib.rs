@@ -22,8 +22,8 @@ use clap::{Args, Parser, Subcommand};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use caduceus_coordinator::guard::{CommandGate, Gate};
-use caduceus_coordinator::registry::ToolFilter;
+use caduceus_coordinator::call::ToolFilter;
+use caduceus_coordinator::gate::{CommandGate, Gate};
 use caduceus_coordinator::server::TlsFiles;
 use caduceus_coordinator::{Coordinator, CoordinatorConfig};
 use caduceus_worker::link::LinkOptions;

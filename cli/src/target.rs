@@ -17,9 +17,9 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 use tonic::{Request, Status};
 
 use caduceus_coordinator::Coordinator;
+use caduceus_coordinator::call::ToolFilter;
 use caduceus_coordinator::dispatch::RawArguments;
-use caduceus_coordinator::guard::Gate;
-use caduceus_coordinator::registry::ToolFilter;
+use caduceus_coordinator::gate::Gate;
 use caduceus_proto::control_client::ControlClient;
 use caduceus_proto::{
     CallToolRequest, ListToolsRequest, StatusRequest, StatusResponse, bearer, worker_event,
@@ -129,7 +129,7 @@ impl Target {
                     )
                     .await;
                 Ok(CallReply {
-                    result: outcome.result,
+                    result: outcome.render(),
                     worker: outcome.worker.unwrap_or_default(),
                 })
             }

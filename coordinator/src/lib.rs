@@ -3,8 +3,9 @@
 //! `README.md` for the contract.
 
 pub mod agent;
+pub mod call;
 pub mod dispatch;
-pub mod guard;
+pub mod gate;
 pub mod registry;
 pub mod scheduler;
 pub mod server;
@@ -24,10 +25,12 @@ use caduceus_proto::{
 };
 
 use agent::{AgentSettings, SessionHub};
-use dispatch::{CallContext, CallOutcome, CallRequest, DispatchConfig, Dispatcher, RawArguments};
-use guard::Gate;
+use call::ToolFilter;
+use call::{CallContext, ToolResult};
+use dispatch::{CallRequest, DispatchConfig, Dispatcher, RawArguments};
+use gate::Gate;
+use registry::RegistryError;
 use registry::actor::RegistryHandle;
-use registry::{RegistryError, ToolFilter};
 use scheduler::{AttachError, SchedulerConfig, SchedulerHandle};
 
 /// Everything a coordinator needs to start.
@@ -155,7 +158,7 @@ impl Coordinator {
 
     /// Approval state of the command guard; `None` when the coordinator runs
     /// without one (an open gate).
-    pub fn approvals(&self) -> Option<Arc<guard::Approvals>> {
+    pub fn approvals(&self) -> Option<Arc<gate::Approvals>> {
         self.dispatcher.gate().approvals()
     }
 
@@ -183,7 +186,7 @@ impl Coordinator {
         arguments: RawArguments,
         task_id: &str,
         session_id: Option<String>,
-    ) -> CallOutcome {
+    ) -> ToolResult {
         let task_id = if task_id.is_empty() {
             "default"
         } else {

@@ -9,6 +9,35 @@ pub mod v1 {
 
 pub use v1::*;
 
+impl From<caduceus_common::result::CallStatus> for CallStatus {
+    fn from(status: caduceus_common::result::CallStatus) -> Self {
+        use caduceus_common::result::CallStatus as S;
+        match status {
+            S::Ok => CallStatus::Ok,
+            S::Error => CallStatus::Error,
+            S::Blocked => CallStatus::Blocked,
+            S::PendingApproval => CallStatus::PendingApproval,
+            S::Cancelled => CallStatus::Cancelled,
+            S::Timeout => CallStatus::Timeout,
+        }
+    }
+}
+
+/// A status as sent on the wire (`CallResult.status`,
+/// `CallToolResponse.status`); a missing or unknown one is an error, so a
+/// result is never taken for a success by default.
+pub fn call_status(wire: i32) -> caduceus_common::result::CallStatus {
+    use caduceus_common::result::CallStatus as S;
+    match CallStatus::try_from(wire).unwrap_or(CallStatus::Unspecified) {
+        CallStatus::Ok => S::Ok,
+        CallStatus::Blocked => S::Blocked,
+        CallStatus::PendingApproval => S::PendingApproval,
+        CallStatus::Cancelled => S::Cancelled,
+        CallStatus::Timeout => S::Timeout,
+        CallStatus::Error | CallStatus::Unspecified => S::Error,
+    }
+}
+
 /// Metadata key that carries the shared token on every RPC.
 pub const AUTHORIZATION: &str = "authorization";
 

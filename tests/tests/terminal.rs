@@ -584,7 +584,7 @@ mod remote {
                 output: None,
                 session_id: "remote-session",
             };
-            serde_json::from_str(&terminal::run(&self.settings, call).await).unwrap()
+            serde_json::from_str(&terminal::run(&self.settings, call).await.body).unwrap()
         }
 
         async fn process(&self, args: Value) -> Value {
@@ -599,7 +599,7 @@ mod remote {
                 args: &args,
                 cancel: &cancel,
             };
-            serde_json::from_str(&process::run(&self.settings, call).await).unwrap()
+            serde_json::from_str(&process::run(&self.settings, call).await.body).unwrap()
         }
 
         /// Processes in the sandbox whose command line starts with `needle`

@@ -16,8 +16,8 @@ use super::AgentSettings;
 use super::events::EventStream;
 use super::session::{SessionActor, SessionArgs, SessionMsg, SessionShared, SessionSpec};
 use super::store::SessionStore;
+use crate::call::ToolFilter;
 use crate::dispatch::Dispatcher;
-use crate::registry::ToolFilter;
 
 /// Why a session could not start.
 #[derive(Debug, thiserror::Error)]

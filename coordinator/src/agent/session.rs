@@ -29,7 +29,7 @@ use super::events::{self, EventStream};
 use super::hub::HubInner;
 use super::store::SessionEnd;
 use super::turn::AgentLoop;
-use crate::registry::ToolFilter;
+use crate::call::ToolFilter;
 
 /// Everything that defines one session.
 #[derive(Debug, Clone)]

@@ -61,13 +61,14 @@ use super::session::{
 };
 use super::store::SessionRow;
 use super::todo::TodoStore;
+use crate::call::ToolFilter;
+use crate::call::{CallContext, CallStatus, ToolReply};
 use crate::dispatch::coerce::coerce_arguments;
 use crate::dispatch::repair::repair_tool_name;
 use crate::dispatch::{
-    CallContext, CallRequest, CallStatus, Dispatcher, RawArguments, invalid_arguments_result,
-    parse_arguments, status_of,
+    CallRequest, Dispatcher, RawArguments, invalid_arguments_result, parse_arguments,
 };
-use crate::registry::{ParallelClass, ToolFilter, ToolRegistry};
+use crate::registry::{ParallelClass, ToolRegistry};
 
 /// Turns in a row whose calls all name unknown tools before the session stops.
 const MAX_INVALID_TURNS: u32 = 3;
@@ -148,7 +149,7 @@ enum Route {
     Clarify,
     Delegate,
     /// Answered without running (delegation past the depth limit).
-    Refused(String),
+    Refused(ToolReply),
     /// The name is no tool of this session; the content says so.
     Invalid(String),
 }
@@ -161,6 +162,11 @@ impl Route {
             _ => ParallelClass::Sequential,
         }
     }
+}
+
+/// hermes' text for a call skipped because the session was interrupted.
+fn cancelled(tool: &str) -> ToolReply {
+    ToolReply::new(CallStatus::Cancelled, cancelled_content(tool))
 }
 
 /// A call's result before it becomes a message.
@@ -260,7 +266,7 @@ impl CallSite {
         let done = tokio::select! {
             biased;
             _ = self.cancel.cancelled() => Finished { content: cancelled_content(&call.name), status: CallStatus::Cancelled, worker: None },
-            outcome = self.dispatcher.call_streaming(request, None) => Finished { content: outcome.result, status: outcome.status, worker: outcome.worker },
+            outcome = self.dispatcher.call_streaming(request, None) => Finished { content: outcome.render(), status: outcome.status, worker: outcome.worker },
         };
         self.finished(call, started, &done);
         done
@@ -734,22 +740,17 @@ impl AgentLoop {
         parsed: Option<&Map<String, Value>>,
     ) -> Finished {
         let started = site.started(call, parsed, false);
-        let content = match (route, self.loop_tool_args(&call.name, parsed)) {
-            (Route::Refused(content), _) => content.clone(),
-            (_, Err(content)) => content,
+        let reply = match (route, self.loop_tool_args(&call.name, parsed)) {
+            (Route::Refused(reply), _) => reply.clone(),
+            (_, Err(reply)) => reply,
             (Route::Todo, Ok(args)) => self.todo.call(&args),
             (Route::Clarify, Ok(args)) => self.clarify(&call.id, &args).await,
             (Route::Delegate, Ok(args)) => self.delegate(&call.id, &args).await,
-            (_, Ok(_)) => cancelled_content(&call.name),
-        };
-        let status = if self.cancelled() && content.starts_with("[Tool execution cancelled") {
-            CallStatus::Cancelled
-        } else {
-            status_of(&content)
+            (_, Ok(_)) => cancelled(&call.name),
         };
         let done = Finished {
-            content,
-            status,
+            content: reply.body,
+            status: reply.status,
             worker: None,
         };
         site.finished(call, started, &done);
@@ -761,7 +762,7 @@ impl AgentLoop {
         &self,
         tool: &str,
         parsed: Option<&Map<String, Value>>,
-    ) -> Result<Map<String, Value>, String> {
+    ) -> Result<Map<String, Value>, ToolReply> {
         let Some(args) = parsed else {
             return Err(invalid_arguments_result());
         };
@@ -779,7 +780,7 @@ impl AgentLoop {
         Ok(args)
     }
 
-    async fn clarify(&mut self, call_id: &str, args: &Map<String, Value>) -> String {
+    async fn clarify(&mut self, call_id: &str, args: &Map<String, Value>) -> ToolReply {
         let question = match clarify::parse(args) {
             Ok(question) => question,
             Err(result) => return result,
@@ -807,7 +808,7 @@ impl AgentLoop {
         let timeout = self.hub.settings.clarify_timeout;
         tokio::select! {
             biased;
-            _ = self.spec.cancel.cancelled() => cancelled_content("clarify"),
+            _ = self.spec.cancel.cancelled() => cancelled("clarify"),
             _ = tokio::time::sleep(timeout) => clarify::timed_out(timeout.as_secs()),
             answer = answer_rx => match answer {
                 Ok(answer) => clarify::answered(&question, &answer),
@@ -830,7 +831,7 @@ impl AgentLoop {
     /// `delegate_task`: runs the children as linked Session actors and waits
     /// for all of them. (At the depth limit the call never gets here:
     /// [`Self::route`] refuses it.)
-    async fn delegate(&mut self, call_id: &str, args: &Map<String, Value>) -> String {
+    async fn delegate(&mut self, call_id: &str, args: &Map<String, Value>) -> ToolReply {
         let config = self.hub.settings.delegation.clone();
         let max_depth = config.max_spawn_depth();
         let DelegateRequest {
@@ -844,9 +845,7 @@ impl AgentLoop {
         let child_model = match self.hub.child_model(&self.model) {
             Ok(model) => model,
             Err(err) => {
-                return caduceus_common::result::tool_error(format!(
-                    "cannot use delegation.model: {err}"
-                ));
+                return ToolReply::error(format!("cannot use delegation.model: {err}"));
             }
         };
         let model_label = config
@@ -967,7 +966,8 @@ impl AgentLoop {
             let spill = self
                 .hub
                 .dispatcher
-                .persist_result(&self.spec.task_id, &id, summary)
+                .scheduler()
+                .persist(&self.spec.task_id, &id, summary)
                 .await;
             let trimmed = delegate::trim_summary(summary, cap, spill.as_deref());
             entry.summary = Some(trimmed);

@@ -12,7 +12,6 @@
 pub mod coerce;
 pub mod hooks;
 pub mod repair;
-mod status;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -24,25 +23,12 @@ use tokio::sync::mpsc;
 use caduceus_common::result::tool_error;
 use caduceus_common::text::sanitize_tool_error;
 
-use crate::guard::{Gate, GateCall};
+use crate::call::{CallContext, CallStatus, ToolFilter, ToolReply, ToolResult};
+use crate::gate::{Gate, GateCall};
 use crate::registry::actor::RegistryHandle;
-use crate::registry::{Handler, ToolEntry, ToolFilter, ToolRegistry};
+use crate::registry::{Handler, ToolEntry, ToolRegistry};
 use crate::scheduler::{ScheduleError, SchedulerHandle, WorkerCall};
 pub use hooks::{HookDecision, PostToolCall, PreToolCall, ToolHook};
-pub use status::status_of;
-
-/// Who is calling and on behalf of which task.
-#[derive(Debug, Clone, Default)]
-pub struct CallContext {
-    /// The environment key: all worker tools of a task run in one environment.
-    pub task_id: String,
-    pub session_id: Option<String>,
-    pub tool_call_id: Option<String>,
-    /// True when the agent loop makes the call (it handles agent-loop tools itself).
-    pub from_agent_loop: bool,
-    /// The tools this caller may use (a session's toolsets, a child's blocked tools).
-    pub filter: ToolFilter,
-}
 
 /// Raw arguments: text straight from a model, or an already-parsed value.
 #[derive(Debug, Clone)]
@@ -56,32 +42,6 @@ pub struct CallRequest {
     pub tool: String,
     pub arguments: RawArguments,
     pub ctx: CallContext,
-}
-
-/// How a call ended, for hooks, events and the agent loop's bookkeeping.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum CallStatus {
-    Ok,
-    Error,
-    Blocked,
-    PendingApproval,
-    Cancelled,
-    Timeout,
-}
-
-#[derive(Debug, Clone)]
-pub struct CallOutcome {
-    /// The tool that ran (after name repair), or the name as given.
-    pub tool: String,
-    /// Exactly what the model reads.
-    pub result: String,
-    pub status: CallStatus,
-    /// Worker that ran the call, for worker tools.
-    pub worker: Option<String>,
-    pub duration: Duration,
-    /// Arguments after coercion (for traces), when they parsed.
-    pub arguments: Option<Map<String, Value>>,
 }
 
 /// Pipeline settings.
@@ -111,13 +71,17 @@ impl Default for DispatchConfig {
     }
 }
 
-/// The error text hermes returns for arguments that are not a JSON object.
-pub fn invalid_arguments_result() -> String {
-    json!({
+/// hermes' answer to arguments that are not a JSON object.
+pub fn invalid_arguments_result() -> ToolReply {
+    ToolReply::failed_json(&json!({
         "error": "Invalid tool arguments",
         "message": "Tool arguments must be a valid JSON object; tool was not executed."
-    })
-    .to_string()
+    }))
+}
+
+/// hermes' answer to an agent-loop tool called from outside a loop.
+fn agent_loop_only(name: &str) -> ToolReply {
+    ToolReply::error(format!("{name} must be handled by the agent loop"))
 }
 
 /// Parses raw arguments into an object. Empty text means no arguments.
@@ -183,7 +147,7 @@ impl Dispatcher {
     }
 
     /// Runs one call through the whole pipeline.
-    pub async fn call(&self, request: CallRequest) -> CallOutcome {
+    pub async fn call(&self, request: CallRequest) -> ToolResult {
         self.call_streaming(request, None).await
     }
 
@@ -192,7 +156,7 @@ impl Dispatcher {
         &self,
         request: CallRequest,
         output: Option<mpsc::Sender<Bytes>>,
-    ) -> CallOutcome {
+    ) -> ToolResult {
         let started = Instant::now();
         let snapshot = self.registry.snapshot();
         let CallRequest {
@@ -200,34 +164,22 @@ impl Dispatcher {
             arguments,
             ctx,
         } = request;
-        let finish = |tool: String,
-                      result: String,
-                      status: CallStatus,
-                      worker: Option<String>,
-                      args: Option<Map<String, Value>>| CallOutcome {
-            tool,
-            result,
-            status,
-            worker,
-            duration: started.elapsed(),
-            arguments: args,
-        };
+        let finish =
+            |tool: String, reply: ToolReply, args: Option<Map<String, Value>>| ToolResult {
+                duration: started.elapsed(),
+                arguments: args,
+                ..ToolResult::new(tool, reply)
+            };
 
         // 1. Arguments must be a JSON object; nothing runs otherwise.
         let Some(mut args) = parse_arguments(&arguments) else {
-            return finish(
-                tool,
-                invalid_arguments_result(),
-                CallStatus::Error,
-                None,
-                None,
-            );
+            return finish(tool, invalid_arguments_result(), None);
         };
 
         // 2. Resolve (and repair) the name among the tools this caller may use.
         let entry = match self.resolve(&snapshot, &tool, &ctx.filter) {
             Ok(entry) => entry,
-            Err(result) => return finish(tool, result, CallStatus::Error, None, Some(args)),
+            Err(reply) => return finish(tool, reply, Some(args)),
         };
         let name = entry.name.clone();
 
@@ -238,9 +190,7 @@ impl Dispatcher {
 
         // 4. Agent-loop tools are the loop's business.
         if matches!(entry.handler, Handler::AgentLoop) && !ctx.from_agent_loop {
-            let result =
-                json!({"error": format!("{name} must be handled by the agent loop")}).to_string();
-            return finish(name, result, CallStatus::Error, None, Some(args));
+            return finish(name.clone(), agent_loop_only(&name), Some(args));
         }
 
         // 5. pre_tool_call hooks: the first block wins.
@@ -253,17 +203,10 @@ impl Dispatcher {
                 })
                 .await;
             if let HookDecision::Block { message } = decision {
-                let result = tool_error(message);
-                self.post_hooks(
-                    &name,
-                    &args,
-                    &ctx,
-                    &result,
-                    started.elapsed(),
-                    CallStatus::Blocked,
-                )
-                .await;
-                return finish(name, result, CallStatus::Blocked, None, Some(args));
+                let reply = ToolReply::new(CallStatus::Blocked, tool_error(message));
+                let done = finish(name, reply, Some(args));
+                self.post_hooks(&done, &ctx).await;
+                return done;
             }
         }
 
@@ -277,21 +220,17 @@ impl Dispatcher {
         let admission = match self.gate.admit(&gate_call).await {
             Ok(admission) => admission,
             Err(refusal) => {
-                self.post_hooks(
-                    &name,
-                    &args,
-                    &ctx,
-                    &refusal.result,
-                    started.elapsed(),
-                    refusal.status,
-                )
-                .await;
-                return finish(name, refusal.result, refusal.status, None, Some(args));
+                let reply = ToolReply::new(refusal.status, refusal.result);
+                let done = finish(name, reply, Some(args));
+                self.post_hooks(&done, &ctx).await;
+                return done;
             }
         };
 
         // 7. Route.
-        let (mut result, worker, status) = match &entry.handler {
+        let mut worker = None;
+        let mut environment_reset = None;
+        let mut reply = match &entry.handler {
             Handler::Local(tool_impl) => {
                 let tool_impl = tool_impl.clone();
                 let call_ctx = ctx.clone();
@@ -299,81 +238,56 @@ impl Dispatcher {
                 // A panicking tool must not take the pipeline with it.
                 let joined =
                     tokio::spawn(async move { tool_impl.call(&call_ctx, call_args).await }).await;
-                match joined {
-                    Ok(result) => {
-                        let status = status_of(&result);
-                        (result, None, status)
-                    }
-                    Err(err) => {
-                        let message = if err.is_panic() {
-                            "the tool panicked".to_owned()
-                        } else {
-                            "the tool was cancelled".to_owned()
-                        };
-                        let result = tool_error(sanitize_tool_error(&format!(
-                            "Tool execution failed: {message}"
-                        )));
-                        (result, None, CallStatus::Error)
-                    }
-                }
+                joined.unwrap_or_else(|err| {
+                    let message = if err.is_panic() {
+                        "the tool panicked"
+                    } else {
+                        "the tool was cancelled"
+                    };
+                    ToolReply::error(sanitize_tool_error(&format!(
+                        "Tool execution failed: {message}"
+                    )))
+                })
             }
             Handler::Worker => {
-                self.run_on_worker(&entry, &args, &ctx, snapshot.terminal_backend(), output)
-                    .await
+                let ran = self
+                    .run_on_worker(&entry, &args, &ctx, snapshot.terminal_backend(), output)
+                    .await;
+                worker = ran.worker;
+                environment_reset = ran.environment_reset;
+                ran.reply
             }
-            Handler::Mcp { server, .. } => (
-                tool_error(format!("MCP server '{server}' is not connected")),
-                None,
-                CallStatus::Error,
-            ),
-            Handler::AgentLoop => (
-                // The agent loop intercepts these before routing; reaching here
-                // means a loop forwarded one by mistake.
-                json!({"error": format!("{name} must be handled by the agent loop")}).to_string(),
-                None,
-                CallStatus::Error,
-            ),
+            // The agent loop intercepts these before routing; reaching here
+            // means a loop forwarded one by mistake.
+            Handler::AgentLoop => agent_loop_only(&name),
         };
 
-        // 9. Cap coordinator-side results (worker tools are capped on the worker,
-        // next to the sandbox that stores the full text). The status stays the
-        // full result's: a preview is never an error of its own.
+        // 8. Cap coordinator-side results (worker tools are capped on the
+        // worker, next to the sandbox that stores the full text). The status
+        // stays the full result's: a preview is never an error of its own.
         if !matches!(entry.handler, Handler::Worker) {
             let cap = self.result_cap(&entry);
-            if cap > 0 && result.chars().count() as u64 > cap {
+            if cap > 0 && reply.body.chars().count() as u64 > cap {
                 let id = ctx.tool_call_id.clone().unwrap_or_else(new_result_id);
-                result = self.previewed(&ctx.task_id, &id, result).await;
+                let body = std::mem::take(&mut reply.body);
+                reply.body = self.previewed(&ctx.task_id, &id, body).await;
             }
         }
-        if let Some(note) = &admission.approval_note {
-            result = crate::guard::texts::with_approval_note(&result, note);
-        }
 
-        // 8. post_tool_call hooks observe the final result.
-        self.post_hooks(&name, &args, &ctx, &result, started.elapsed(), status)
-            .await;
-        finish(name, result, status, worker, Some(args))
+        // 9. post_tool_call hooks observe the finished call.
+        let done = ToolResult {
+            worker,
+            environment_reset,
+            approval: admission.approval_note,
+            ..finish(name, reply, Some(args))
+        };
+        self.post_hooks(&done, &ctx).await;
+        done
     }
 
-    async fn post_hooks(
-        &self,
-        tool: &str,
-        args: &Map<String, Value>,
-        ctx: &CallContext,
-        result: &str,
-        duration: Duration,
-        status: CallStatus,
-    ) {
+    async fn post_hooks(&self, result: &ToolResult, ctx: &CallContext) {
         for hook in &self.hooks {
-            hook.post_tool_call(&PostToolCall {
-                tool,
-                args,
-                ctx,
-                result,
-                duration,
-                status,
-            })
-            .await;
+            hook.post_tool_call(&PostToolCall { result, ctx }).await;
         }
     }
 
@@ -384,7 +298,7 @@ impl Dispatcher {
         snapshot: &ToolRegistry,
         tool: &str,
         filter: &ToolFilter,
-    ) -> Result<Arc<ToolEntry>, String> {
+    ) -> Result<Arc<ToolEntry>, ToolReply> {
         // The common case costs one lookup: an existing, available tool and a
         // caller without toolset restrictions.
         if filter.is_unrestricted()
@@ -395,7 +309,7 @@ impl Dispatcher {
         }
         let available = match snapshot.available_names(filter) {
             Ok(names) => names,
-            Err(err) => return Err(tool_error(err.to_string())),
+            Err(err) => return Err(ToolReply::error(err.to_string())),
         };
         if available.contains(tool)
             && let Some(entry) = snapshot.get(tool)
@@ -407,7 +321,7 @@ impl Dispatcher {
                 .selected_names(filter)
                 .is_ok_and(|s| s.contains(tool))
         {
-            return Err(tool_error(unavailable_reason(snapshot, entry)));
+            return Err(ToolReply::error(unavailable_reason(snapshot, entry)));
         }
         if let Some(repaired) = repair::repair_tool_name(tool, &available)
             && let Some(entry) = snapshot.get(&repaired)
@@ -420,7 +334,7 @@ impl Dispatcher {
             .map(String::as_str)
             .collect::<Vec<_>>()
             .join(", ");
-        Err(tool_error(format!(
+        Err(ToolReply::error(format!(
             "Tool '{tool}' does not exist. Available tools: {list}"
         )))
     }
@@ -442,7 +356,7 @@ impl Dispatcher {
         ctx: &CallContext,
         backend: &str,
         output: Option<mpsc::Sender<Bytes>>,
-    ) -> (String, Option<String>, CallStatus) {
+    ) -> WorkerRun {
         let call = WorkerCall {
             task_id: ctx.task_id.clone(),
             session_id: ctx.session_id.clone().unwrap_or_default(),
@@ -453,27 +367,25 @@ impl Dispatcher {
             owner: self.config.owner.clone(),
             result_cap_chars: self.result_cap(entry),
             output,
+            timeout: None,
             deadline: self.deadline_for(&entry.name, args),
         };
         match self.scheduler.run_call(call).await {
-            Ok(done) => {
-                let mut result = done.result;
-                if let Some(previous) = done.reset_from {
-                    result = with_reset_notice(&result, &previous);
-                }
-                let status = status_of(&result);
-                (result, Some(done.worker), status)
-            }
+            Ok(done) => WorkerRun {
+                reply: done.reply,
+                worker: Some(done.worker),
+                environment_reset: done.environment_reset,
+            },
             Err(err) => {
                 let status = match err {
                     ScheduleError::Timeout { .. } => CallStatus::Timeout,
                     _ => CallStatus::Error,
                 };
-                (
-                    tool_error(err.to_string()),
-                    err.worker().map(str::to_owned),
-                    status,
-                )
+                WorkerRun {
+                    reply: ToolReply::new(status, tool_error(err.to_string())),
+                    worker: err.worker().map(str::to_owned),
+                    environment_reset: None,
+                }
             }
         }
     }
@@ -498,32 +410,10 @@ impl Dispatcher {
         Duration::from_secs(timeout.min(86_400)) + Duration::from_secs(30)
     }
 
-    /// Stores `content` inside the task's sandbox (the worker's internal
-    /// `__persist_result` tool) and returns its path there. Only where the
-    /// task already has an environment: persisting never creates one.
-    pub async fn persist_result(&self, task_id: &str, id: &str, content: &str) -> Option<String> {
-        let call = WorkerCall {
-            task_id: task_id.to_owned(),
-            session_id: String::new(),
-            tool: "__persist_result".to_owned(),
-            arguments_json: json!({"id": id, "content": content}).to_string(),
-            // Empty: only where the task already has an environment.
-            backend: String::new(),
-            settings_json: "{}".to_owned(),
-            owner: self.config.owner.clone(),
-            result_cap_chars: 0,
-            output: None,
-            deadline: Duration::from_secs(30),
-        };
-        let done = self.scheduler.run_call(call).await.ok()?;
-        let value: Value = serde_json::from_str(&done.result).ok()?;
-        value.get("path").and_then(Value::as_str).map(str::to_owned)
-    }
-
     /// A too-large result saved inside the task's sandbox, as the model reads
     /// it: the persisted preview, or a truncated one when it could not be saved.
     pub async fn previewed(&self, task_id: &str, id: &str, result: String) -> String {
-        match self.persist_result(task_id, id, &result).await {
+        match self.scheduler.persist(task_id, id, &result).await {
             Some(path) => caduceus_common::persist::persisted_preview(&result, &path),
             None => caduceus_common::persist::unsaved_preview(&result),
         }
@@ -558,18 +448,11 @@ fn unavailable_reason(snapshot: &ToolRegistry, entry: &ToolEntry) -> String {
     }
 }
 
-/// Tells the model, inside the result, that its environment was recreated.
-fn with_reset_notice(result: &str, previous_worker: &str) -> String {
-    let notice = format!(
-        "The previous environment of this task was lost (worker '{previous_worker}' went away); this call ran in a fresh environment. Files, the working directory, variables and background processes from earlier calls are gone."
-    );
-    match serde_json::from_str::<Value>(result) {
-        Ok(Value::Object(mut map)) => {
-            map.insert("environment_reset".to_owned(), Value::String(notice));
-            Value::Object(map).to_string()
-        }
-        _ => format!("[{notice}]\n{result}"),
-    }
+/// What came back from a worker tool.
+struct WorkerRun {
+    reply: ToolReply,
+    worker: Option<String>,
+    environment_reset: Option<String>,
 }
 
 fn new_result_id() -> String {

@@ -178,6 +178,20 @@ fn handle_command(
             });
             false
         }
+        worker_command::Command::Persist(persist) => {
+            let worker = worker.clone();
+            let events = events.clone();
+            let in_flight = in_flight.clone();
+            in_flight.fetch_add(1, Ordering::Relaxed);
+            tokio::spawn(async move {
+                let result = worker.persist_result(persist).await;
+                let _ = events
+                    .send(event(worker_event::Event::Result(result)))
+                    .await;
+                in_flight.fetch_sub(1, Ordering::Relaxed);
+            });
+            false
+        }
         worker_command::Command::Cancel(cancel) => {
             if worker.cancel(&cancel.call_id) {
                 tracing::debug!(call_id = %cancel.call_id, reason = %cancel.reason, "call cancelled");

@@ -7,12 +7,12 @@ pub mod terminal;
 
 use std::sync::Arc;
 
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 use tokio::io::AsyncWriteExt;
 use tokio_util::sync::CancellationToken;
 
 use caduceus_common::persist;
-use caduceus_common::result::tool_error;
+use caduceus_common::result::ToolReply;
 
 use crate::env::Environment;
 use crate::sandbox::SpawnSpec;
@@ -59,9 +59,9 @@ pub struct ToolCall {
     pub result_cap: u64,
 }
 
-/// Runs the call and returns the result the model reads.
-pub async fn run(settings: &ToolSettings, mut call: ToolCall) -> String {
-    if !files::is_file_tool(&call.tool) && !call.tool.starts_with("__") {
+/// Runs the call and returns the tool's answer.
+pub async fn run(settings: &ToolSettings, mut call: ToolCall) -> ToolReply {
+    if !files::is_file_tool(&call.tool) {
         // hermes: any other tool resets the consecutive-read loop guard.
         call.env.reads.note_other_tool();
     }
@@ -79,28 +79,31 @@ pub async fn run(settings: &ToolSettings, mut call: ToolCall) -> String {
             };
             terminal::run(settings, terminal_call).await
         }
-        "__persist_result" => persist_result_tool(&call.env, &call.args).await,
-        other => tool_error(format!("Tool '{other}' is not served by this worker")),
+        other => ToolReply::error(format!("Tool '{other}' is not served by this worker")),
     };
     cap_if_needed(Some(&call.env), &call.call_id, result, call.result_cap).await
 }
 
-/// Persists `result` in the sandbox and returns hermes' preview when it is
-/// longer than `cap` characters (0 = never); without an environment the
-/// preview says it could not be saved.
+/// Persists the reply's document in the sandbox and puts hermes' preview in
+/// its place when it is longer than `cap` characters (0 = never); without an
+/// environment the preview says it could not be saved. The status stays the
+/// full document's: a preview is never an error of its own.
 pub async fn cap_if_needed(
     env: Option<&Environment>,
     id: &str,
-    result: String,
+    mut reply: ToolReply,
     cap: u64,
-) -> String {
-    if cap == 0 || result.len() as u64 <= cap || result.chars().count() as u64 <= cap {
-        return result;
+) -> ToolReply {
+    let body = &reply.body;
+    if cap == 0 || body.len() as u64 <= cap || body.chars().count() as u64 <= cap {
+        return reply;
     }
-    match env {
-        Some(env) => cap_result(env, id, result).await,
-        None => persist::unsaved_preview(&result),
-    }
+    let body = std::mem::take(&mut reply.body);
+    reply.body = match env {
+        Some(env) => cap_result(env, id, body).await,
+        None => persist::unsaved_preview(&body),
+    };
+    reply
 }
 
 /// Saves a too-large result inside the sandbox and returns hermes' preview.
@@ -111,21 +114,6 @@ async fn cap_result(env: &Environment, id: &str, result: String) -> String {
             tracing::warn!(task = %env.task_id, "could not persist a large result: {err}");
             persist::unsaved_preview(&result)
         }
-    }
-}
-
-/// `__persist_result {id, content}` — the coordinator's way to store a result
-/// of a coordinator-side tool in the task's sandbox.
-async fn persist_result_tool(env: &Environment, args: &Map<String, Value>) -> String {
-    let (Some(id), Some(content)) = (
-        args.get("id").and_then(Value::as_str),
-        args.get("content").and_then(Value::as_str),
-    ) else {
-        return tool_error("__persist_result needs string 'id' and 'content'");
-    };
-    match persist_in_sandbox(env, id, content).await {
-        Ok(path) => json!({"path": path}).to_string(),
-        Err(err) => tool_error(err),
     }
 }
 

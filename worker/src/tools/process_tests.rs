@@ -40,6 +40,7 @@ impl Harness {
             },
         )
         .await
+        .body
     }
 
     async fn process(&self, args: Value) -> Value {
@@ -63,7 +64,7 @@ impl Harness {
             },
         )
         .await;
-        let result: Value = serde_json::from_str(&result).unwrap();
+        let result: Value = serde_json::from_str(&result.body).unwrap();
         result["session_id"].as_str().unwrap().to_owned()
     }
 }

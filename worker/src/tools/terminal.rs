@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
-use caduceus_common::result::to_json;
+use caduceus_common::result::{CallStatus, ToolReply, to_json};
 use caduceus_guard::hints;
 
 use super::{OutputSink, ToolSettings};
@@ -36,17 +36,20 @@ struct Refused<'a> {
     status: Option<&'a str>,
 }
 
-fn refused(error: impl Into<String>, status: &str) -> String {
-    to_json(&Refused {
+/// A command that did not run; `status` is hermes' word for it, which is
+/// also how the call ended.
+fn refused(error: impl Into<String>, status: CallStatus) -> ToolReply {
+    let body = to_json(&Refused {
         output: "",
         exit_code: -1,
         error: error.into(),
-        status: Some(status),
-    })
+        status: Some(status.as_str()),
+    });
+    ToolReply::new(status, body)
 }
 
-fn failed(error: impl Into<String>) -> String {
-    to_json(&Refused {
+fn failed(error: impl Into<String>) -> ToolReply {
+    ToolReply::failed_json(&Refused {
         output: "",
         exit_code: -1,
         error: error.into(),
@@ -162,17 +165,22 @@ fn flag(args: &Map<String, Value>, name: &str) -> bool {
     args.get(name).and_then(Value::as_bool).unwrap_or(false)
 }
 
-pub async fn run(settings: &ToolSettings, call: TerminalCall<'_>) -> String {
+pub async fn run(settings: &ToolSettings, call: TerminalCall<'_>) -> ToolReply {
     let args = call.args;
     let command = match args.get("command") {
         Some(Value::String(c)) => c.clone(),
         Some(other) => {
             return refused(
                 format!("Invalid command: expected string, got {}", type_name(other)),
-                "error",
+                CallStatus::Error,
             );
         }
-        None => return refused("Invalid command: expected string, got NoneType", "error"),
+        None => {
+            return refused(
+                "Invalid command: expected string, got NoneType",
+                CallStatus::Error,
+            );
+        }
     };
     let background = flag(args, "background");
     let explicit_timeout = requested_timeout(args);
@@ -184,7 +192,7 @@ pub async fn run(settings: &ToolSettings, call: TerminalCall<'_>) -> String {
         struct OnlyError {
             error: String,
         }
-        return to_json(&OnlyError {
+        return ToolReply::failed_json(&OnlyError {
             error: format!(
                 "Foreground timeout {asked}s exceeds the maximum of {}s. Use background=true with notify_on_complete=true for long-running commands.",
                 settings.max_foreground_timeout_secs
@@ -192,7 +200,7 @@ pub async fn run(settings: &ToolSettings, call: TerminalCall<'_>) -> String {
         });
     }
     if !background && let Some(guidance) = hints::long_lived_foreground(&command) {
-        return refused(guidance, "error");
+        return refused(guidance, CallStatus::Error);
     }
     let workdir = args
         .get("workdir")
@@ -202,7 +210,7 @@ pub async fn run(settings: &ToolSettings, call: TerminalCall<'_>) -> String {
     if let Some(dir) = workdir
         && let Some(problem) = workdir_problem(dir)
     {
-        return refused(problem, "blocked");
+        return refused(problem, CallStatus::Blocked);
     }
     let mut pty = flag(args, "pty");
     let mut pty_note = None;
@@ -236,7 +244,7 @@ async fn run_foreground(
     workdir: Option<&str>,
     timeout: u64,
     pty_note: Option<&str>,
-) -> String {
+) -> ToolReply {
     let mut output = call.output;
     let mut forward = |chunk: &[u8]| {
         if let Some(sink) = output.as_mut() {
@@ -267,7 +275,7 @@ async fn run_foreground(
     let sudo_auth_failed = SUDO_WRONG_PASSWORD
         .iter()
         .any(|marker| lowered.contains(marker));
-    to_json(&Finished {
+    ToolReply::json(&Finished {
         exit_code_meaning: hints::exit_code_meaning(command, outcome.exit_code),
         output: text,
         exit_code: outcome.exit_code,
@@ -286,7 +294,7 @@ async fn start_background(
     workdir: Option<&str>,
     pty: bool,
     pty_note: Option<&str>,
-) -> String {
+) -> ToolReply {
     let mut notify_on_complete = flag(args, "notify_on_complete");
     let mut watch_patterns: Vec<String> = match args.get("watch_patterns") {
         Some(Value::Array(items)) => items
@@ -335,7 +343,7 @@ async fn start_background(
                 (None, true) => Some(NO_PTY_NOTE.to_owned()),
                 (None, false) => None,
             };
-            to_json(&Started {
+            ToolReply::json(&Started {
                 output: "Background process started",
                 session_id: &started.process.id,
                 pid: started.process.pid,

@@ -26,6 +26,7 @@ async fn call_with(settings: &ToolSettings, env: &Arc<Environment>, args: Value)
         },
     )
     .await
+    .body
 }
 
 async fn call(env: &Arc<Environment>, args: Value) -> Value {
@@ -214,7 +215,8 @@ async fn notifications_need_a_session_to_go_to() {
         output: None,
         session_id: "",
     };
-    let result: Value = serde_json::from_str(&run(&ToolSettings::default(), call).await).unwrap();
+    let result: Value =
+        serde_json::from_str(&run(&ToolSettings::default(), call).await.body).unwrap();
     assert_eq!(result["notify_on_complete"], false);
     assert!(
         result["notify_unsupported"]
