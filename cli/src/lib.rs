@@ -331,6 +331,7 @@ pub(crate) fn coordinator_config(config: &Config, token: String) -> Result<Coord
         token,
         terminal_backend: config.terminal.backend.clone(),
         terminal_timeout_secs: config.terminal.timeout,
+        max_foreground_timeout_secs: config.terminal.max_foreground_timeout,
         environment_settings: config.terminal.environment_settings(),
         agent: agent_settings::agent_settings(config)?,
         ..CoordinatorConfig::default()
@@ -371,8 +372,6 @@ pub(crate) fn worker_config(
         local_cwd,
         backend_options: backend_options(config),
         tools: ToolSettings {
-            terminal_timeout_secs: config.terminal.timeout,
-            max_foreground_timeout_secs: config.terminal.max_foreground_timeout,
             max_output_chars: config.tool_output.max_bytes,
             files: caduceus_files::FileToolsConfig {
                 write_safe_root: std::env::var("CADUCEUS_WRITE_SAFE_ROOT")

@@ -117,6 +117,26 @@ pub fn tool_error_with(message: impl Into<String>, extra: Map<String, Value>) ->
     to_json(&ErrorDoc { error, others })
 }
 
+/// Python's type name of a JSON value as `json.loads` would build it, for
+/// hermes' type errors (`"got list"`, `'str' and 'int'`).
+///
+/// ```
+/// use caduceus_common::result::python_type;
+/// assert_eq!(python_type(&serde_json::json!(1.5)), "float");
+/// assert_eq!(python_type(&serde_json::json!(null)), "NoneType");
+/// ```
+pub fn python_type(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "NoneType",
+        Value::Bool(_) => "bool",
+        Value::Number(n) if n.is_f64() => "float",
+        Value::Number(_) => "int",
+        Value::String(_) => "str",
+        Value::Array(_) => "list",
+        Value::Object(_) => "dict",
+    }
+}
+
 /// Serializes `value` in hermes' JSON spelling (see the module docs).
 pub fn to_json<T: Serialize + ?Sized>(value: &T) -> String {
     let mut out = Vec::with_capacity(128);

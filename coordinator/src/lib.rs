@@ -44,6 +44,8 @@ pub struct CoordinatorConfig {
     pub terminal_backend: String,
     /// Default `terminal` timeout (`TERMINAL_TIMEOUT`), seconds.
     pub terminal_timeout_secs: u64,
+    /// Longest foreground `terminal` timeout, seconds (hermes: 600).
+    pub max_foreground_timeout_secs: u64,
     /// Interval workers heartbeat at; three missed ones mean the worker is gone.
     pub heartbeat_interval: Duration,
     /// Backend settings sent with every call (image, cwd, …).
@@ -61,6 +63,7 @@ impl Default for CoordinatorConfig {
             token: String::new(),
             terminal_backend: "local".to_owned(),
             terminal_timeout_secs: 180,
+            max_foreground_timeout_secs: 600,
             heartbeat_interval: Duration::from_secs(5),
             environment_settings: Value::Object(serde_json::Map::new()),
             result_cap: 100_000,
@@ -126,6 +129,7 @@ impl Coordinator {
             owner: config.id.clone(),
             default_result_cap: config.result_cap,
             terminal_timeout_secs: config.terminal_timeout_secs,
+            max_foreground_timeout_secs: config.max_foreground_timeout_secs,
             environment_settings: config.environment_settings.clone(),
             ..DispatchConfig::default()
         };

@@ -396,8 +396,9 @@ impl Worker {
             session_id: &call.session_id,
             args,
             cancel,
+            max_wait: call_timeout(call).unwrap_or(Duration::ZERO),
         };
-        let reply = tools::process::run(&self.config.tools, process_call).await;
+        let reply = tools::process::run(process_call).await;
         let env = self.envs.get(&call.task_id);
         tools::cap_if_needed(env.as_deref(), &call.call_id, reply, call.result_cap_chars).await
     }
@@ -443,6 +444,7 @@ impl Worker {
                 cancel,
                 output,
                 result_cap: call.result_cap_chars,
+                timeout: call_timeout(call),
             },
         )
         .await
@@ -462,6 +464,11 @@ impl Worker {
         self.cancel_all();
         self.envs.shutdown().await;
     }
+}
+
+/// The command timeout the coordinator decided; `None` when it sent none.
+fn call_timeout(call: &RunCall) -> Option<Duration> {
+    (call.timeout_ms > 0).then(|| Duration::from_millis(call.timeout_ms))
 }
 
 /// The wire form of a finished call.

@@ -16,7 +16,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use caduceus_common::result::ToolReply;
+use caduceus_common::result::{ToolReply, python_type};
 
 use crate::call::ToolFilter;
 use crate::registry::{Handler, ParallelClass, ToolEntry};
@@ -506,18 +506,6 @@ fn python_float(value: f64) -> String {
         format!("{value:.1}")
     } else {
         format!("{value}")
-    }
-}
-
-fn python_type(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "NoneType",
-        Value::Bool(_) => "bool",
-        Value::Number(n) if n.is_f64() => "float",
-        Value::Number(_) => "int",
-        Value::String(_) => "str",
-        Value::Array(_) => "list",
-        Value::Object(_) => "dict",
     }
 }
 

@@ -66,7 +66,7 @@ use crate::call::{CallContext, CallStatus, ToolReply};
 use crate::dispatch::coerce::coerce_arguments;
 use crate::dispatch::repair::repair_tool_name;
 use crate::dispatch::{
-    CallRequest, Dispatcher, RawArguments, invalid_arguments_result, parse_arguments,
+    CallRequest, Dispatcher, RawArguments, invalid_arguments_result, parse_argument_text,
 };
 use crate::registry::{ParallelClass, ToolRegistry};
 
@@ -252,9 +252,15 @@ impl CallSite {
         parallel: bool,
     ) -> Finished {
         let started = self.started(call, parsed, parallel);
+        // Parsed once, in `run_batch`; text only when it is not an object
+        // (the pipeline then answers with hermes' error).
+        let arguments = match parsed {
+            Some(args) => RawArguments::Value(Value::Object(args.clone())),
+            None => RawArguments::Text(call.arguments.clone()),
+        };
         let request = CallRequest {
             tool: call.name.clone(),
-            arguments: RawArguments::Text(call.arguments.clone()),
+            arguments,
             ctx: CallContext {
                 task_id: self.task_id.clone(),
                 session_id: Some(self.session_id.clone()),
@@ -576,7 +582,7 @@ impl AgentLoop {
     async fn run_batch(&mut self, calls: &[ToolCall], routes: &[Route]) -> Vec<String> {
         let parsed: Vec<Option<Map<String, Value>>> = calls
             .iter()
-            .map(|c| parse_arguments(&RawArguments::Text(c.arguments.clone())))
+            .map(|c| parse_argument_text(&c.arguments))
             .collect();
         let mut results: Vec<Option<Finished>> = calls.iter().map(|_| None).collect();
         let mut runnable = Vec::new();

@@ -287,3 +287,63 @@ async fn a_large_error_result_keeps_its_status_after_the_preview() {
     );
     assert_eq!(out.status, CallStatus::Error);
 }
+
+/// The coordinator decides every command timeout; the worker obeys it.
+#[tokio::test]
+async fn the_command_timeout_is_decided_here() {
+    let d = dispatcher(None).await;
+    let snapshot = d.registry().snapshot();
+    let terminal = snapshot.get("terminal").unwrap().clone();
+    let process = snapshot.get("process").unwrap().clone();
+    let decide = |entry: &ToolEntry, args: Value| {
+        d.command_timeout(entry, args.as_object().unwrap())
+            .map_err(|reply| (reply.status, reply.body))
+    };
+    let secs = |s: u64| Ok(Some(Duration::from_secs(s)));
+    assert_eq!(decide(&terminal, json!({"command": "x"})), secs(180));
+    assert_eq!(
+        decide(&terminal, json!({"command": "x", "timeout": 300})),
+        secs(300)
+    );
+    // A float is a timeout too (the worker used to accept it and the
+    // coordinator to cut it at the default).
+    assert_eq!(
+        decide(&terminal, json!({"command": "x", "timeout": 300.0})),
+        secs(300)
+    );
+    assert_eq!(
+        decide(&terminal, json!({"command": "x", "timeout": 1.5})),
+        secs(2)
+    );
+    assert_eq!(
+        decide(&terminal, json!({"command": "x", "timeout": 0})),
+        secs(180)
+    );
+    assert_eq!(
+        decide(&terminal, json!({"command": "x", "timeout": null})),
+        secs(180)
+    );
+    assert_eq!(
+        decide(&terminal, json!({"command": "x", "timeout": "abc"})),
+        Err((
+            CallStatus::Error,
+            r#"{"error": "[TOOL_ERROR] Tool execution failed: TypeError: '>' not supported between instances of 'str' and 'int'"}"#.to_owned()
+        ))
+    );
+    assert_eq!(
+        decide(&terminal, json!({"command": "x", "timeout": 601})),
+        Err((
+            CallStatus::Error,
+            r#"{"error": "Foreground timeout 601s exceeds the maximum of 600s. Use background=true with notify_on_complete=true for long-running commands."}"#.to_owned()
+        ))
+    );
+    // A background command has no timeout; `process wait` is bounded by the default.
+    assert_eq!(
+        decide(
+            &terminal,
+            json!({"command": "x", "background": true, "timeout": "abc"})
+        ),
+        Ok(None)
+    );
+    assert_eq!(decide(&process, json!({"action": "wait"})), secs(180));
+}

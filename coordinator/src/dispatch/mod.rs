@@ -20,7 +20,7 @@ use bytes::Bytes;
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 
-use caduceus_common::result::tool_error;
+use caduceus_common::result::{python_type, tool_error};
 use caduceus_common::text::sanitize_tool_error;
 
 use crate::call::{CallContext, CallStatus, ToolFilter, ToolReply, ToolResult};
@@ -51,8 +51,12 @@ pub struct DispatchConfig {
     pub owner: String,
     /// Result size above which results are persisted (hermes: 100,000).
     pub default_result_cap: u64,
-    /// Default `terminal` timeout in seconds (hermes: 180, `TERMINAL_TIMEOUT`).
+    /// Default `terminal` timeout in seconds (hermes: 180, `TERMINAL_TIMEOUT`),
+    /// also the longest `process wait`.
     pub terminal_timeout_secs: u64,
+    /// Longest foreground `terminal` timeout, seconds (hermes: 600,
+    /// `TERMINAL_MAX_FOREGROUND_TIMEOUT`).
+    pub max_foreground_timeout_secs: u64,
     /// Backend settings sent with every call (image, cwd, …), a JSON object.
     pub environment_settings: Value,
     /// Upper bound for calls without a timeout of their own.
@@ -65,6 +69,7 @@ impl Default for DispatchConfig {
             owner: String::new(),
             default_result_cap: 100_000,
             terminal_timeout_secs: 180,
+            max_foreground_timeout_secs: 600,
             environment_settings: Value::Object(Map::new()),
             default_call_deadline: Duration::from_secs(600),
         }
@@ -85,16 +90,23 @@ fn agent_loop_only(name: &str) -> ToolReply {
 }
 
 /// Parses raw arguments into an object. Empty text means no arguments.
-pub fn parse_arguments(raw: &RawArguments) -> Option<Map<String, Value>> {
+pub fn parse_arguments(raw: RawArguments) -> Option<Map<String, Value>> {
     match raw {
-        RawArguments::Text(text) if text.trim().is_empty() => Some(Map::new()),
-        RawArguments::Text(text) => match serde_json::from_str::<Value>(text) {
-            Ok(Value::Object(map)) => Some(map),
-            _ => None,
-        },
-        RawArguments::Value(Value::Object(map)) => Some(map.clone()),
+        RawArguments::Text(text) => parse_argument_text(&text),
+        RawArguments::Value(Value::Object(map)) => Some(map),
         RawArguments::Value(Value::Null) => Some(Map::new()),
         RawArguments::Value(_) => None,
+    }
+}
+
+/// Arguments as a model wrote them: a JSON object, or nothing at all.
+pub fn parse_argument_text(text: &str) -> Option<Map<String, Value>> {
+    if text.trim().is_empty() {
+        return Some(Map::new());
+    }
+    match serde_json::from_str::<Value>(text) {
+        Ok(Value::Object(map)) => Some(map),
+        _ => None,
     }
 }
 
@@ -172,7 +184,7 @@ impl Dispatcher {
             };
 
         // 1. Arguments must be a JSON object; nothing runs otherwise.
-        let Some(mut args) = parse_arguments(&arguments) else {
+        let Some(mut args) = parse_arguments(arguments) else {
             return finish(tool, invalid_arguments_result(), None);
         };
 
@@ -210,7 +222,13 @@ impl Dispatcher {
             }
         }
 
-        // 6. The gate: command guard and approvals.
+        // 6. The command timeout is decided here, once, and sent to the worker.
+        let timeout = match self.command_timeout(&entry, &args) {
+            Ok(timeout) => timeout,
+            Err(reply) => return finish(name, reply, Some(args)),
+        };
+
+        // 7. The gate: command guard and approvals.
         let gate_call = GateCall {
             ctx: &ctx,
             entry: &entry,
@@ -227,7 +245,7 @@ impl Dispatcher {
             }
         };
 
-        // 7. Route.
+        // 8. Route.
         let mut worker = None;
         let mut environment_reset = None;
         let mut reply = match &entry.handler {
@@ -251,7 +269,14 @@ impl Dispatcher {
             }
             Handler::Worker => {
                 let ran = self
-                    .run_on_worker(&entry, &args, &ctx, snapshot.terminal_backend(), output)
+                    .run_on_worker(
+                        &entry,
+                        &args,
+                        &ctx,
+                        snapshot.terminal_backend(),
+                        timeout,
+                        output,
+                    )
                     .await;
                 worker = ran.worker;
                 environment_reset = ran.environment_reset;
@@ -262,7 +287,7 @@ impl Dispatcher {
             Handler::AgentLoop => agent_loop_only(&name),
         };
 
-        // 8. Cap coordinator-side results (worker tools are capped on the
+        // 9. Cap coordinator-side results (worker tools are capped on the
         // worker, next to the sandbox that stores the full text). The status
         // stays the full result's: a preview is never an error of its own.
         if !matches!(entry.handler, Handler::Worker) {
@@ -274,7 +299,7 @@ impl Dispatcher {
             }
         }
 
-        // 9. post_tool_call hooks observe the finished call.
+        // 10. post_tool_call hooks observe the finished call.
         let done = ToolResult {
             worker,
             environment_reset,
@@ -355,6 +380,7 @@ impl Dispatcher {
         args: &Map<String, Value>,
         ctx: &CallContext,
         backend: &str,
+        timeout: Option<Duration>,
         output: Option<mpsc::Sender<Bytes>>,
     ) -> WorkerRun {
         let call = WorkerCall {
@@ -367,8 +393,12 @@ impl Dispatcher {
             owner: self.config.owner.clone(),
             result_cap_chars: self.result_cap(entry),
             output,
-            timeout: None,
-            deadline: self.deadline_for(&entry.name, args),
+            timeout,
+            // The worker's own timeout handling (which kills the process
+            // tree) always answers first.
+            deadline: timeout.map_or(self.config.default_call_deadline, |t| {
+                t + Duration::from_secs(30)
+            }),
         };
         match self.scheduler.run_call(call).await {
             Ok(done) => WorkerRun {
@@ -390,24 +420,45 @@ impl Dispatcher {
         }
     }
 
-    /// How long the coordinator waits for a worker call before giving up on it:
-    /// the tool's own timeout plus a grace period, so the worker's timeout
-    /// handling (which kills the process tree) always answers first.
-    fn deadline_for(&self, tool: &str, args: &Map<String, Value>) -> Duration {
-        let waits_for_command = match tool {
-            "terminal" => args.get("background").and_then(Value::as_bool) != Some(true),
-            "process" => true,
-            _ => false,
-        };
-        if !waits_for_command {
-            return self.config.default_call_deadline;
+    /// The command timeout of a call, the one decision the worker obeys:
+    /// a foreground `terminal` command's `timeout` (integer or float seconds,
+    /// rounded up; missing or not positive = `terminal.timeout`, hermes'
+    /// `timeout or default`), refused above the foreground maximum or when it
+    /// is not a number (hermes' TypeError); `process` gets
+    /// `terminal.timeout` as the longest `wait`. `None`: the tool has none.
+    fn command_timeout(
+        &self,
+        entry: &ToolEntry,
+        args: &Map<String, Value>,
+    ) -> Result<Option<Duration>, ToolReply> {
+        let default = self.config.terminal_timeout_secs.max(1);
+        match entry.name.as_str() {
+            "process" => return Ok(Some(Duration::from_secs(default))),
+            "terminal" if args.get("background").and_then(Value::as_bool) != Some(true) => {}
+            _ => return Ok(None),
         }
-        let timeout = args
-            .get("timeout")
-            .and_then(Value::as_u64)
-            .filter(|t| *t > 0)
-            .unwrap_or(self.config.terminal_timeout_secs);
-        Duration::from_secs(timeout.min(86_400)) + Duration::from_secs(30)
+        let secs = match args.get("timeout") {
+            None | Some(Value::Null | Value::Bool(false)) => default,
+            Some(Value::Bool(true)) => 1,
+            Some(Value::Number(n)) => match n.as_f64() {
+                Some(f) if f.is_finite() && f > 0.0 => f.ceil().min(u64::MAX as f64) as u64,
+                _ => default,
+            },
+            Some(other) => {
+                // hermes compares `timeout > max` and raises.
+                return Err(ToolReply::error(sanitize_tool_error(&format!(
+                    "Tool execution failed: TypeError: '>' not supported between instances of '{}' and 'int'",
+                    python_type(other)
+                ))));
+            }
+        };
+        let max = self.config.max_foreground_timeout_secs;
+        if secs > max {
+            return Err(ToolReply::error(format!(
+                "Foreground timeout {secs}s exceeds the maximum of {max}s. Use background=true with notify_on_complete=true for long-running commands."
+            )));
+        }
+        Ok(Some(Duration::from_secs(secs)))
     }
 
     /// A too-large result saved inside the task's sandbox, as the model reads

@@ -184,19 +184,6 @@ fn arg_bool(args: &Args, key: &str) -> bool {
     }
 }
 
-/// Python's type name of a JSON value, for hermes' type errors.
-fn py_type_name(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "NoneType",
-        Value::Bool(_) => "bool",
-        Value::Number(number) if number.is_f64() => "float",
-        Value::Number(_) => "int",
-        Value::String(_) => "str",
-        Value::Array(_) => "list",
-        Value::Object(_) => "dict",
-    }
-}
-
 /// A successful result in hermes' spelling.
 fn reply<T: serde::Serialize>(value: &T) -> ToolReply {
     ToolReply::json(value)

@@ -6,8 +6,8 @@ use serde_json::{Map, Value, json};
 use caduceus_common::result::ToolReply;
 
 use super::{
-    Anchors, FileToolContext, as_strs, error_json, failed_json, outside_cwd_warning, py_type_name,
-    reply, stale_warning,
+    Anchors, FileToolContext, as_strs, error_json, failed_json, outside_cwd_warning, reply,
+    stale_warning,
 };
 use crate::fs::FsError;
 use crate::lint;
@@ -55,7 +55,7 @@ pub async fn write_file(ctx: &FileToolContext<'_>, args: &Map<String, Value>) ->
         Some(other) => {
             return error_json(format!(
                 "write_file: 'content' must be a string, got {}.",
-                py_type_name(other)
+                caduceus_common::result::python_type(other)
             ));
         }
     };

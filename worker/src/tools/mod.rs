@@ -6,6 +6,7 @@ pub mod process;
 pub mod terminal;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::{Map, Value};
 use tokio::io::AsyncWriteExt;
@@ -24,10 +25,6 @@ pub type OutputSink = Box<dyn FnMut(&[u8]) + Send>;
 /// Worker-wide tool settings.
 #[derive(Debug, Clone)]
 pub struct ToolSettings {
-    /// Default foreground timeout, seconds (hermes: 180, `TERMINAL_TIMEOUT`).
-    pub terminal_timeout_secs: u64,
-    /// Longest foreground timeout, seconds (hermes: 600).
-    pub max_foreground_timeout_secs: u64,
     /// Characters of terminal output the model sees (hermes: 50,000).
     pub max_output_chars: usize,
     /// Limits and write policy of the file tools.
@@ -37,8 +34,6 @@ pub struct ToolSettings {
 impl Default for ToolSettings {
     fn default() -> Self {
         ToolSettings {
-            terminal_timeout_secs: 180,
-            max_foreground_timeout_secs: 600,
             max_output_chars: 50_000,
             files: caduceus_files::FileToolsConfig::default(),
         }
@@ -57,6 +52,8 @@ pub struct ToolCall {
     pub output: Option<OutputSink>,
     /// Results longer than this are persisted in the sandbox; 0 = never.
     pub result_cap: u64,
+    /// The command timeout the coordinator decided (`RunCall.timeout_ms`).
+    pub timeout: Option<Duration>,
 }
 
 /// Runs the call and returns the tool's answer.
@@ -76,6 +73,7 @@ pub async fn run(settings: &ToolSettings, mut call: ToolCall) -> ToolReply {
                 cancel: &call.cancel,
                 output: call.output.take(),
                 session_id: &call.session_id,
+                timeout: call.timeout,
             };
             terminal::run(settings, terminal_call).await
         }

@@ -12,7 +12,6 @@ use tokio_util::sync::CancellationToken;
 
 use caduceus_common::result::ToolReply;
 
-use super::ToolSettings;
 use crate::env::{EnvManager, Environment};
 use crate::process::background::{BackgroundProcess, WaitEnd};
 use crate::process::tail::last_chars;
@@ -24,6 +23,8 @@ pub struct ProcessCall<'a> {
     pub session_id: &'a str,
     pub args: &'a Map<String, Value>,
     pub cancel: &'a CancellationToken,
+    /// The longest `wait`, decided by the coordinator (`terminal.timeout`).
+    pub max_wait: Duration,
 }
 
 const ACTIONS: &str = "list, poll, log, wait, kill, write, submit, close";
@@ -91,7 +92,7 @@ fn status_word(process: &BackgroundProcess) -> &'static str {
     }
 }
 
-pub async fn run(settings: &ToolSettings, call: ProcessCall<'_>) -> ToolReply {
+pub async fn run(call: ProcessCall<'_>) -> ToolReply {
     let action = call
         .args
         .get("action")
@@ -115,7 +116,7 @@ pub async fn run(settings: &ToolSettings, call: ProcessCall<'_>) -> ToolReply {
             match action {
                 "poll" => poll(&env, &process),
                 "log" => log(&env, &process, call.args),
-                "wait" => wait(settings, &env, &process, call.args, call.cancel).await,
+                "wait" => wait(&env, &process, call.args, call.max_wait, call.cancel).await,
                 "kill" => kill(&env, &process).await,
                 "write" => write(&process, &data_arg(call.args)).await,
                 "submit" => write(&process, &(data_arg(call.args) + "\n")).await,
@@ -288,13 +289,13 @@ fn log(env: &Environment, process: &BackgroundProcess, args: &Map<String, Value>
 }
 
 async fn wait(
-    settings: &ToolSettings,
     env: &Environment,
     process: &Arc<BackgroundProcess>,
     args: &Map<String, Value>,
+    max_wait: Duration,
     cancel: &CancellationToken,
 ) -> ToolReply {
-    let max = settings.terminal_timeout_secs.max(1);
+    let max = max_wait.as_secs().max(1);
     let requested = int_arg(args, "timeout")
         .filter(|t| *t > 0)
         .and_then(|t| u64::try_from(t).ok());

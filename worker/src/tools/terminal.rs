@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
-use caduceus_common::result::{CallStatus, ToolReply, to_json};
+use caduceus_common::result::{CallStatus, ToolReply, python_type, to_json};
 use caduceus_guard::hints;
 
 use super::{OutputSink, ToolSettings};
@@ -23,6 +23,9 @@ pub struct TerminalCall<'a> {
     pub cancel: &'a CancellationToken,
     pub output: Option<OutputSink>,
     pub session_id: &'a str,
+    /// The coordinator's decision for a foreground command (it read the
+    /// `timeout` argument, the default and the maximum).
+    pub timeout: Option<Duration>,
 }
 
 /// `{"output":"","exit_code":-1,"error":…,"status":…}` — hermes' shape for a
@@ -112,18 +115,6 @@ const SUDO_WRONG_PASSWORD: &[&str] = &[
     "sudo: 3 incorrect password attempts",
 ];
 
-fn type_name(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "NoneType",
-        Value::Bool(_) => "bool",
-        Value::Number(n) if n.is_i64() || n.is_u64() => "int",
-        Value::Number(_) => "float",
-        Value::String(_) => "str",
-        Value::Array(_) => "list",
-        Value::Object(_) => "dict",
-    }
-}
-
 /// hermes' workdir rule: plain path characters only.
 fn workdir_problem(workdir: &str) -> Option<String> {
     let allowed = |c: char| c.is_ascii_alphanumeric() || "/\\:_-.~ +@=,".contains(c);
@@ -150,17 +141,6 @@ fn requires_pipe_stdin(command: &str) -> bool {
     normalized.starts_with("gh auth login") && normalized.contains("--with-token")
 }
 
-/// A requested timeout in whole seconds: missing, zero or negative means the
-/// default (hermes: `timeout or default`); fractions round up.
-fn requested_timeout(args: &Map<String, Value>) -> Option<u64> {
-    let value = args.get("timeout")?;
-    if let Some(n) = value.as_u64() {
-        return (n > 0).then_some(n);
-    }
-    let f = value.as_f64().filter(|f| f.is_finite() && *f > 0.0)?;
-    Some(f.ceil() as u64)
-}
-
 fn flag(args: &Map<String, Value>, name: &str) -> bool {
     args.get(name).and_then(Value::as_bool).unwrap_or(false)
 }
@@ -171,7 +151,10 @@ pub async fn run(settings: &ToolSettings, call: TerminalCall<'_>) -> ToolReply {
         Some(Value::String(c)) => c.clone(),
         Some(other) => {
             return refused(
-                format!("Invalid command: expected string, got {}", type_name(other)),
+                format!(
+                    "Invalid command: expected string, got {}",
+                    python_type(other)
+                ),
                 CallStatus::Error,
             );
         }
@@ -183,22 +166,6 @@ pub async fn run(settings: &ToolSettings, call: TerminalCall<'_>) -> ToolReply {
         }
     };
     let background = flag(args, "background");
-    let explicit_timeout = requested_timeout(args);
-    let timeout = explicit_timeout.unwrap_or(settings.terminal_timeout_secs);
-    if !background
-        && let Some(asked) = explicit_timeout.filter(|t| *t > settings.max_foreground_timeout_secs)
-    {
-        #[derive(Serialize)]
-        struct OnlyError {
-            error: String,
-        }
-        return ToolReply::failed_json(&OnlyError {
-            error: format!(
-                "Foreground timeout {asked}s exceeds the maximum of {}s. Use background=true with notify_on_complete=true for long-running commands.",
-                settings.max_foreground_timeout_secs
-            ),
-        });
-    }
     if !background && let Some(guidance) = hints::long_lived_foreground(&command) {
         return refused(guidance, CallStatus::Error);
     }
@@ -234,6 +201,11 @@ pub async fn run(settings: &ToolSettings, call: TerminalCall<'_>) -> ToolReply {
     if pty {
         pty_note = Some(FOREGROUND_PTY_NOTE);
     }
+    let Some(timeout) = call.timeout else {
+        return failed(
+            "Command execution failed: the coordinator sent no timeout for this command",
+        );
+    };
     run_foreground(settings, call, &command, workdir, timeout, pty_note).await
 }
 
@@ -242,7 +214,7 @@ async fn run_foreground(
     call: TerminalCall<'_>,
     command: &str,
     workdir: Option<&str>,
-    timeout: u64,
+    timeout: Duration,
     pty_note: Option<&str>,
 ) -> ToolReply {
     let mut output = call.output;
@@ -253,7 +225,7 @@ async fn run_foreground(
     };
     let request = ExecRequest {
         command,
-        timeout: Duration::from_secs(timeout),
+        timeout,
         workdir,
         max_output_chars: settings.max_output_chars,
         on_output: Some(&mut forward),
@@ -264,7 +236,7 @@ async fn run_foreground(
         Err(err) => return failed(format!("Command execution failed: {err}")),
     };
     if outcome.end == ExecEnd::TimedOut {
-        tracing::debug!(task = %call.env.task_id, timeout, "foreground command timed out");
+        tracing::debug!(task = %call.env.task_id, ?timeout, "foreground command timed out");
     }
     // hermes strips ANSI and redacts after the cut, on the trimmed text.
     let text = call
