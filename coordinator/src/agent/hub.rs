@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use ractor::{Actor, ActorRef};
+use ractor::ActorRef;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -14,7 +14,7 @@ use caduceus_proto::{EnvironmentNotice, SessionEvent, SessionStatus};
 
 use super::AgentSettings;
 use super::events::EventStream;
-use super::session::{SessionActor, SessionArgs, SessionMsg, SessionShared, SessionSpec};
+use super::session::{SessionArgs, SessionMsg, SessionShared, SessionSpec, start_session};
 use super::store::SessionStore;
 use crate::call::ToolFilter;
 use crate::dispatch::Dispatcher;
@@ -259,7 +259,7 @@ impl SessionHub {
             events,
             report: None,
         };
-        Actor::spawn(None, SessionActor, args)
+        start_session(args, None)
             .await
             .map_err(|e| SessionError::Spawn(e.to_string()))?;
         Ok(SessionStream {
