@@ -13,6 +13,7 @@ use caduceus_proto::{AnswerApprovalRequest, Approval, ListApprovalsRequest};
 use crate::config::Config;
 use crate::out;
 use crate::target::{Client, Remote};
+use crate::token::TokenArgs;
 
 #[derive(Subcommand)]
 pub enum ApprovalsCommand {
@@ -54,8 +55,8 @@ pub struct RemoteArgs {
     /// Coordinator address (http://host:port or https://host:port).
     #[arg(long, env = "CADUCEUS_COORDINATOR")]
     coordinator: Option<String>,
-    #[arg(long, env = "CADUCEUS_TOKEN", hide_env_values = true)]
-    token: Option<String>,
+    #[command(flatten)]
+    token: TokenArgs,
     /// CA certificate (PEM) to trust for an https coordinator.
     #[arg(long)]
     tls_ca: Option<PathBuf>,
@@ -64,10 +65,10 @@ pub struct RemoteArgs {
 async fn client(remote: &RemoteArgs, config: &Config) -> Result<Client> {
     Remote::from_flags(
         remote.coordinator.clone(),
-        remote.token.clone(),
+        &remote.token,
         remote.tls_ca.clone(),
         config,
-    )
+    )?
     .client()
     .await?
     .ok_or_else(|| {

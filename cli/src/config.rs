@@ -13,13 +13,20 @@ use caduceus_worker::backends::docker::settings::DockerSettings;
 use caduceus_worker::backends::lease::LeasePolicy;
 use caduceus_worker::backends::pool::PoolSpec;
 
+use crate::token::TokenSource;
+
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default)]
 pub struct Config {
     /// Coordinator address for client commands (`CADUCEUS_COORDINATOR`).
     pub coordinator: Option<String>,
-    /// Shared token (`CADUCEUS_TOKEN`).
-    pub token: Option<String>,
+    /// Shared token: the file's `token` or `token_file`, overridden by
+    /// `CADUCEUS_TOKEN` or `CADUCEUS_TOKEN_FILE` (see `token.rs`).
+    #[serde(skip)]
+    pub token: Option<TokenSource>,
+    #[serde(rename = "token")]
+    token_value: Option<String>,
+    token_file: Option<PathBuf>,
     /// Where `serve` listens.
     pub listen: Option<String>,
     pub tls: TlsSection,
@@ -399,8 +406,14 @@ impl Config {
             }
             Err(err) => return Err(err).with_context(|| format!("cannot read {}", path.display())),
         };
+        config.token = TokenSource::one_of(
+            config.token_value.take(),
+            config.token_file.take(),
+            ("the configuration's token", "token_file"),
+        )
+        .with_context(|| format!("invalid configuration in {}", path.display()))?;
         config.path = Some(path);
-        config.apply_env();
+        config.apply_env()?;
         Ok(config)
     }
 
@@ -420,13 +433,17 @@ impl Config {
         }
     }
 
-    fn apply_env(&mut self) {
+    fn apply_env(&mut self) -> Result<()> {
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
         if let Some(v) = var("CADUCEUS_COORDINATOR") {
             self.coordinator = Some(v);
         }
-        if let Some(v) = var("CADUCEUS_TOKEN") {
-            self.token = Some(v);
+        if let Some(source) = TokenSource::one_of(
+            var("CADUCEUS_TOKEN"),
+            var("CADUCEUS_TOKEN_FILE").map(PathBuf::from),
+            ("CADUCEUS_TOKEN", "CADUCEUS_TOKEN_FILE"),
+        )? {
+            self.token = Some(source);
         }
         if let Some(v) = var("TERMINAL_ENV") {
             self.terminal.backend = v;
@@ -444,6 +461,7 @@ impl Config {
             self.terminal.lifetime_seconds = v;
         }
         self.apply_remote_backend_env(&var);
+        Ok(())
     }
 
     /// `TERMINAL_SSH_*`, `TERMINAL_SINGULARITY_*`, `TERMINAL_CONTAINER_*`.

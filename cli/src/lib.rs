@@ -8,6 +8,7 @@ pub mod config;
 mod progress;
 mod run;
 pub mod target;
+pub mod token;
 
 mod approvals;
 
@@ -20,6 +21,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, Parser, Subcommand};
 use serde_json::{Value, json};
+use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
 use caduceus_coordinator::call::ToolFilter;
@@ -81,9 +83,9 @@ struct ServeArgs {
     /// Address to listen on (default: the config's `listen`, else 127.0.0.1:7700).
     #[arg(long)]
     listen: Option<String>,
-    /// Shared token workers and clients must present.
-    #[arg(long, env = "CADUCEUS_TOKEN", hide_env_values = true)]
-    token: Option<String>,
+    // The shared token workers and clients must present.
+    #[command(flatten)]
+    token: token::TokenArgs,
     /// TLS certificate (PEM); TLS is on when both --tls-cert and --tls-key are given.
     #[arg(long)]
     tls_cert: Option<PathBuf>,
@@ -106,8 +108,8 @@ struct WorkerArgs {
     /// Coordinator address (http://host:port or https://host:port).
     #[arg(long, env = "CADUCEUS_COORDINATOR")]
     coordinator: Option<String>,
-    #[arg(long, env = "CADUCEUS_TOKEN", hide_env_values = true)]
-    token: Option<String>,
+    #[command(flatten)]
+    token: token::TokenArgs,
     /// Name of this worker, unique in the fleet (default: the host name).
     #[arg(long)]
     name: Option<String>,
@@ -123,6 +125,19 @@ struct WorkerArgs {
     /// CA certificate (PEM) to trust for an https coordinator.
     #[arg(long)]
     tls_ca: Option<PathBuf>,
+    /// On SIGTERM or SIGINT: seconds running calls get to finish before they
+    /// are cancelled (a second signal does not cut it short).
+    #[arg(long, value_name = "SECONDS", default_value_t = 10.0, value_parser = grace_seconds)]
+    shutdown_grace: f64,
+}
+
+fn grace_seconds(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(seconds) if seconds.is_finite() && (0.0..=86_400.0).contains(&seconds) => Ok(seconds),
+        _ => Err(format!(
+            "'{text}' is not a number of seconds between 0 and 86400"
+        )),
+    }
 }
 
 #[derive(Args, Clone)]
@@ -130,8 +145,8 @@ struct ClientArgs {
     /// Coordinator address; without it an embedded coordinator and local worker are started.
     #[arg(long, env = "CADUCEUS_COORDINATOR")]
     coordinator: Option<String>,
-    #[arg(long, env = "CADUCEUS_TOKEN", hide_env_values = true)]
-    token: Option<String>,
+    #[command(flatten)]
+    token: token::TokenArgs,
     /// CA certificate (PEM) to trust for an https coordinator.
     #[arg(long)]
     tls_ca: Option<PathBuf>,
@@ -275,10 +290,10 @@ fn gate(config: &Config) -> Arc<dyn Gate> {
     Arc::new(CommandGate::new(config.approval_settings()))
 }
 
-fn remote(args: &ClientArgs, config: &Config) -> Remote {
+fn remote(args: &ClientArgs, config: &Config) -> Result<Remote> {
     Remote::from_flags(
         args.coordinator.clone(),
-        args.token.clone(),
+        &args.token,
         args.tls_ca.clone(),
         config,
     )
@@ -286,10 +301,9 @@ fn remote(args: &ClientArgs, config: &Config) -> Remote {
 
 #[allow(clippy::print_stderr)] // the listening line scripts wait for
 async fn serve(args: ServeArgs, config: &Config) -> Result<()> {
-    let token = args
-        .token
-        .or_else(|| config.token.clone())
-        .ok_or_else(|| anyhow!("serve needs a token: pass --token or set CADUCEUS_TOKEN (workers and clients must present it)"))?;
+    let token = args.token.resolve(config)?.ok_or_else(|| {
+        anyhow!("serve needs a token: pass --token or --token-file, or set CADUCEUS_TOKEN or CADUCEUS_TOKEN_FILE (workers and clients must present it)")
+    })?;
     let listen = args
         .listen
         .or_else(|| config.listen.clone())
@@ -477,8 +491,8 @@ async fn worker(args: WorkerArgs, config: &Config) -> Result<()> {
         .coordinator
         .or_else(|| config.coordinator.clone())
         .ok_or_else(|| anyhow!("worker needs the coordinator's address: pass --coordinator or set CADUCEUS_COORDINATOR"))?;
-    let token = args.token.or_else(|| config.token.clone()).ok_or_else(|| {
-        anyhow!("worker needs the coordinator's token: pass --token or set CADUCEUS_TOKEN")
+    let token = args.token.resolve(config)?.ok_or_else(|| {
+        anyhow!("worker needs the coordinator's token: pass --token or --token-file, or set CADUCEUS_TOKEN or CADUCEUS_TOKEN_FILE")
     })?;
     let name = args
         .name
@@ -503,12 +517,29 @@ async fn worker(args: WorkerArgs, config: &Config) -> Result<()> {
         labels,
         args.capacity.or(config.worker.capacity),
     ));
+    // Installed before anything else can take time: from here on SIGTERM
+    // and SIGINT mean a graceful stop, never the default instant exit.
+    let mut terminate =
+        signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut interrupt = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
     let shutdown = CancellationToken::new();
     worker.start_housekeeping(shutdown.clone()).await;
     let stop = shutdown.clone();
+    let stopping = worker.clone();
+    let grace = Duration::from_secs_f64(args.shutdown_grace);
     tokio::spawn(async move {
-        let _ = tokio::signal::ctrl_c().await;
+        let name = tokio::select! {
+            _ = terminate.recv() => "SIGTERM",
+            _ = interrupt.recv() => "SIGINT",
+        };
+        tracing::info!(
+            "{name}: stopping; running calls get {:.1}s to finish",
+            grace.as_secs_f64()
+        );
+        // Later signals land in the streams kept here and change nothing.
+        stopping.stop_gracefully(grace).await;
         stop.cancel();
+        let _keep = (terminate, interrupt);
     });
     let options = LinkOptions {
         url,
@@ -518,6 +549,7 @@ async fn worker(args: WorkerArgs, config: &Config) -> Result<()> {
     };
     let outcome = caduceus_worker::link::run_grpc(worker.clone(), options, shutdown).await;
     worker.shutdown().await;
+    tracing::info!("worker stopped; every environment ended");
     outcome.map_err(|e| anyhow!("{e}"))
 }
 
@@ -531,14 +563,14 @@ fn host_name() -> String {
 }
 
 async fn call(args: CallArgs, config: &Config) -> Result<()> {
-    let mut target = Target::open(&remote(&args.client, config), config, gate(config), 1).await?;
+    let mut target = Target::open(&remote(&args.client, config)?, config, gate(config), 1).await?;
     let reply = target.call(&args.tool, &args.arguments, &args.task).await;
     target.close().await;
     out(&reply?.result)
 }
 
 async fn tools(args: ToolsArgs, config: &Config) -> Result<()> {
-    let mut target = Target::open(&remote(&args.client, config), config, gate(config), 1).await?;
+    let mut target = Target::open(&remote(&args.client, config)?, config, gate(config), 1).await?;
     let filter = ToolFilter {
         enabled_toolsets: args.toolsets,
         disabled_toolsets: args.disable,
@@ -564,7 +596,7 @@ async fn tools(args: ToolsArgs, config: &Config) -> Result<()> {
 }
 
 async fn status(args: StatusArgs, config: &Config) -> Result<()> {
-    let mut target = Target::open(&remote(&args.client, config), config, gate(config), 1).await?;
+    let mut target = Target::open(&remote(&args.client, config)?, config, gate(config), 1).await?;
     let status = target.status().await;
     target.close().await;
     let status = status?;

@@ -178,7 +178,7 @@ pub(crate) async fn run(args: RunArgs, config: &Config) -> Result<()> {
     let interactive =
         !args.json && std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
     let mut target = Target::open(
-        &crate::remote(&args.client, config),
+        &crate::remote(&args.client, config)?,
         config,
         crate::gate(config),
         args.workers.max(1),

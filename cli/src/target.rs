@@ -27,6 +27,7 @@ use caduceus_proto::{
 use caduceus_worker::{Worker, WorkerConfig};
 
 use crate::config::Config;
+use crate::token::TokenArgs;
 
 type AuthFn = Box<dyn FnMut(Request<()>) -> Result<Request<()>, Status> + Send>;
 pub type Client = ControlClient<InterceptedService<Channel, AuthFn>>;
@@ -59,18 +60,23 @@ pub struct Remote {
 
 impl Remote {
     /// Command-line flags over the configuration (which already holds
-    /// `CADUCEUS_COORDINATOR` and `CADUCEUS_TOKEN`).
+    /// `CADUCEUS_COORDINATOR` and the token of the environment). The token is
+    /// read (a token file too) only when there is a coordinator to give it to.
     pub fn from_flags(
         url: Option<String>,
-        token: Option<String>,
+        token: &TokenArgs,
         ca: Option<PathBuf>,
         config: &Config,
-    ) -> Self {
-        Remote {
-            url: url.or_else(|| config.coordinator.clone()),
-            token: token.or_else(|| config.token.clone()),
+    ) -> Result<Self> {
+        let url = url.or_else(|| config.coordinator.clone());
+        Ok(Remote {
+            token: match url {
+                Some(_) => token.resolve(config)?,
+                None => None,
+            },
+            url,
             ca: ca.or_else(|| config.tls.ca.clone()),
-        }
+        })
     }
 
     /// A client of the remote coordinator; `None` without an address.
@@ -79,7 +85,7 @@ impl Remote {
             return Ok(None);
         };
         let token = self.token.as_deref().ok_or_else(|| {
-            anyhow!("--coordinator needs a token: pass --token or set CADUCEUS_TOKEN")
+            anyhow!("--coordinator needs a token: pass --token or --token-file, or set CADUCEUS_TOKEN or CADUCEUS_TOKEN_FILE")
         })?;
         Ok(Some(connect(url, token, self.ca.as_deref()).await?))
     }

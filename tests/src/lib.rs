@@ -28,6 +28,11 @@ pub fn bin() -> PathBuf {
         return PathBuf::from(path);
     }
     let exe = std::env::current_exe().unwrap();
+    // A bench binary of this crate sits beside it.
+    let beside = exe.with_file_name("caduceus-under-test");
+    if beside.exists() {
+        return beside;
+    }
     let dir = exe.parent().and_then(Path::parent).unwrap();
     let path = dir.join("caduceus-under-test");
     assert!(
@@ -64,6 +69,7 @@ impl Fleet {
         cmd.env("CADUCEUS_HOME", self.home.path())
             .env_remove("CADUCEUS_COORDINATOR")
             .env_remove("CADUCEUS_TOKEN")
+            .env_remove("CADUCEUS_TOKEN_FILE")
             .env_remove("CADUCEUS_CONFIG")
             // The model comes from the fleet's config.yaml, never from the host.
             .env_remove("OPENAI_BASE_URL")
@@ -75,7 +81,14 @@ impl Fleet {
 
     /// Starts `caduceus serve` on a free port and waits until it listens.
     pub fn serve(&self, extra: &[&str]) -> Proc {
+        self.serve_with_env(extra, &[])
+    }
+
+    /// [`serve`](Self::serve) with extra environment variables (e.g.
+    /// `TERMINAL_ENV`, the backend of new environments).
+    pub fn serve_with_env(&self, extra: &[&str], env: &[(&str, &str)]) -> Proc {
         let mut cmd = self.command();
+        cmd.envs(env.iter().copied());
         cmd.args([
             "serve",
             "--listen",

@@ -32,6 +32,9 @@ use tools::{OutputSink, ToolCall, ToolSettings};
 /// replacement (starting a container loads the engine for a few hundred ms).
 const POOL_REFILL_DELAY: Duration = Duration::from_millis(750);
 
+/// How long a graceful stop waits for cancelled calls to answer.
+const CANCEL_WAIT: Duration = Duration::from_secs(10);
+
 /// Everything a worker needs to start.
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
@@ -457,6 +460,33 @@ impl Worker {
 
     pub fn reap_interval(&self) -> Duration {
         self.config.reap_interval
+    }
+
+    /// The first half of a graceful stop (SIGTERM, SIGINT): take no new
+    /// calls, let the running ones finish within `grace`, then cancel what is
+    /// left (the whole command, see `shell/`) and wait for those results.
+    /// The link then tells the coordinator and [`Worker::shutdown`] ends the
+    /// environments.
+    pub async fn stop_gracefully(&self, grace: Duration) {
+        self.set_draining();
+        self.heartbeat_due.notify_one();
+        let deadline = Instant::now() + grace;
+        while self.running_calls() > 0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        if self.running_calls() > 0 {
+            tracing::info!(
+                calls = self.running_calls(),
+                "shutdown grace over; cancelling the calls still running"
+            );
+            self.cancel_all();
+            // A cancelled command is stopped within a few kill rounds; a
+            // backend that hangs must not keep the worker from exiting.
+            let cancelled = Instant::now() + CANCEL_WAIT;
+            while self.running_calls() > 0 && Instant::now() < cancelled {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
     }
 
     /// Ends every environment and warm-pool sandbox (worker shutdown).

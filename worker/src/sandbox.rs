@@ -56,6 +56,9 @@ pub enum StopSignal {
     Interrupt,
     Terminate,
     Kill,
+    /// SIGUSR2, sent to a live shell alone: its trap abandons the rest of
+    /// the running command (see `shell/script.rs`).
+    Abort,
 }
 
 impl StopSignal {
@@ -64,6 +67,7 @@ impl StopSignal {
             StopSignal::Interrupt => 2,
             StopSignal::Terminate => 15,
             StopSignal::Kill => 9,
+            StopSignal::Abort => 12,
         }
     }
 }
@@ -97,6 +101,26 @@ pub trait Sandbox: Send + Sync + fmt::Debug {
         signal: StopSignal,
         include_root: bool,
     ) -> Result<(), SandboxError>;
+    /// Signals the one process `pid` (none of its children). The default
+    /// runs `kill` inside the sandbox; backends that can signal directly
+    /// override it.
+    async fn signal_process(&self, pid: u32, signal: StopSignal) -> Result<(), SandboxError> {
+        let spec = SpawnSpec {
+            program: "kill".to_owned(),
+            args: vec![format!("-{}", signal.number()), pid.to_string()],
+            cwd: None,
+            env: vec![("PATH".to_owned(), SYSTEM_PATH.to_owned())],
+        };
+        let mut process = self.spawn(spec).await?;
+        drop(process.stdin);
+        let _ =
+            tokio::time::timeout(std::time::Duration::from_secs(10), process.handle.wait()).await;
+        Ok(())
+    }
+    /// A shell made a private directory at `path`. A backend whose sandboxes
+    /// can outlive their worker on its host (local) notes it, so that it is
+    /// removed even when the worker dies without cleaning up.
+    fn record_private_dir(&self, _path: &str) {}
     /// File access inside the sandbox, for the file tools (one round trip per
     /// call where the backend allows).
     fn files(&self) -> Arc<dyn FileSystem>;
@@ -148,6 +172,9 @@ pub trait Sandbox: Send + Sync + fmt::Debug {
         Vec::new()
     }
 }
+
+/// PATH for the worker's own helper processes inside a sandbox.
+pub const SYSTEM_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// A bash script that signals every descendant of `$1` (parents first) with
 /// signal `$2`, and `$1` itself when `$3` is 1. It reads /proc with builtins

@@ -418,7 +418,9 @@ impl Actor for Scheduler {
                 {
                     tracing::debug!(%task_id, %reason, "environment released by its worker");
                     placements.remove(&task_id);
-                    if reason == "sandbox_lost" {
+                    // The environment is gone either way: the task's next
+                    // call tells the model so.
+                    if reason == "sandbox_lost" || reason == "shutdown" {
                         let name = state
                             .workers
                             .get(&worker_id)

@@ -13,6 +13,7 @@ use nix::unistd::Pid;
 use tokio::net::unix::pipe;
 use tokio::process::{Child, Command};
 
+use super::ledger::HostLedger;
 use crate::sandbox::{ProcessHandle, Sandbox, SandboxError, SpawnSpec, SpawnedProcess, StopSignal};
 
 pub struct LocalSandbox {
@@ -21,6 +22,9 @@ pub struct LocalSandbox {
     home: String,
     temp: String,
     files: Arc<LocalFs>,
+    /// The worker's ledger: its processes carry the tag, its private
+    /// directories are listed (see `ledger.rs`).
+    ledger: Option<Arc<HostLedger>>,
 }
 
 impl std::fmt::Debug for LocalSandbox {
@@ -35,22 +39,34 @@ impl std::fmt::Debug for LocalSandbox {
 impl LocalSandbox {
     pub fn new(id: String, cwd: String) -> Self {
         let home = std::env::var("HOME").unwrap_or_else(|_| "/".to_owned());
-        let temp = ["TMPDIR", "TMP", "TEMP"]
-            .iter()
-            .find_map(|v| std::env::var(v).ok().filter(|s| !s.is_empty()))
-            .unwrap_or_else(|| "/tmp".to_owned());
-        let temp = temp.trim_end_matches('/').to_owned();
         LocalSandbox {
             id,
             cwd,
             home,
-            temp: if temp.is_empty() {
-                "/".to_owned()
-            } else {
-                temp
-            },
+            temp: host_temp_dir(),
             files: Arc::new(LocalFs::new()),
+            ledger: None,
         }
+    }
+
+    pub fn with_ledger(mut self, ledger: Option<Arc<HostLedger>>) -> Self {
+        self.ledger = ledger;
+        self
+    }
+}
+
+/// The host's temporary directory (`TMPDIR`, `TMP`, `TEMP`, else `/tmp`),
+/// without a trailing slash.
+pub fn host_temp_dir() -> String {
+    let temp = ["TMPDIR", "TMP", "TEMP"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok().filter(|s| !s.is_empty()))
+        .unwrap_or_else(|| "/tmp".to_owned());
+    let temp = temp.trim_end_matches('/').to_owned();
+    if temp.is_empty() {
+        "/".to_owned()
+    } else {
+        temp
     }
 }
 
@@ -77,6 +93,8 @@ impl Sandbox for LocalSandbox {
             .args(&spec.args)
             .env_clear()
             .envs(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            // Last, so that a tag inherited from an outer worker is replaced.
+            .envs(self.ledger.as_ref().map(|l| l.tag()))
             .current_dir(spec.cwd.as_deref().unwrap_or(&self.cwd))
             .stdin(Stdio::piped())
             .stdout(Stdio::from(writer))
@@ -110,6 +128,19 @@ impl Sandbox for LocalSandbox {
     ) -> Result<(), SandboxError> {
         signal_local_tree(pid, signal, include_root);
         Ok(())
+    }
+
+    async fn signal_process(&self, pid: u32, signal: StopSignal) -> Result<(), SandboxError> {
+        if let Ok(pid) = i32::try_from(pid) {
+            let _ = kill(Pid::from_raw(pid), nix_signal(signal));
+        }
+        Ok(())
+    }
+
+    fn record_private_dir(&self, path: &str) {
+        if let Some(ledger) = &self.ledger {
+            ledger.record_dir(path);
+        }
     }
 
     fn files(&self) -> Arc<dyn FileSystem> {
@@ -181,11 +212,7 @@ impl ProcessHandle for LocalProcess {
 /// Signals the descendants of `root`, parents first (read from /proc), then
 /// `root` itself when asked.
 pub fn signal_local_tree(root: u32, signal: StopSignal, include_root: bool) {
-    let signal = match signal {
-        StopSignal::Interrupt => Signal::SIGINT,
-        StopSignal::Terminate => Signal::SIGTERM,
-        StopSignal::Kill => Signal::SIGKILL,
-    };
+    let signal = nix_signal(signal);
     let table = process_table();
     let mut order = Vec::new();
     collect_descendants(root, &table.children, &mut order, 0);
@@ -205,6 +232,15 @@ pub fn signal_local_tree(root: u32, signal: StopSignal, include_root: bool) {
     }
     if include_root && let Ok(pid) = i32::try_from(root) {
         let _ = kill(Pid::from_raw(pid), signal);
+    }
+}
+
+fn nix_signal(signal: StopSignal) -> Signal {
+    match signal {
+        StopSignal::Interrupt => Signal::SIGINT,
+        StopSignal::Terminate => Signal::SIGTERM,
+        StopSignal::Kill => Signal::SIGKILL,
+        StopSignal::Abort => Signal::SIGUSR2,
     }
 }
 

@@ -6,6 +6,7 @@
 
 pub mod docker;
 pub mod lease;
+pub mod ledger;
 pub mod local;
 pub mod pool;
 pub mod preamble;
@@ -14,6 +15,7 @@ pub mod singularity;
 pub mod ssh;
 
 use std::collections::HashSet;
+use std::path::Path;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -91,6 +93,8 @@ pub struct BackendOptions {
 /// The local backend as a provider.
 pub struct LocalProvider {
     cwd: String,
+    /// This worker's ledger on the host (absent in tests without a worker).
+    ledger: Option<Arc<ledger::HostLedger>>,
 }
 
 #[async_trait]
@@ -104,10 +108,18 @@ impl Provider for LocalProvider {
     }
 
     async fn create(&self, request: &CreateRequest) -> Result<Arc<dyn Sandbox>, SandboxError> {
-        Ok(Arc::new(local::LocalSandbox::new(
-            format!("local:{}", request.task_id),
-            self.cwd.clone(),
-        )))
+        Ok(Arc::new(
+            local::LocalSandbox::new(format!("local:{}", request.task_id), self.cwd.clone())
+                .with_ledger(self.ledger.clone()),
+        ))
+    }
+
+    /// Local processes and directories of dead workers of this host.
+    async fn sweep(&self, _context: &SweepContext) -> Vec<String> {
+        match &self.ledger {
+            Some(ledger) => ledger.sweep_dead().await,
+            None => Vec::new(),
+        }
     }
 }
 
@@ -119,6 +131,7 @@ pub struct Backends {
     available: std::sync::RwLock<Vec<String>>,
     pools: pool::WarmPools,
     lease: lease::LeasePolicy,
+    ledger: Option<Arc<ledger::HostLedger>>,
 }
 
 impl std::fmt::Debug for Backends {
@@ -147,6 +160,19 @@ impl Backends {
     ) -> (Self, Vec<String>) {
         let mut providers: Vec<Arc<dyn Provider>> = Vec::new();
         let mut refused = Vec::new();
+        // Only a worker (it has an instance id) keeps a ledger.
+        let ledger = (requested.iter().any(|b| b == "local")
+            && !options.worker_instance.is_empty())
+        .then(|| {
+            ledger::HostLedger::open(Path::new(&local::host_temp_dir()), &options.worker_instance)
+        })
+        .and_then(|opened| match opened {
+            Ok(ledger) => Some(Arc::new(ledger)),
+            Err(err) => {
+                tracing::warn!("{err}; local processes will not be swept if this worker dies");
+                None
+            }
+        });
         for backend in requested {
             if providers.iter().any(|p| p.name() == backend.as_str()) {
                 continue;
@@ -154,6 +180,7 @@ impl Backends {
             match backend.as_str() {
                 "local" => providers.push(Arc::new(LocalProvider {
                     cwd: local_cwd.to_owned(),
+                    ledger: ledger.clone(),
                 })),
                 "docker" => providers.push(Arc::new(docker::DockerProvider::new(
                     options.docker.clone(),
@@ -194,6 +221,7 @@ impl Backends {
                 available: std::sync::RwLock::new(available),
                 pools,
                 lease: options.lease,
+                ledger,
             },
             refused,
         )
@@ -206,6 +234,11 @@ impl Backends {
     /// Lease length and renewal/sweep intervals of this worker's sandboxes.
     pub fn lease_policy(&self) -> lease::LeasePolicy {
         self.lease
+    }
+
+    /// This worker's ledger of what it leaves on its host (local backend).
+    pub fn ledger(&self) -> Option<&Arc<ledger::HostLedger>> {
+        self.ledger.as_ref()
     }
 
     pub fn pools(&self) -> &pool::WarmPools {

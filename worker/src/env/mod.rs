@@ -214,6 +214,9 @@ impl EnvManager {
                     dir,
                 )
             });
+        if let (Some((_, dir)), Some(ledger)) = (&login_cache, backends.ledger()) {
+            ledger.record_dir(&dir.display().to_string());
+        }
         EnvManager {
             backends,
             settings,
@@ -455,12 +458,17 @@ impl EnvManager {
             .lock()
             .map(|mut envs| envs.drain().map(|(_, e)| e).collect())
             .unwrap_or_default();
-        for env in all {
-            env.end().await;
-        }
+        // Concurrently: ending one (its background processes' grace, a
+        // container's removal) takes up to seconds, and a stopping worker has
+        // a deadline (systemd, Kubernetes kill it after theirs).
+        futures::future::join_all(all.iter().map(|env| env.end())).await;
         self.backends.pools().drain().await;
         if let Some((_, dir)) = &self.login_cache {
             let _ = std::fs::remove_dir_all(dir);
+        }
+        // Nothing of this worker is left on its host: its ledger goes.
+        if let Some(ledger) = self.backends.ledger() {
+            ledger.close();
         }
     }
 }

@@ -31,6 +31,9 @@ use crate::tools::OutputSink;
 /// (bounded) output anyway.
 const MAX_STREAMED_BYTES: usize = 1024 * 1024;
 
+/// How long a stopping worker waits for its queued events to be sent.
+const FLUSH_WAIT: Duration = Duration::from_secs(2);
+
 /// Why a connection ended.
 #[derive(Debug)]
 pub enum Disconnect {
@@ -132,6 +135,24 @@ where
             () = shutdown.cancelled() => break Disconnect::Shutdown,
         }
     };
+    if matches!(end, Disconnect::Shutdown) {
+        // The worker is stopping: its environments end with it. Telling the
+        // coordinator now lets it answer the tasks' next calls with a reset
+        // notice at once instead of waiting to notice a lost stream.
+        for info in worker.environments().infos() {
+            let _ = events.try_send(event(worker_event::Event::Released(EnvironmentReleased {
+                task_id: info.task_id,
+                reason: "shutdown".to_owned(),
+            })));
+        }
+        // Give the stream a moment to carry what is queued (results of the
+        // calls that just finished, the releases) before it is dropped.
+        let flushed = tokio::time::Instant::now() + FLUSH_WAIT;
+        while events.capacity() < events.max_capacity() && tokio::time::Instant::now() < flushed {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     if matches!(end, Disconnect::Lost(_)) {
         // The coordinator already answered these calls with an error; stop
         // them rather than let unobserved commands carry on.

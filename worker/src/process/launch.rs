@@ -39,7 +39,11 @@ if [ -n "$1" ] && [ -r "$1" ]; then
   builtin unset -v __cad_s __cad_i
 fi
 set +m +e +u
-trap "__cad_rc=\$?; builtin printf '\\036%s %d -\\036\\n' $5 \"\$__cad_rc\"" EXIT
+# Only the launcher itself prints the exit line. A subshell the command forks
+# (`( … ) &`) still holds this trap until it has reset its traps, and a
+# SIGTERM in that window (the sweep of leftovers after the launcher exits)
+# would make it print a second exit line with the launcher's token.
+trap "__cad_rc=\$?; [ \"\$BASHPID\" = $$ ] && builtin printf '\\036%s %d -\\036\\n' $5 \"\$__cad_rc\"" EXIT
 builtin cd -- "$2" || builtin exit 126
 export PYTHONUNBUFFERED=1
 if [ "$__cad_pty" = 1 ]; then

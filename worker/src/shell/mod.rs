@@ -16,7 +16,7 @@
 //! Protocol: for each command the worker writes one line,
 //!
 //! ```text
-//! IFS= builtin read -r -d '' __cad_c;builtin eval "$__cad_c" </dev/null;__cad_e=$?;…;builtin printf '\n\036%s %d %s\036\n' TOKEN "$__cad_e" "$PWD"
+//! IFS= builtin read -r -d '' __cad_c;__cad_go TOKEN;builtin eval "$__cad_c" </dev/null;__cad_done [SNAPSHOT]
 //! ```
 //!
 //! followed by the command text and a NUL byte. bash reads its input from a
@@ -28,11 +28,13 @@
 //! options) before the marker, written atomically: background processes start
 //! from it, and a replacement shell restores it.
 //!
-//! A timeout or cancel stops the command's process tree (INT, TERM, then KILL,
-//! to the shell's descendants and its session) and waits for the marker: the
-//! shell survives and keeps its state. If the shell itself is stuck (a builtin
-//! loop) or died, it is replaced; the new shell gets the last state snapshot
-//! and the last cwd, and the caller is told.
+//! A timeout or cancel ends the whole command: SIGUSR2 to the shell (its trap,
+//! armed only while a command runs, abandons the rest of the line: it saves the
+//! state reached, prints the marker and `exec`s a fresh bash on the same pipes,
+//! which the worker then restores), then INT, TERM, KILL to the shell's
+//! descendants and its session. If the shell does not come back or died, it is
+//! replaced; the new shell gets the last state snapshot and the last cwd, and
+//! the caller is told.
 //!
 //! Each shell owns a private directory (`<tmp>/caduceus-<id>`, mode 0700) for
 //! its snapshot and the sudo helper; [`PersistentShell::close`] removes it.
@@ -59,8 +61,8 @@ use crate::sandbox::{
 };
 
 use marker::{MarkerScanner, find};
+use script::{ABORT_CODE, Startup, frame_for, may_change_state, startup_script};
 pub use script::{SNAPSHOT_END, shell_quote};
-use script::{Startup, frame_for, may_change_state, startup_script};
 
 /// A secret that must never show up in logs or `Debug` output.
 #[derive(Clone, PartialEq, Eq)]
@@ -442,6 +444,19 @@ impl PersistentShell {
         }
         let exit_code;
         let cwd;
+        if let Some((ABORT_CODE, abort_cwd)) = marker.clone() {
+            // The command was abandoned and a fresh bash took the shell's
+            // place (same pid): bring it to the state the command reached.
+            if let Some(shell) = live.as_mut()
+                && let Err(err) = self.resume_after_abort(shell, &abort_cwd).await
+            {
+                tracing::debug!("the shell did not come back after an abort: {err}");
+                if let Ok(mut remembered) = self.remembered.lock() {
+                    remembered.cwd = abort_cwd;
+                }
+                marker = None;
+            }
+        }
         match marker {
             Some((code, new_cwd)) => {
                 exit_code = match end {
@@ -534,6 +549,15 @@ impl PersistentShell {
             StopSignal::Terminate,
             StopSignal::Kill,
         ] {
+            // The shell first: its trap must be pending when the child dies,
+            // or bash runs the rest of the line. Sent every round, in case
+            // the first came before the command had armed the trap.
+            if shell.pid > 1 {
+                self.sandbox
+                    .signal_process(shell.pid, StopSignal::Abort)
+                    .await
+                    .ok();
+            }
             signal_tree(&self.sandbox, shell.pid, signal, false)
                 .await
                 .ok();
@@ -570,6 +594,43 @@ impl PersistentShell {
             .await
             .ok();
         marker
+    }
+
+    /// After an abort the shell is a bare `bash --noprofile --norc` on the
+    /// same pipes: restore the snapshot the trap saved (no init files: their
+    /// effect is in it) and wait for it to be ready.
+    async fn resume_after_abort(&self, shell: &mut LiveShell, cwd: &str) -> Result<(), ShellError> {
+        let token = uuid::Uuid::new_v4().simple().to_string();
+        let snapshot_path = self.snapshot_path();
+        let askpass = self.askpass_path();
+        let dir_ready = self.dir_ready.load(Ordering::Relaxed);
+        let script = startup_script(&Startup {
+            login: false,
+            init_files: &[],
+            init_commands: &[],
+            original_path: None,
+            sudo_askpass: (self.config.sudo_password.is_some() && dir_ready)
+                .then_some(askpass.as_str()),
+            restore_snapshot: dir_ready.then_some(snapshot_path.as_str()),
+            snapshot_path: &snapshot_path,
+            cwd,
+            ready_token: &token,
+            skip_init: true,
+        });
+        write_all(&mut shell.stdin, script.as_bytes()).await?;
+        let pid = tokio::time::timeout(
+            self.config.start_timeout,
+            read_ready(&mut shell.output, &token),
+        )
+        .await
+        .map_err(|_| {
+            ShellError::Start(format!(
+                "bash did not answer within {}s",
+                self.config.start_timeout.as_secs()
+            ))
+        })??;
+        shell.pid = pid;
+        Ok(())
     }
 
     /// Kills the shell and everything it started, and removes its private
@@ -616,7 +677,10 @@ impl PersistentShell {
             stdin = Some(format!("{}\n", password.expose()));
         }
         match run_helper(&self.sandbox, &script, stdin.as_deref()).await {
-            Ok(()) => self.dir_ready.store(true, Ordering::Relaxed),
+            Ok(()) => {
+                self.sandbox.record_private_dir(&self.dir);
+                self.dir_ready.store(true, Ordering::Relaxed);
+            }
             Err(err) => tracing::warn!("cannot create the shell directory {}: {err}", self.dir),
         }
     }
@@ -710,37 +774,10 @@ impl PersistentShell {
         });
         write_all(&mut shell.stdin, script.as_bytes()).await?;
 
-        let ready = format!("\x1eREADY {token} ");
-        let mut seen = Vec::new();
-        let mut buf = [0u8; 4096];
-        let started = tokio::time::timeout(self.config.start_timeout, async {
-            loop {
-                let n = shell.output.read(&mut buf).await?;
-                if n == 0 {
-                    let tail = String::from_utf8_lossy(&seen[seen.len().saturating_sub(500)..])
-                        .trim()
-                        .to_owned();
-                    return Err(ShellError::Start(format!(
-                        "bash exited during start-up: {tail}"
-                    )));
-                }
-                seen.extend_from_slice(&buf[..n]);
-                if let Some(at) = find(&seen, ready.as_bytes()) {
-                    let rest = &seen[at + ready.len()..];
-                    if let Some(end) = rest.iter().position(|b| *b == 0x1e) {
-                        let pid = std::str::from_utf8(&rest[..end])
-                            .ok()
-                            .and_then(|s| s.trim().parse::<u32>().ok());
-                        return pid
-                            .ok_or_else(|| ShellError::Start("unreadable shell pid".to_owned()));
-                    }
-                }
-                // Start-up chatter of rc files is dropped; keep memory bounded.
-                if seen.len() > 64 * 1024 {
-                    seen.drain(..seen.len() - 1024);
-                }
-            }
-        })
+        let started = tokio::time::timeout(
+            self.config.start_timeout,
+            read_ready(&mut shell.output, &token),
+        )
         .await;
         match started {
             Ok(Ok(pid)) => {
@@ -790,6 +827,38 @@ impl PersistentShell {
     }
 }
 
+/// Reads a starting shell's output up to its ready marker; returns its pid.
+async fn read_ready(output: &mut BoxedReader, token: &str) -> Result<u32, ShellError> {
+    let ready = format!("\x1eREADY {token} ");
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = output.read(&mut buf).await?;
+        if n == 0 {
+            let tail = String::from_utf8_lossy(&seen[seen.len().saturating_sub(500)..])
+                .trim()
+                .to_owned();
+            return Err(ShellError::Start(format!(
+                "bash exited during start-up: {tail}"
+            )));
+        }
+        seen.extend_from_slice(&buf[..n]);
+        if let Some(at) = find(&seen, ready.as_bytes()) {
+            let rest = &seen[at + ready.len()..];
+            if let Some(end) = rest.iter().position(|b| *b == 0x1e) {
+                let pid = std::str::from_utf8(&rest[..end])
+                    .ok()
+                    .and_then(|s| s.trim().parse::<u32>().ok());
+                return pid.ok_or_else(|| ShellError::Start("unreadable shell pid".to_owned()));
+            }
+        }
+        // Start-up chatter of rc files is dropped; keep memory bounded.
+        if seen.len() > 64 * 1024 {
+            seen.drain(..seen.len() - 1024);
+        }
+    }
+}
+
 async fn write_all(stdin: &mut BoxedWriter, bytes: &[u8]) -> std::io::Result<()> {
     stdin.write_all(bytes).await?;
     stdin.flush().await
@@ -820,10 +889,7 @@ pub async fn run_helper(
         program: "bash".to_owned(),
         args: vec!["-c".to_owned(), script.to_owned()],
         cwd: None,
-        env: vec![(
-            "PATH".to_owned(),
-            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_owned(),
-        )],
+        env: vec![("PATH".to_owned(), crate::sandbox::SYSTEM_PATH.to_owned())],
     };
     let mut process = sandbox.spawn(spec).await.map_err(|e| e.to_string())?;
     let written = match stdin {

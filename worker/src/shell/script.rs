@@ -117,7 +117,12 @@ pub fn startup_script(s: &Startup<'_>) -> String {
     // Whatever the rc files did: no job control, no prompts, aliases on,
     // errexit/nounset off (they would end the live shell on the next failure).
     script.push_str("set +m +e +u\nshopt -s expand_aliases\nPS1='' PS2='' PROMPT_COMMAND=''\ntrap - DEBUG RETURN ERR EXIT\n");
+    // The protocol's own stdin and stdout, kept aside: a command runs with
+    // stdin from /dev/null and may have redirected stdout where it stopped.
+    script.push_str("exec {__cad_in}<&0 {__cad_out}>&1\n");
     script.push_str(DONE_FN);
+    script.push_str(GO_FN);
+    script.push_str(&abort_fn(s.snapshot_path));
     script.push_str(&format!(
         "builtin cd -- {} 2>/dev/null\n",
         shell_quote(s.cwd)
@@ -145,19 +150,47 @@ pub fn save_state(path: &str) -> String {
     )
 }
 
-/// Defined once at start-up: ends a command. `$1` is the marker token, `$2`
-/// (optional) where to save the shell's state. Keeping this out of every
+/// Defined once at start-up: ends a command. `$1` (optional) is where to
+/// save the shell's state; the marker token is `__cad_go`'s. Keeping this out of every
 /// frame matters: bash reads its input from a pipe one byte per `read(2)`, so
 /// each byte of the frame costs a system call (about 20 µs per command saved).
 /// `errexit`/`nounset` do not outlive the command that set them (hermes'
 /// snapshot forces `set +e; set +u` the same way); a live shell that kept them
 /// would exit on the next failing command.
 const DONE_FN: &str = concat!(
-    "__cad_done() { builtin local __cad_e=$?; builtin set +e +u; ",
-    "if [ -n \"${2:-}\" ]; then { builtin declare -p;builtin declare -f;builtin alias -p;builtin shopt -p;builtin set +o;",
-    "builtin echo '# caduceus-snapshot-end'; } >\"$2\" 2>/dev/null; fi; ",
-    "builtin printf '\\n\\036%s %d %s\\036\\n' \"$1\" \"$__cad_e\" \"$PWD\"; }\n"
+    "__cad_done() { builtin local __cad_e=$?; builtin trap '' USR2; builtin set +e +u; ",
+    "if [ -n \"${1:-}\" ]; then { builtin declare -p;builtin declare -f;builtin alias -p;builtin shopt -p;builtin set +o;",
+    "builtin echo '# caduceus-snapshot-end'; } >\"$1\" 2>/dev/null; fi; ",
+    "builtin printf '\\n\\036%s %d %s\\036\\n' \"$__cad_t\" \"$__cad_e\" \"$PWD\"; }\n"
 );
+
+/// Defined once at start-up: begins a command. `$1` is the marker token; the
+/// abort trap is armed only while a command runs (`__cad_done` disarms it),
+/// so a late abort signal can never hit the shell between commands.
+const GO_FN: &str = "__cad_go() { __cad_t=$1; builtin trap __cad_abort USR2; }\n";
+
+/// The exit code an aborted command's marker carries. bash's `$?` never
+/// exceeds 255, so it cannot be a command's own code.
+pub const ABORT_CODE: i32 = 256;
+
+/// The SIGUSR2 trap that ends a whole command (hermes kills its `bash -c`;
+/// killing the children of a live shell lets it run the rest of the line).
+/// bash runs the trap as soon as the interrupted child is gone (or between
+/// two builtins of a loop): it saves the state the command had reached to
+/// the snapshot, prints the end marker with [`ABORT_CODE`] and `exec`s a
+/// fresh bash on the protocol's pipes — same pid, nothing of the command
+/// left to run. The worker then restores the snapshot into it. USR2 is reset
+/// to its default before the `exec`: a signal ignored on entry could never
+/// be trapped again by the new shell.
+fn abort_fn(snapshot_path: &str) -> String {
+    format!(
+        "__cad_abort() {{ builtin trap '' USR2; builtin set +e +u; {save} \
+         builtin printf '\\n\\036%s %d %s\\036\\n' \"$__cad_t\" {ABORT_CODE} \"$PWD\" >&$__cad_out; \
+         builtin trap - USR2; \
+         builtin exec \"$BASH\" --noprofile --norc 0<&$__cad_in 1>&$__cad_out 2>&1 {{__cad_in}}<&- {{__cad_out}}>&-; }}\n",
+        save = save_state(snapshot_path)
+    )
+}
 
 /// The line that makes bash read and run one command. `snapshot` is where to
 /// save state afterwards, for commands that may change it. The read stays
@@ -174,7 +207,7 @@ pub fn frame_for(token: &str, workdir: Option<&str>, snapshot: Option<&str>) -> 
     let save = snapshot
         .map(|path| format!(" {}", shell_quote(path)))
         .unwrap_or_default();
-    format!("IFS= builtin read -r -d '' __cad_c;{run};__cad_done {token}{save}\n")
+    format!("IFS= builtin read -r -d '' __cad_c;__cad_go {token};{run};__cad_done{save}\n")
 }
 
 /// Could this command change shell state beyond the cwd? Cheap and

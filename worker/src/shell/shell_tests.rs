@@ -163,15 +163,74 @@ async fn timeout_kills_the_tree_and_keeps_the_shell() {
 }
 
 #[tokio::test]
-async fn a_stuck_builtin_loop_replaces_the_shell_with_its_state() {
+async fn a_builtin_loop_is_aborted_and_the_shell_keeps_its_state() {
     let sh = shell();
     run(&sh, "cd /usr; export KEEP=yes; f() { echo f; }").await;
+    let pid = run(&sh, "echo $$").await.output;
     let out = run_with(&sh, "while :; do :; done", Duration::from_millis(300)).await;
     assert_eq!(out.exit_code, 124);
-    assert!(out.shell_replaced.is_some());
-    let out = run(&sh, "echo $KEEP; f; pwd").await;
-    assert_eq!(out.output, "yes\nf\n/usr\n");
-    assert_eq!(sh.starts(), 2);
+    assert!(out.shell_replaced.is_none(), "{:?}", out.shell_replaced);
+    let out = run(&sh, "echo $KEEP; f; pwd; echo $$").await;
+    assert_eq!(out.output, format!("yes\nf\n/usr\n{pid}"));
+    assert_eq!(sh.starts(), 1);
+    sh.close().await;
+}
+
+#[tokio::test]
+async fn a_timeout_ends_the_whole_command_and_keeps_the_state_it_reached() {
+    let sh = shell();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display().to_string();
+    let out = run_with(
+        &sh,
+        &format!(
+            "cd {d}; REACHED=1; export EXP=2; sleep 5; echo AFTER > {d}/afterfile; echo printed"
+        ),
+        Duration::from_secs(1),
+    )
+    .await;
+    assert_eq!(out.exit_code, 124);
+    assert_eq!(out.output_with_status, "[Command timed out after 1s]");
+    assert!(out.shell_replaced.is_none(), "{:?}", out.shell_replaced);
+    let out = run(&sh, "echo $REACHED $EXP; pwd").await;
+    assert_eq!(out.output, format!("1 2\n{d}\n"));
+    // A loop of external commands stops at once too, inside a redirection.
+    let out = run_with(
+        &sh,
+        &format!(
+            "{{ for i in 1 2 3 4 5 6; do sleep 1; echo tick >> {d}/f; done; }} > {d}/out; echo done"
+        ),
+        Duration::from_millis(1500),
+    )
+    .await;
+    assert_eq!(out.exit_code, 124);
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let ticks = std::fs::read_to_string(dir.path().join("f")).unwrap_or_default();
+    assert_eq!(
+        ticks.lines().count(),
+        1,
+        "ticks after the timeout: {ticks:?}"
+    );
+    assert!(
+        !dir.path().join("afterfile").exists(),
+        "the rest of the line ran"
+    );
+    // The protocol's pipes were not redirected into the command's file.
+    assert_eq!(run(&sh, "echo fine").await.output, "fine\n");
+    sh.close().await;
+}
+
+#[tokio::test]
+async fn repeated_aborts_leak_no_descriptors() {
+    let sh = shell();
+    let count = "ls /proc/$$/fd | wc -l";
+    let before = run(&sh, count).await.output;
+    for _ in 0..3 {
+        let out = run_with(&sh, "sleep 5; echo never", Duration::from_millis(200)).await;
+        assert_eq!(out.exit_code, 124);
+        assert!(!out.output.contains("never"));
+    }
+    assert_eq!(run(&sh, count).await.output, before);
     sh.close().await;
 }
 
@@ -200,7 +259,7 @@ async fn cancel_stops_the_command() {
     let started = Instant::now();
     let out = sh
         .exec(ExecRequest {
-            command: "sleep 30",
+            command: "sleep 30; echo never",
             timeout: Duration::from_secs(60),
             workdir: None,
             max_output_chars: 1000,

@@ -78,12 +78,17 @@ fn container_body_is_hardened_like_hermes() {
         network: false,
         ..DockerSettings::default()
     };
-    let body = container_body(&settings, HashMap::new(), None, EngineSupport::default());
-    let host = body.host_config.unwrap();
-    assert_eq!(
-        body.cmd,
-        Some(vec!["sleep".to_owned(), "infinity".to_owned()])
+    let body = container_body(
+        &settings,
+        HashMap::new(),
+        None,
+        EngineSupport::default(),
+        90,
     );
+    let host = body.host_config.unwrap();
+    let cmd = body.cmd.unwrap();
+    assert_eq!(cmd[..2], ["sh", "-c"]);
+    assert_eq!(cmd[3..], ["caduceus-watchdog", "90"]);
     assert_eq!(host.init, Some(true));
     assert_eq!(host.cap_drop, Some(vec!["ALL".to_owned()]));
     assert_eq!(
@@ -117,6 +122,7 @@ fn container_body_is_hardened_like_hermes() {
             storage_opt: false,
             resources: false,
         },
+        90,
     );
     let host = body.host_config.unwrap();
     assert_eq!(host.binds.unwrap(), ["/s/home:/root", "/s/ws:/workspace"]);

@@ -1,5 +1,5 @@
 //! The Docker backend, through the engine API (bollard): one hardened
-//! container per environment running `sleep infinity` under an init process;
+//! container per environment running a lease watchdog under an init process;
 //! commands run through execs with attached stdio; leases live in a small
 //! file inside each container; a sweeper removes containers whose lease
 //! expired. See `../README.md`.
@@ -127,7 +127,13 @@ impl DockerProvider {
         let mut pulled = false;
         let id = loop {
             let support = self.support.lock().map(|s| *s).unwrap_or_default();
-            let body = spec::container_body(settings, labels.clone(), persistent.as_ref(), support);
+            let body = spec::container_body(
+                settings,
+                labels.clone(),
+                persistent.as_ref(),
+                support,
+                self.lease.ttl.as_secs(),
+            );
             let options = CreateContainerOptionsBuilder::default().name(name).build();
             match docker.create_container(Some(options), body).await {
                 Ok(created) => break created.id,

@@ -3,7 +3,7 @@
 //! manage files and users, no new privileges, small tmpfs for /tmp, /var/tmp
 //! and /run, 256 processes), resource limits, network, volumes, environment,
 //! persistent or tmpfs home and workspace, an init process reaping orphans,
-//! and `sleep infinity` as the main process.
+//! and a lease watchdog as the main process.
 
 use std::collections::HashMap;
 
@@ -39,12 +39,38 @@ pub struct PersistentMounts {
     pub workspace: String,
 }
 
-/// The create request for one sandbox container.
+/// The container's main process (`sh -c WATCHDOG caduceus-watchdog TTL`):
+/// the container ends itself when its lease is not renewed, whether or not
+/// any worker is left to sweep it. It reads `renewed_at` and `ttl_secs` from
+/// the lease file the worker renews (`/.caduceus-lease`, one JSON line) with
+/// shell builtins, counting from its own start until the first renewal; a
+/// `renewed_at` more than 30 s ahead is ignored, as the sweeper does. It
+/// looks every tenth of the lease (1–30 s), so a container outlives its last
+/// renewal by at most 1.1 leases; when it exits, the init process stops the
+/// container and everything in it. POSIX sh and `date`/`sleep` only.
+pub const WATCHDOG: &str = r#"ttl=$1; last=$(date +%s)
+while :; do
+  step=$((ttl / 10)); [ "$step" -lt 1 ] && step=1; [ "$step" -gt 30 ] && step=30
+  sleep "$step"
+  now=$(date +%s)
+  l=; IFS= read -r l < /.caduceus-lease 2>/dev/null
+  case $l in *'"renewed_at":'*)
+    k='"renewed_at":'; r=${l#*"$k"}; r=${r%%[!0-9]*}
+    k='"ttl_secs":'; t=${l#*"$k"}; t=${t%%[!0-9]*}
+    if [ -n "$r" ] && [ "$r" -gt "$last" ] && [ "$r" -le $((now + 30)) ]; then last=$r; fi
+    [ -n "$t" ] && [ "$t" -gt 0 ] && ttl=$t;;
+  esac
+  [ $((now - last)) -gt "$ttl" ] && exit 0
+done"#;
+
+/// The create request for one sandbox container; `lease_seconds` is its
+/// lease (see [`WATCHDOG`]).
 pub fn container_body(
     settings: &DockerSettings,
     labels: HashMap<String, String>,
     persistent: Option<&PersistentMounts>,
     support: EngineSupport,
+    lease_seconds: u64,
 ) -> ContainerCreateBody {
     let mut tmpfs = HashMap::from([
         ("/tmp".to_owned(), "rw,nosuid,size=512m".to_owned()),
@@ -100,7 +126,13 @@ pub fn container_body(
         .collect();
     ContainerCreateBody {
         image: Some(settings.image.clone()),
-        cmd: Some(vec!["sleep".to_owned(), "infinity".to_owned()]),
+        cmd: Some(vec![
+            "sh".to_owned(),
+            "-c".to_owned(),
+            WATCHDOG.to_owned(),
+            "caduceus-watchdog".to_owned(),
+            lease_seconds.max(1).to_string(),
+        ]),
         entrypoint: Some(Vec::new()),
         working_dir: Some(settings.cwd.clone()),
         env: (!env.is_empty()).then_some(env),
