@@ -38,6 +38,63 @@ pub fn call_status(wire: i32) -> caduceus_common::result::CallStatus {
     }
 }
 
+/// Largest message either side of a connection sends or accepts.
+pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
+
+/// Why a coordinator address cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum EndpointError {
+    #[error("invalid coordinator address '{url}': {reason}")]
+    BadAddress { url: String, reason: String },
+    #[error("cannot read the CA certificate {}: {source}", path.display())]
+    CaFile {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// The channel every client of a coordinator uses, workers and the CLI alike:
+/// `http://` added to a bare `host:port`, TCP_NODELAY, HTTP/2 keep-alive pings
+/// every 10 s (20 s timeout), and for `https://` TLS trusting `ca` (PEM) or
+/// the public roots.
+pub fn coordinator_endpoint(
+    url: &str,
+    ca: Option<&std::path::Path>,
+    connect_timeout: std::time::Duration,
+) -> Result<tonic::transport::Endpoint, EndpointError> {
+    use tonic::transport::{Certificate, ClientTlsConfig, Endpoint};
+    let full = if url.contains("://") {
+        url.to_owned()
+    } else {
+        format!("http://{url}")
+    };
+    let bad = |reason: String| EndpointError::BadAddress {
+        url: url.to_owned(),
+        reason,
+    };
+    let mut endpoint = Endpoint::from_shared(full.clone())
+        .map_err(|e| bad(e.to_string()))?
+        .connect_timeout(connect_timeout)
+        .tcp_nodelay(true)
+        .http2_keep_alive_interval(std::time::Duration::from_secs(10))
+        .keep_alive_timeout(std::time::Duration::from_secs(20))
+        .keep_alive_while_idle(true);
+    if full.starts_with("https://") {
+        let tls = match ca {
+            Some(path) => {
+                let pem = std::fs::read(path).map_err(|source| EndpointError::CaFile {
+                    path: path.to_owned(),
+                    source,
+                })?;
+                ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem))
+            }
+            None => ClientTlsConfig::new().with_webpki_roots(),
+        };
+        endpoint = endpoint.tls_config(tls).map_err(|e| bad(e.to_string()))?;
+    }
+    Ok(endpoint)
+}
+
 /// Metadata key that carries the shared token on every RPC.
 pub const AUTHORIZATION: &str = "authorization";
 

@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tonic::metadata::MetadataValue;
-use tonic::transport::{Certificate, ClientTlsConfig, Endpoint};
+use tonic::transport::Endpoint;
 use tonic::{Code, Request, Status};
 
 use caduceus_proto::worker_gateway_client::WorkerGatewayClient;
@@ -288,31 +288,17 @@ pub async fn run_grpc(
 }
 
 fn endpoint_for(options: &LinkOptions) -> Result<Endpoint, LinkError> {
-    let url = if options.url.contains("://") {
-        options.url.clone()
-    } else {
-        format!("http://{}", options.url)
-    };
-    let bad = |e: String| LinkError::BadAddress(options.url.clone(), e);
-    let mut endpoint = Endpoint::from_shared(url.clone())
-        .map_err(|e| bad(e.to_string()))?
-        .connect_timeout(options.connect_timeout)
-        .tcp_nodelay(true)
-        .http2_keep_alive_interval(Duration::from_secs(10))
-        .keep_alive_timeout(Duration::from_secs(20))
-        .keep_alive_while_idle(true);
-    if url.starts_with("https://") {
-        let mut tls = ClientTlsConfig::new();
-        match &options.ca_cert {
-            Some(path) => {
-                let pem = std::fs::read(path).map_err(|e| LinkError::CaFile(path.clone(), e))?;
-                tls = tls.ca_certificate(Certificate::from_pem(pem));
-            }
-            None => tls = tls.with_webpki_roots(),
+    caduceus_proto::coordinator_endpoint(
+        &options.url,
+        options.ca_cert.as_deref(),
+        options.connect_timeout,
+    )
+    .map_err(|err| match err {
+        caduceus_proto::EndpointError::CaFile { path, source } => LinkError::CaFile(path, source),
+        caduceus_proto::EndpointError::BadAddress { reason, .. } => {
+            LinkError::BadAddress(options.url.clone(), reason)
         }
-        endpoint = endpoint.tls_config(tls).map_err(|e| bad(e.to_string()))?;
-    }
-    Ok(endpoint)
+    })
 }
 
 /// One attach: Ok(why it ended) once attached, Err(status) when refused.
@@ -336,8 +322,8 @@ async fn connect_once(
                 .insert(caduceus_proto::AUTHORIZATION, auth.clone());
             Ok(request)
         })
-        .max_decoding_message_size(64 * 1024 * 1024)
-        .max_encoding_message_size(64 * 1024 * 1024);
+        .max_decoding_message_size(caduceus_proto::MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(caduceus_proto::MAX_MESSAGE_BYTES);
     let (events, outbound) = mpsc::channel(256);
     events
         .send(event(worker_event::Event::Hello(worker.hello())))
