@@ -40,7 +40,7 @@ pub fn agent_settings(config: &Config) -> Result<AgentSettings> {
         None => AgentSection::default(),
     };
     let mut settings = AgentSettings {
-        llm: llm.with_env_overrides(),
+        llm: llm.with_overrides_from(caduceus_common::process_env::var),
         delegation: Arc::new(delegation),
         state_db: Some(home_dir().join("state.db")),
         ..AgentSettings::default()

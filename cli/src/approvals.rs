@@ -63,6 +63,21 @@ pub struct RemoteArgs {
 }
 
 async fn client(remote: &RemoteArgs, config: &Config) -> Result<Client> {
+    remote_client(
+        remote,
+        config,
+        "approvals are answered on a running coordinator: pass --coordinator or set CADUCEUS_COORDINATOR (an embedded coordinator lives only as long as one command, so it never has approvals to answer)",
+    )
+    .await
+}
+
+/// A Control client of the coordinator `remote` names; `why` is the error
+/// when it names none.
+pub(crate) async fn remote_client(
+    remote: &RemoteArgs,
+    config: &Config,
+    why: &str,
+) -> Result<Client> {
     Remote::from_flags(
         remote.coordinator.clone(),
         &remote.token,
@@ -71,11 +86,7 @@ async fn client(remote: &RemoteArgs, config: &Config) -> Result<Client> {
     )?
     .client()
     .await?
-    .ok_or_else(|| {
-        anyhow!(
-            "approvals are answered on a running coordinator: pass --coordinator or set CADUCEUS_COORDINATOR (an embedded coordinator lives only as long as one command, so it never has approvals to answer)"
-        )
-    })
+    .ok_or_else(|| anyhow!("{why}"))
 }
 
 pub async fn run(command: ApprovalsCommand, config: &Config) -> Result<()> {

@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use serde::Deserialize;
 
+use caduceus_common::process_env;
 use caduceus_coordinator::gate::{ApprovalMode, ApprovalSettings, ContainerApprovals};
 use caduceus_worker::backends::docker::settings::DockerSettings;
 use caduceus_worker::backends::lease::LeasePolicy;
@@ -363,6 +364,12 @@ pub struct WorkerSection {
     pub backends: Option<Vec<String>>,
     pub labels: HashMap<String, String>,
     pub capacity: Option<u32>,
+    /// The account local sandboxes of a root worker run as (default
+    /// `nobody`; `CADUCEUS_RUN_AS`).
+    pub run_as: Option<String>,
+    /// Let a root worker run local sandboxes as root
+    /// (`CADUCEUS_ALLOW_ROOT_SANDBOX=1`).
+    pub allow_root_sandbox: bool,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -427,14 +434,15 @@ impl Config {
             deny: self.approvals.deny.clone(),
             allowlist: self.command_allowlist.clone(),
             containers: self.approvals.containers,
-            sudo_password_configured: std::env::var_os("SUDO_PASSWORD")
-                .is_some_and(|v| !v.is_empty()),
+            sudo_password_configured: process_env::var("SUDO_PASSWORD").is_some(),
             allowlist_file: self.path.clone(),
         }
     }
 
     fn apply_env(&mut self) -> Result<()> {
-        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        // Secret-named ones (CADUCEUS_TOKEN, CADUCEUS_TOKEN_FILE,
+        // CADUCEUS_COORDINATOR) were withheld from the environment at start.
+        let var = process_env::var;
         if let Some(v) = var("CADUCEUS_COORDINATOR") {
             self.coordinator = Some(v);
         }
@@ -444,6 +452,12 @@ impl Config {
             ("CADUCEUS_TOKEN", "CADUCEUS_TOKEN_FILE"),
         )? {
             self.token = Some(source);
+        }
+        if let Some(v) = var("CADUCEUS_RUN_AS") {
+            self.worker.run_as = Some(v);
+        }
+        if let Some(v) = var("CADUCEUS_ALLOW_ROOT_SANDBOX") {
+            self.worker.allow_root_sandbox = matches!(v.trim(), "1" | "true" | "yes");
         }
         if let Some(v) = var("TERMINAL_ENV") {
             self.terminal.backend = v;

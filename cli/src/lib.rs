@@ -5,12 +5,15 @@
 
 mod agent_settings;
 pub mod config;
+mod hardening;
 mod progress;
 mod run;
+mod sandbox_user;
 pub mod target;
 pub mod token;
 
 mod approvals;
+mod tokens;
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -19,11 +22,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use serde_json::{Value, json};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
+use caduceus_common::redact;
 use caduceus_coordinator::call::ToolFilter;
 use caduceus_coordinator::gate::{CommandGate, Gate};
 use caduceus_coordinator::server::TlsFiles;
@@ -76,6 +80,11 @@ enum Command {
         #[command(subcommand)]
         command: approvals::ApprovalsCommand,
     },
+    /// Scoped tokens (worker, client, admin) on a running coordinator: create, list, revoke.
+    Tokens {
+        #[command(subcommand)]
+        command: tokens::TokensCommand,
+    },
 }
 
 #[derive(Args)]
@@ -83,7 +92,8 @@ struct ServeArgs {
     /// Address to listen on (default: the config's `listen`, else 127.0.0.1:7700).
     #[arg(long)]
     listen: Option<String>,
-    // The shared token workers and clients must present.
+    // The shared token: an admin token for workers, clients and operators
+    // (`caduceus tokens create` makes scoped ones).
     #[command(flatten)]
     token: token::TokenArgs,
     /// TLS certificate (PEM); TLS is on when both --tls-cert and --tls-key are given.
@@ -91,6 +101,10 @@ struct ServeArgs {
     tls_cert: Option<PathBuf>,
     #[arg(long)]
     tls_key: Option<PathBuf>,
+    /// CA certificate (PEM): workers must present a client certificate it
+    /// signed to attach (mutual TLS; clients need none).
+    #[arg(long)]
+    tls_client_ca: Option<PathBuf>,
     /// Heartbeat interval workers are asked to keep, milliseconds.
     #[arg(long, default_value_t = 2000)]
     heartbeat_ms: u64,
@@ -125,6 +139,20 @@ struct WorkerArgs {
     /// CA certificate (PEM) to trust for an https coordinator.
     #[arg(long)]
     tls_ca: Option<PathBuf>,
+    /// Client certificate (PEM) for a coordinator that demands one of
+    /// workers (`serve --tls-client-ca`); needs --tls-key.
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// When the worker runs as root: the user its local sandboxes run as
+    /// (default: nobody).
+    #[arg(long)]
+    run_as: Option<String>,
+    /// Let a root worker run its local sandboxes as root, where their
+    /// commands can read the worker's environment and memory.
+    #[arg(long)]
+    allow_root_sandbox: bool,
     /// On SIGTERM or SIGINT: seconds running calls get to finish before they
     /// are cancelled (a second signal does not cut it short).
     #[arg(long, value_name = "SECONDS", default_value_t = 10.0, value_parser = grace_seconds)]
@@ -202,9 +230,16 @@ enum GuardCommand {
 #[allow(clippy::print_stderr)] // the binary's edge: errors go to stderr
 pub fn main() -> std::process::ExitCode {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|err| err.exit());
     let quiet = !matches!(cli.command, Command::Serve(_) | Command::Worker(_));
     init_logging(if quiet { "warn" } else { "info" });
+    if let Some(token) = hardening::token_on_command_line(&matches) {
+        hardening::hide_token(&token);
+    }
+    // Arguments (and the variables clap reads) are parsed; no thread exists yet.
+    let protection = hardening::protect_process();
+    hardening::report(&protection);
     // A worker spends its time waiting on pipes and sockets (its commands run
     // as separate processes), so one thread serves it best: a tool call then
     // crosses no thread boundary inside the worker (measured: ~50 µs less per
@@ -274,6 +309,7 @@ async fn run(cli: Cli) -> Result<()> {
             out(&verdict.to_json().to_string())
         }
         Command::Approvals { command } => approvals::run(command, &config).await,
+        Command::Tokens { command } => tokens::run(command, &config).await,
     }
 }
 
@@ -312,7 +348,14 @@ async fn serve(args: ServeArgs, config: &Config) -> Result<()> {
         args.tls_cert.or_else(|| config.tls.cert.clone()),
         args.tls_key.or_else(|| config.tls.key.clone()),
     ) {
-        (Some(cert), Some(key)) => Some(TlsFiles { cert, key }),
+        (Some(cert), Some(key)) => Some(TlsFiles {
+            cert,
+            key,
+            client_ca: args.tls_client_ca,
+        }),
+        (None, None) if args.tls_client_ca.is_some() => {
+            bail!("--tls-client-ca needs TLS: pass --tls-cert and --tls-key too")
+        }
         (None, None) => None,
         _ => bail!("TLS needs both --tls-cert and --tls-key"),
     };
@@ -328,6 +371,9 @@ async fn serve(args: ServeArgs, config: &Config) -> Result<()> {
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
     let address = listener.local_addr()?;
+    for warning in serve_warnings(coordinator.token(), address, tls.is_some()) {
+        tracing::warn!("{warning}");
+    }
     tracing::info!(%address, id = %coordinator.id(), tls = tls.is_some(), "coordinator listening");
     // A parseable line for scripts that start the coordinator on port 0.
     eprintln!("caduceus coordinator listening on {address}");
@@ -339,31 +385,85 @@ async fn serve(args: ServeArgs, config: &Config) -> Result<()> {
     Ok(())
 }
 
+/// Tokens shorter than this draw a warning from `serve`.
+const MIN_TOKEN_CHARS: usize = 16;
+
+/// What `serve` warns about before it listens: a guessable token, and
+/// plain-text traffic on an address other hosts can reach.
+fn serve_warnings(token: &str, address: std::net::SocketAddr, tls: bool) -> Vec<String> {
+    let mut warnings = Vec::new();
+    if token.chars().count() < MIN_TOKEN_CHARS {
+        warnings.push(format!(
+            "the token is shorter than {MIN_TOKEN_CHARS} characters and can be guessed; use a long random one (e.g. `openssl rand -hex 32`)"
+        ));
+    }
+    if !tls && !address.ip().is_loopback() {
+        warnings.push(format!(
+            "listening on {address} without TLS: tokens and tool traffic cross the network in plain text; pass --tls-cert and --tls-key, or listen on 127.0.0.1"
+        ));
+    }
+    warnings
+}
+
 /// Coordinator settings from the configuration (serve and embedded fleets).
+/// Registers the secrets it holds (the token, the model's API key and extra
+/// headers, the secret-named variables of its environment) with the output
+/// redaction.
 pub(crate) fn coordinator_config(config: &Config, token: String) -> Result<CoordinatorConfig> {
+    let agent = agent_settings::agent_settings(config)?;
+    redact::register_secret(&token);
+    for secret in agent
+        .llm
+        .api_key
+        .iter()
+        .chain(agent.llm.extra_headers.values())
+    {
+        redact::register_secret(secret);
+    }
+    redact::register_scrubbed_env(caduceus_common::process_env::vars(), &[]);
     Ok(CoordinatorConfig {
         token,
         terminal_backend: config.terminal.backend.clone(),
         terminal_timeout_secs: config.terminal.timeout,
         max_foreground_timeout_secs: config.terminal.max_foreground_timeout,
         environment_settings: config.terminal.environment_settings(),
-        agent: agent_settings::agent_settings(config)?,
+        agent,
         ..CoordinatorConfig::default()
     })
 }
 
-/// Worker settings from the configuration.
+/// Worker settings from the configuration. The variables withheld from
+/// sandboxes (and the sudo password among them) are registered with the
+/// output redaction.
 pub(crate) fn worker_config(
     config: &Config,
     name: String,
     backends: Vec<String>,
     labels: HashMap<String, String>,
     capacity: Option<u32>,
-) -> WorkerConfig {
+) -> Result<WorkerConfig> {
+    let mut backend_options = backend_options(config);
+    if backends.iter().any(|b| b == "local") {
+        backend_options.local_user = sandbox_user::local_sandbox_user(
+            config.worker.run_as.as_deref(),
+            config.worker.allow_root_sandbox,
+        )?;
+        match &backend_options.local_user {
+            Some(user) => {
+                tracing::info!(user = %user.name, uid = user.uid, home = %user.home, "local sandboxes run as another user")
+            }
+            None if nix::unistd::Uid::effective().is_root() => tracing::warn!(
+                "local sandboxes run as root (--allow-root-sandbox): their commands can read this worker's environment and memory"
+            ),
+            None => {}
+        }
+    }
+    // A sandbox user starts in its own home unless a cwd is configured.
     let local_cwd = config
         .terminal
         .cwd
         .clone()
+        .or_else(|| backend_options.local_user.as_ref().map(|u| u.home.clone()))
         .or_else(|| {
             std::env::current_dir()
                 .ok()
@@ -371,10 +471,16 @@ pub(crate) fn worker_config(
         })
         .unwrap_or_else(|| "/".to_owned());
     let shell_env = caduceus_common::env_hygiene::sanitized_env(
-        std::env::vars(),
+        caduceus_common::process_env::vars().into_iter(),
         &config.terminal.env_passthrough,
     );
-    WorkerConfig {
+    // The secret variables were withheld from our own environment at start;
+    // their values are still known, and masked wherever they appear.
+    redact::register_scrubbed_env(
+        caduceus_common::process_env::vars(),
+        &config.terminal.env_passthrough,
+    );
+    Ok(WorkerConfig {
         name,
         labels,
         backends,
@@ -384,7 +490,7 @@ pub(crate) fn worker_config(
                 .unwrap_or(16)
         }),
         local_cwd,
-        backend_options: backend_options(config),
+        backend_options,
         tools: ToolSettings {
             max_output_chars: config.tool_output.max_bytes,
             files: caduceus_files::FileToolsConfig {
@@ -401,13 +507,12 @@ pub(crate) fn worker_config(
         shell_init_files: shell_init_files(&config.terminal),
         // The terminal hands it to sudo itself; it never enters a sandbox's
         // environment (env_hygiene drops it).
-        sudo_password: std::env::var("SUDO_PASSWORD")
-            .ok()
+        sudo_password: caduceus_common::process_env::var("SUDO_PASSWORD")
             .map(caduceus_worker::shell::Secret::new),
         env_lifetime: Duration::from_secs(config.terminal.lifetime_seconds),
         reap_interval: Duration::from_secs(config.terminal.reap_interval_seconds.max(1)),
         backend_probe_interval: Duration::from_secs(config.terminal.backend_probe_seconds.max(1)),
-    }
+    })
 }
 
 /// hermes' `_resolve_shell_init_files`: the explicit list, else the rc files
@@ -481,12 +586,19 @@ fn backend_options(config: &Config) -> caduceus_worker::backends::BackendOptions
             tracing::warn!("{err:#}; no warm pools");
             Vec::new()
         }),
+        local_user: None,
         worker: String::new(),
         worker_instance: String::new(),
     }
 }
 
 async fn worker(args: WorkerArgs, config: &Config) -> Result<()> {
+    let mut config = config.clone();
+    if args.run_as.is_some() {
+        config.worker.run_as = args.run_as.clone();
+    }
+    config.worker.allow_root_sandbox |= args.allow_root_sandbox;
+    let config = &config;
     let url = args
         .coordinator
         .or_else(|| config.coordinator.clone())
@@ -494,6 +606,7 @@ async fn worker(args: WorkerArgs, config: &Config) -> Result<()> {
     let token = args.token.resolve(config)?.ok_or_else(|| {
         anyhow!("worker needs the coordinator's token: pass --token or --token-file, or set CADUCEUS_TOKEN or CADUCEUS_TOKEN_FILE")
     })?;
+    redact::register_secret(&token);
     let name = args
         .name
         .or_else(|| config.worker.name.clone())
@@ -516,7 +629,7 @@ async fn worker(args: WorkerArgs, config: &Config) -> Result<()> {
         backends,
         labels,
         args.capacity.or(config.worker.capacity),
-    ));
+    )?);
     // Installed before anything else can take time: from here on SIGTERM
     // and SIGINT mean a graceful stop, never the default instant exit.
     let mut terminate =
@@ -545,6 +658,7 @@ async fn worker(args: WorkerArgs, config: &Config) -> Result<()> {
         url,
         token,
         ca_cert: args.tls_ca.or_else(|| config.tls.ca.clone()),
+        identity: args.tls_cert.zip(args.tls_key),
         connect_timeout: Duration::from_secs(10),
     };
     let outcome = caduceus_worker::link::run_grpc(worker.clone(), options, shutdown).await;
@@ -674,3 +788,7 @@ async fn status(args: StatusArgs, config: &Config) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+#[path = "lib_tests.rs"]
+mod tests;

@@ -210,7 +210,7 @@ impl Embedded {
             backends,
             Default::default(),
             None,
-        );
+        )?;
         let mut started = Vec::new();
         for index in 0..workers {
             let name = if workers == 1 {
@@ -272,7 +272,7 @@ async fn attach_in_process(
 
 /// A Control client that presents the token on every request.
 pub async fn connect(url: &str, token: &str, ca: Option<&std::path::Path>) -> Result<Client> {
-    let endpoint = caduceus_proto::coordinator_endpoint(url, ca, Duration::from_secs(10))?;
+    let endpoint = caduceus_proto::coordinator_endpoint(url, ca, None, Duration::from_secs(10))?;
     let channel = endpoint
         .connect()
         .await

@@ -5,6 +5,7 @@
 
 pub mod env_hygiene;
 pub mod persist;
+pub mod process_env;
 pub mod redact;
 pub mod result;
 pub mod text;

@@ -10,18 +10,21 @@ use std::borrow::Cow;
 use regex::{Captures, Regex};
 
 mod env_dump;
+pub mod known;
 mod mask;
 mod patterns;
 mod prefix;
 mod words;
 
 pub use env_dump::is_env_dump_command;
+pub use known::{mask_known_secrets, register_scrubbed_env, register_secret};
 
 use mask::{mask_phone, mask_token, mask_token_nonreusable};
 use patterns::{
-    AUTH_HEADER, AUTHORIZATION_WORD, CFG_ANCHORED, CFG_DOTTED, CFG_WORDS, DB_CONNSTR, ENV_ASSIGN,
-    ENV_WORDS, FORM_BODY, JSON_FIELD, JSON_KEYS, JWT, PHONE, PRIVATE_KEY, SECRET_HEADER,
-    SENSITIVE_QUERY_PARAMS, TELEGRAM, URL_BARE_TOKEN, YAML_ASSIGN,
+    AUTH_HEADER, AUTHORIZATION_WORD, CFG_ANCHORED, CFG_DOTTED, CFG_WORDS, CREDENTIAL_ASSIGN,
+    CREDENTIAL_WORDS, DB_CONNSTR, ENV_ASSIGN, ENV_WORDS, FORM_BODY, JSON_FIELD, JSON_KEYS, JWT,
+    PHONE, PRIVATE_KEY, PRIVATE_KEY_BEGIN, SECRET_HEADER, SENSITIVE_QUERY_PARAMS, TELEGRAM,
+    URL_BARE_TOKEN, YAML_ASSIGN,
 };
 
 /// Where the text is going, which decides how aggressively it is redacted.
@@ -77,6 +80,13 @@ pub fn redact<'t>(text: &'t str, mode: RedactMode<'_>) -> Cow<'t, str> {
     }
     let code_file = mode.skips_assignment_passes();
 
+    // The exact values this process knows first: the shape passes below
+    // rewrite parts of a match and would leave the rest unrecognisable.
+    apply(&mut text, |t| match mask_known_secrets(t) {
+        Cow::Owned(masked) => Some(masked),
+        Cow::Borrowed(_) => None,
+    });
+
     // Vendor prefixes. The literal search inside is its own pre-check.
     if mode == RedactMode::FileRead {
         apply(&mut text, |t| {
@@ -131,6 +141,17 @@ pub fn redact<'t>(text: &'t str, mode: RedactMode<'_>) -> Cow<'t, str> {
     }
     if text.contains('+') {
         apply(&mut text, redact_phone_numbers);
+    }
+    // Not in hermes, and last so that every earlier pass gives hermes'
+    // answer: credentials its key passes miss (`aws_secret_access_key = …`,
+    // `password=…` in a file or command output) and private keys cut off
+    // before their END line.
+    if let Some(at) = CREDENTIAL_WORDS.find(&text) {
+        let from = line_start(&text, at);
+        apply(&mut text, |t| redact_credential_assignments(t, from));
+    }
+    if text.contains("PRIVATE KEY-----") {
+        apply(&mut text, redact_unterminated_private_keys);
     }
     text
 }
@@ -385,6 +406,117 @@ fn redact_private_keys(text: &str) -> Option<String> {
         end: group_end(caps, 0),
         with: "[REDACTED PRIVATE KEY]".to_owned(),
     })
+}
+
+/// A private key cut off before its `-----END` line: the base64 body lines
+/// (and `Proc-Type:`-style headers) after the BEGIN line. A read_file line
+/// number prefix (`   12|`) is allowed on each line.
+fn redact_unterminated_private_keys(text: &str) -> Option<String> {
+    let begin = PRIVATE_KEY_BEGIN.find(text)?;
+    // The BEGIN line ends right after its marker, and the body starts on
+    // the next line.
+    let after = &text[begin.end()..];
+    let newline = after.find('\n')?;
+    if !after[..newline].trim().is_empty() {
+        return None;
+    }
+    let mut end = begin.end() + newline + 1;
+    let body_start = end;
+    let mut rest = &text[end..];
+    while let Some(line) = rest.split_inclusive('\n').next() {
+        if !is_key_body_line(line) {
+            break;
+        }
+        end += line.len();
+        rest = &text[end..];
+    }
+    if end == body_start {
+        return None;
+    }
+    let body_end = text[..end].trim_end_matches(['\n', '\r']).len();
+    Some(format!(
+        "{}[REDACTED PRIVATE KEY]{}",
+        &text[..begin.start()],
+        &text[body_end..]
+    ))
+}
+
+fn is_key_body_line(line: &str) -> bool {
+    let line = line.trim_end_matches(['\n', '\r']);
+    let line = match line.split_once('|') {
+        Some((number, body)) if number.trim().bytes().all(|b| b.is_ascii_digit()) => body,
+        _ => line,
+    };
+    let line = line.trim();
+    if line.starts_with("-----") {
+        return false;
+    }
+    let header = line.split_once(": ").is_some_and(|(name, _)| {
+        !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+    });
+    header
+        || line
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'='))
+}
+
+/// `password=…`, `aws_secret_access_key = …`, `"client_secret": "…"` at the
+/// start of a line become `***`. Values that are code rather than a
+/// credential (`os.getenv(…)`, `$VAR`, `{template}`, `None`, `get_pw()`, a
+/// keyword argument `password=pw,`) and values an earlier pass already
+/// masked are kept. No match starts before `from`.
+fn redact_credential_assignments(text: &str, from: usize) -> Option<String> {
+    rewrite(text, from, &CREDENTIAL_ASSIGN, |caps| {
+        let Some(value) = caps.get(2) else {
+            return Verdict::NotAMatch;
+        };
+        let head = group(caps, 1);
+        let raw = value.as_str();
+        if let Some(quote @ ('"' | '\'')) = raw.chars().next() {
+            let body_len = raw[1..].find(quote).unwrap_or(raw.len() - 1);
+            let body = &raw[1..1 + body_len];
+            let after_body = value.start() + 1 + body_len;
+            if body.is_empty() || is_code_value(body) || is_masked(body) {
+                return Verdict::Keep { end: value.end() };
+            }
+            return Verdict::Replace {
+                end: after_body,
+                with: format!("{head}{quote}***"),
+            };
+        }
+        if is_code_value(raw) || is_masked(raw) {
+            return Verdict::Keep { end: value.end() };
+        }
+        Verdict::Replace {
+            end: value.end(),
+            with: format!("{head}***"),
+        }
+    })
+}
+
+/// A value that is an expression of a program rather than a credential.
+fn is_code_value(value: &str) -> bool {
+    is_env_lookup(value)
+        || value.starts_with(['$', '{', '(', '[', '<', '%'])
+        || value.contains('(')
+        || value.ends_with([',', ';', ')'])
+        || [
+            "none",
+            "null",
+            "nil",
+            "true",
+            "false",
+            "undefined",
+            "\"\"",
+            "''",
+        ]
+        .iter()
+        .any(|word| value.eq_ignore_ascii_case(word))
+}
+
+/// Output of an earlier pass: `***` or hermes' `abc123...wxyz`.
+fn is_masked(value: &str) -> bool {
+    value.starts_with("***") || value.contains("...") || value.starts_with('«')
 }
 
 /// `postgres://user:PASSWORD@host` → `postgres://user:***@host`. In code, a

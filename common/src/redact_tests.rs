@@ -48,6 +48,16 @@ fn matches_hermes_on_external_cases() {
     check_against_hermes(&std::fs::read_to_string(path).unwrap());
 }
 
+/// hermes' answer followed by the passes caduceus adds (credential
+/// assignments in every mode, unterminated private keys): the only ways our
+/// answer may differ from hermes'.
+fn beyond_hermes(hermes: &str) -> String {
+    let mut text = Cow::Borrowed(hermes);
+    apply(&mut text, |t| redact_credential_assignments(t, 0));
+    apply(&mut text, redact_unterminated_private_keys);
+    text.into_owned()
+}
+
 fn check_against_hermes(json: &str) -> usize {
     #[derive(serde::Deserialize)]
     struct Case {
@@ -67,7 +77,7 @@ fn check_against_hermes(json: &str) -> usize {
             },
         };
         let actual = redact(&case.input, mode);
-        if actual != case.expected {
+        if actual != case.expected && actual != beyond_hermes(&case.expected) {
             failures.push(format!(
                 "mode {}\n  input:    {:?}\n  expected: {:?}\n  actual:   {:?}",
                 case.mode, case.input, case.expected, actual
@@ -407,5 +417,100 @@ fn multibyte_text_around_secrets_is_intact() {
         &general("日本 sk-abcdefghijklmnopqrstu é +14155552671"),
         "日本 sk-abc...rstu é +141****2671",
         "utf8",
+    );
+}
+
+/// The cases issue 12 found unmasked, in every mode: hermes' key passes skip
+/// code, command output and file contents, and need `KEY=value` without
+/// spaces.
+#[test]
+fn credential_assignments_are_masked_in_every_mode() {
+    let modes = [
+        RedactMode::General,
+        RedactMode::CodeOutput,
+        RedactMode::FileRead,
+        RedactMode::TerminalOutput {
+            command: Some("cat app.ini"),
+        },
+    ];
+    let cases = [
+        ("password=hunter2hunter2\n", "password=***\n"),
+        (
+            "[default]\naws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY\n",
+            "[default]\naws_secret_access_key = ***\n",
+        ),
+        ("  db_password: 'correct horse'", "  db_password: '***'"),
+        (
+            r#"  "client_secret": "s3cr3t-value","#,
+            r#"  "client_secret": "***","#,
+        ),
+        ("export PGPASSWORD=hunter2hunter2", "export PGPASSWORD=***"),
+    ];
+    for mode in modes {
+        for (text, expected) in cases {
+            assert_text_eq(&redact(text, mode), expected, &format!("{mode:?}: {text}"));
+        }
+    }
+    // Code that names a credential without holding one is kept.
+    for code in [
+        "password = os.getenv(\"DB_PASSWORD\")",
+        "password = get_password()",
+        "password=None",
+        "    password=password,",
+        "password: ${DB_PASSWORD}",
+        "password = \"\"",
+        "password_min_length = 12",
+    ] {
+        assert_text_eq(&redact(code, RedactMode::CodeOutput), code, code);
+    }
+}
+
+#[test]
+fn private_key_cut_before_its_end_line_is_masked() {
+    let head = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ\nAAAAAAABAAAAMwAAAAtzc2gtZW\n";
+    assert_text_eq(
+        &redact_terminal_output(head, Some("head -3 ~/.ssh/id_ed25519")),
+        "[REDACTED PRIVATE KEY]\n",
+        "head of a key",
+    );
+    // read_file's numbered lines, and the text after the body is kept.
+    let numbered = "     1|-----BEGIN RSA PRIVATE KEY-----\n     2|Proc-Type: 4,ENCRYPTED\n     3|MIIEowIBAAKCAQEA\n     4|\n     5|notes follow";
+    assert_text_eq(
+        &redact(numbered, RedactMode::FileRead),
+        "     1|[REDACTED PRIVATE KEY]\n     5|notes follow",
+        "numbered",
+    );
+    // A marker with nothing after it (grep for the header) is left alone.
+    let grep = "id_rsa:-----BEGIN RSA PRIVATE KEY-----";
+    assert_text_eq(&redact(grep, RedactMode::General), grep, "grep");
+}
+
+#[test]
+fn registered_secrets_are_masked_by_every_mode() {
+    let token = "fleet-token-Zk3Qp8Wm2Vx7Rb";
+    known::register_secret(token);
+    for mode in [
+        RedactMode::General,
+        RedactMode::CodeOutput,
+        RedactMode::FileRead,
+        RedactMode::TerminalOutput { command: None },
+    ] {
+        assert_text_eq(
+            &redact(&format!("CADUCEUS_TOKEN {token}\n"), mode),
+            "CADUCEUS_TOKEN ***\n",
+            &format!("{mode:?}"),
+        );
+    }
+}
+
+#[test]
+fn credential_lines_of_read_file_output_are_masked() {
+    assert_text_eq(
+        &redact(
+            "     1|[db]\n     2|password=hunter2hunter2\n",
+            RedactMode::FileRead,
+        ),
+        "     1|[db]\n     2|password=***\n",
+        "numbered",
     );
 }

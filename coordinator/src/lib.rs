@@ -3,6 +3,7 @@
 //! `README.md` for the contract.
 
 pub mod agent;
+pub mod auth;
 pub mod call;
 pub mod dispatch;
 pub mod gate;
@@ -11,7 +12,7 @@ pub mod scheduler;
 pub mod server;
 
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
@@ -25,6 +26,7 @@ use caduceus_proto::{
 };
 
 use agent::{AgentSettings, SessionHub};
+use auth::{Authenticator, TokenError, TokenInfo, TokenStore};
 use call::ToolFilter;
 use call::{CallContext, ToolResult};
 use dispatch::{CallRequest, DispatchConfig, Dispatcher, RawArguments};
@@ -38,7 +40,8 @@ use scheduler::{AttachError, SchedulerConfig, SchedulerHandle};
 pub struct CoordinatorConfig {
     /// Stable id (sandbox owner labels); random when empty.
     pub id: String,
-    /// The shared token every worker and client presents.
+    /// The shared token: an admin token for workers, clients and operators
+    /// alike (scoped tokens are created with `caduceus tokens create`).
     pub token: String,
     /// Backend new environments are created on (`terminal.backend`, `TERMINAL_ENV`).
     pub terminal_backend: String,
@@ -76,6 +79,8 @@ impl Default for CoordinatorConfig {
 pub enum CoordinatorError {
     #[error("a coordinator needs a non-empty token (--token or CADUCEUS_TOKEN)")]
     MissingToken,
+    #[error(transparent)]
+    Tokens(#[from] TokenError),
     #[error("the built-in tools failed to register: {0}")]
     Registry(#[from] RegistryError),
     #[error("an actor failed to start: {0}")]
@@ -90,7 +95,23 @@ pub struct Coordinator {
     scheduler: SchedulerHandle,
     dispatcher: Arc<Dispatcher>,
     sessions: SessionHub,
+    tokens: Arc<TokenStore>,
+    /// Workers attached with a scoped token: revoking it, or its expiry,
+    /// disconnects them.
+    worker_tokens: Mutex<Vec<AttachedWith>>,
 }
+
+/// A worker's command channel and the scoped token it attached with.
+struct AttachedWith {
+    token: TokenInfo,
+    commands: CommandSender,
+}
+
+/// How often attached workers' tokens are checked for expiry.
+const EXPIRY_CHECK: Duration = Duration::from_secs(1);
+
+/// Where a worker's commands go (its attach response stream).
+pub type CommandSender = mpsc::Sender<Result<WorkerCommand, Status>>;
 
 /// The events a worker sends, from gRPC or from an in-process worker.
 pub type WorkerEventStream = Pin<Box<dyn Stream<Item = Result<WorkerEvent, Status>> + Send>>;
@@ -104,6 +125,8 @@ impl Coordinator {
         if config.token.is_empty() {
             return Err(CoordinatorError::MissingToken);
         }
+        // Scoped tokens live in the state database next to the sessions.
+        let tokens = Arc::new(TokenStore::open(config.agent.state_db.as_deref())?);
         if config.id.is_empty() {
             config.id = format!("coord-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
         }
@@ -142,14 +165,28 @@ impl Coordinator {
         let sessions = SessionHub::new(dispatcher.clone(), config.agent.clone());
         // Background-process notices go to the session that started the process.
         sessions.spawn_notice_router(notices_rx);
-        Ok(Arc::new(Coordinator {
+        let coordinator = Arc::new(Coordinator {
             id: config.id.clone(),
             config,
             registry,
             scheduler,
             dispatcher,
             sessions,
-        }))
+            tokens,
+            worker_tokens: Mutex::new(Vec::new()),
+        });
+        let weak = Arc::downgrade(&coordinator);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(EXPIRY_CHECK);
+            loop {
+                tick.tick().await;
+                let Some(coordinator) = weak.upgrade() else {
+                    break;
+                };
+                coordinator.disconnect_expired_workers().await;
+            }
+        });
+        Ok(coordinator)
     }
 
     pub fn id(&self) -> &str {
@@ -158,6 +195,82 @@ impl Coordinator {
 
     pub fn token(&self) -> &str {
         &self.config.token
+    }
+
+    /// Checks the tokens of requests (the shared one and the scoped ones).
+    pub fn authenticator(&self) -> Authenticator {
+        Authenticator::new(&self.config.token, self.tokens.clone())
+    }
+
+    /// The scoped tokens.
+    pub fn tokens(&self) -> &Arc<TokenStore> {
+        &self.tokens
+    }
+
+    /// Remembers that the worker reading `commands` attached with the scoped
+    /// token `token`, so that revoking the token, or its expiry, disconnects it.
+    pub fn worker_attached_with(&self, token: TokenInfo, commands: CommandSender) {
+        let mut attached = self.worker_tokens.lock().unwrap_or_else(|e| e.into_inner());
+        attached.retain(|a| !a.commands.is_closed());
+        attached.push(AttachedWith { token, commands });
+    }
+
+    /// Revokes the token with id `which` (or every live one named so) and
+    /// ends the streams of the workers attached with it: they see
+    /// `UNAUTHENTICATED`, and their reconnection is refused. Returns the
+    /// revoked tokens and how many workers were disconnected.
+    pub async fn revoke_token(&self, which: &str) -> Result<(Vec<TokenInfo>, usize), TokenError> {
+        let tokens = self.tokens.clone();
+        let which_owned = which.to_owned();
+        let revoked = tokio::task::spawn_blocking(move || tokens.revoke(&which_owned))
+            .await
+            .unwrap_or_else(|err| Err(TokenError::Interrupted(err.to_string())))?;
+        for token in &revoked {
+            tracing::info!(id = %token.id, name = %token.name, role = token.role.as_str(), "token revoked");
+        }
+        let disconnected = self
+            .disconnect_workers(
+                |token| revoked.iter().any(|t| t.id == token.id),
+                "revoked token: the token '{name}' this worker attached with was revoked",
+            )
+            .await;
+        Ok((revoked, disconnected))
+    }
+
+    /// Disconnects the workers whose token has expired since they attached.
+    async fn disconnect_expired_workers(&self) {
+        let now = auth::tokens::now_secs();
+        self.disconnect_workers(
+            |token| token.expires_at.is_some_and(|at| at <= now),
+            "expired token: the token '{name}' this worker attached with has expired",
+        )
+        .await;
+    }
+
+    /// Ends the attach streams of the workers whose token is `hit`, with
+    /// `UNAUTHENTICATED` and `message` (`{name}`: the token's name); how many.
+    async fn disconnect_workers(&self, hit: impl Fn(&TokenInfo) -> bool, message: &str) -> usize {
+        let streams: Vec<AttachedWith> = {
+            let mut attached = self.worker_tokens.lock().unwrap_or_else(|e| e.into_inner());
+            let (hit, kept) = std::mem::take(&mut *attached)
+                .into_iter()
+                .partition(|a| hit(&a.token));
+            *attached = kept;
+            hit
+        };
+        let mut disconnected = 0;
+        for AttachedWith { token, commands } in streams {
+            let status = Status::unauthenticated(message.replace("{name}", &token.name));
+            // Ending the response stream with an error closes the attach; a
+            // worker too busy to take it gets it as soon as it reads again.
+            if tokio::time::timeout(Duration::from_secs(5), commands.send(Err(status)))
+                .await
+                .is_ok_and(|sent| sent.is_ok())
+            {
+                disconnected += 1;
+            }
+        }
+        disconnected
     }
 
     /// Approval state of the command guard; `None` when the coordinator runs

@@ -13,6 +13,8 @@
 
 use std::collections::HashSet;
 
+use crate::GuardContext;
+use crate::computed;
 use crate::lexer::{self, Parsed};
 use crate::normalize;
 use crate::resolve::{self, Invocation};
@@ -38,7 +40,7 @@ pub(crate) struct Analysis {
     pub truncated: bool,
 }
 
-pub(crate) fn analyze(command: &str) -> Analysis {
+pub(crate) fn analyze(command: &str, context: &GuardContext) -> Analysis {
     let mut sources: Vec<Source> = Vec::new();
     let mut queue = std::collections::VecDeque::from([(normalize::prepare(command), 0usize)]);
     let mut seen: HashSet<String> = HashSet::new();
@@ -67,7 +69,7 @@ pub(crate) fn analyze(command: &str) -> Analysis {
             invocations,
         });
     }
-    let variants = text_variants(&sources);
+    let variants = text_variants(&sources, context);
     Analysis {
         sources,
         variants,
@@ -120,6 +122,8 @@ fn payloads(parsed: &Parsed, invocations: &[Invocation]) -> Vec<String> {
             out.push(program);
         }
     }
+    // A script the command writes and then runs, when its content is spelled out.
+    out.extend(computed::run_script_payloads(parsed, invocations));
     out
 }
 
@@ -164,10 +168,10 @@ fn watch_command(args: &[String]) -> Option<String> {
     (i < args.len()).then(|| args[i..].join(" "))
 }
 
-fn text_variants(sources: &[Source]) -> Vec<String> {
+fn text_variants(sources: &[Source], context: &GuardContext) -> Vec<String> {
     let mut variants: Vec<String> = Vec::new();
     let mut push = |text: String| {
-        let folded = normalize::fold_home(&text).into_owned();
+        let folded = normalize::fold_home(&text, context).into_owned();
         if !variants.contains(&text) {
             variants.push(text);
         }

@@ -878,10 +878,13 @@ impl Lexer<'_> {
     /// Resolves `${NAME}`, `${NAME:-default}`, `${NAME/pattern/replacement}` when the result
     /// is knowable without running anything.
     fn resolve_parameter(&self, inner: &str) -> Option<String> {
-        let name_len = inner.bytes().take_while(|b| is_name_byte(*b)).count();
-        if name_len == 0 || !inner.bytes().next().is_some_and(is_name_start) {
-            return None;
-        }
+        // A positional parameter (`${1:-r}`, `${0/x/r}`) is one digit; in a command
+        // typed at the tool none is set, so its default or replacement is what runs.
+        let name_len = match inner.bytes().next() {
+            Some(b) if b.is_ascii_digit() => 1,
+            Some(b) if is_name_start(b) => inner.bytes().take_while(|b| is_name_byte(*b)).count(),
+            _ => return None,
+        };
         let name = &inner[..name_len];
         let rest = &inner[name_len..];
         let known = self.vars.get(name);
@@ -1082,6 +1085,10 @@ fn literal_command_output(script: &str, depth: usize) -> Option<String> {
         }
         "printf" => match args {
             [only] if is_simple_literal(only) => Some((*only).to_string()),
+            // `printf '\162\155'`: the format's escapes are the output.
+            [only] if only.contains('\\') && !only.contains('%') => {
+                Some(decode_ansi_c(only)).filter(|decoded| is_simple_literal(decoded))
+            }
             ["%s", only] if is_simple_literal(only) => Some((*only).to_string()),
             _ => None,
         },

@@ -19,6 +19,7 @@
 //! [`hints`] the terminal tool's foreground-guard, exit-code and env-dump helpers.
 
 mod analysis;
+mod computed;
 mod dangerous;
 mod fnmatch;
 mod hardline;
@@ -30,6 +31,7 @@ pub mod policy;
 mod resolve;
 mod rm;
 mod structural;
+mod system_paths;
 mod verdict;
 
 pub use verdict::{Match, Verdict};
@@ -54,12 +56,47 @@ use analysis::Analysis;
 /// );
 /// ```
 pub fn check_command(command: &str) -> Verdict {
-    if normalize::parser_limit_exceeded(command) {
-        return Verdict::Hardline {
-            description: normalize::PARSER_LIMIT_DESCRIPTION.to_string(),
-        };
+    check_command_in(command, &NO_CONTEXT)
+}
+
+/// Where a command will run, as far as the guard's rules care: the home directories to
+/// read as `~` besides `/root`, `/home/<user>` and `/Users/<user>`, and the agent's own
+/// home directories (`$CADUCEUS_HOME` as an absolute path).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GuardContext {
+    /// The sandbox user's real `$HOME` (`/srv/agent`).
+    pub homes: Vec<String>,
+    /// caduceus' (or hermes') home directories, read as `$CADUCEUS_HOME/`.
+    pub agent_homes: Vec<String>,
+}
+
+/// No homes beyond the generic ones.
+pub(crate) const NO_CONTEXT: GuardContext = GuardContext {
+    homes: Vec::new(),
+    agent_homes: Vec::new(),
+};
+
+/// [`check_command`] with the homes of `context` folded like `~` and `$CADUCEUS_HOME`:
+///
+/// ```
+/// use caduceus_guard::{check_command, check_command_in, GuardContext};
+///
+/// let command = "sed -i s/a/b/ /srv/caduceus/config.yaml";
+/// assert_eq!(check_command(command).kind(), "allow");
+/// let context = GuardContext {
+///     agent_homes: vec!["/srv/caduceus".into()],
+///     ..GuardContext::default()
+/// };
+/// assert_eq!(
+///     check_command_in(command, &context).description(),
+///     Some("in-place edit of Hermes config/env")
+/// );
+/// ```
+pub fn check_command_in(command: &str, context: &GuardContext) -> Verdict {
+    if normalize::size_limit_exceeded(command) {
+        return Verdict::from(Some(Match::new(normalize::SIZE_LIMIT_DESCRIPTION)));
     }
-    let analysis = analysis::analyze(command);
+    let analysis = analysis::analyze(command, context);
     if let Some(description) = hardline::detect(&analysis) {
         return Verdict::Hardline {
             description: description.to_string(),
@@ -69,28 +106,28 @@ pub fn check_command(command: &str) -> Verdict {
 }
 
 /// The hardline rule the command breaks, if any. A command too large to inspect (see
-/// the README's parser limits) is reported as `command parser limit exceeded`.
+/// the README's size limit) breaks none: it needs approval.
 pub fn detect_hardline(command: &str) -> Option<Match> {
-    if normalize::parser_limit_exceeded(command) {
-        return Some(Match::new(normalize::PARSER_LIMIT_DESCRIPTION));
+    if normalize::size_limit_exceeded(command) {
+        return None;
     }
-    hardline::detect(&analysis::analyze(command)).map(Match::new)
+    hardline::detect(&analysis::analyze(command, &NO_CONTEXT)).map(Match::new)
 }
 
 /// The dangerous pattern or structural check the command matches, if any (hardline rules
 /// are not consulted; use [`check_command`] for the full verdict).
 pub fn detect_dangerous(command: &str) -> Option<Match> {
-    if normalize::parser_limit_exceeded(command) {
-        return Some(Match::new(normalize::PARSER_LIMIT_DESCRIPTION));
+    if normalize::size_limit_exceeded(command) {
+        return Some(Match::new(normalize::SIZE_LIMIT_DESCRIPTION));
     }
-    dangerous_in(&analysis::analyze(command))
+    dangerous_in(&analysis::analyze(command, &NO_CONTEXT))
 }
 
 /// The de-obfuscated text variants the dangerous patterns and deny rules are matched
 /// against: for the command and for every shell payload in it, the normalized text, the
 /// same with home paths folded to `~/`, and a copy with shell words written plainly.
 pub fn normalized_variants(command: &str) -> Vec<String> {
-    analysis::analyze(command).variants
+    analysis::analyze(command, &NO_CONTEXT).variants
 }
 
 fn dangerous_in(analysis: &Analysis) -> Option<Match> {

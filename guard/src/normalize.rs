@@ -18,33 +18,33 @@ use std::sync::LazyLock;
 
 use unicode_normalization::UnicodeNormalization;
 
+use crate::GuardContext;
 use crate::lexer::decode_ansi_c;
 use crate::pattern::Pattern;
 
-/// Description used when a command is too large or too flat to inspect.
+/// Description of shell text the analysis could not reach (nesting beyond its limits).
 pub(crate) const PARSER_LIMIT_DESCRIPTION: &str = "command parser limit exceeded";
+/// Description of a command too large to inspect: it needs approval.
+pub(crate) const SIZE_LIMIT_DESCRIPTION: &str = "command too large to inspect";
 
-const MAX_COMMAND_CHARS: usize = 128_000;
-const MAX_SEPARATOR_FREE_CHARS: usize = 4_096;
-const MAX_SEGMENTS: usize = 25_000;
+/// Far above real commands (a 6.5 KB commit message, a 120 KB here-document): 1 MiB.
+const MAX_COMMAND_BYTES: usize = 1 << 20;
+/// Separators (`;`, `&`, `|`, newline) beyond which the command is not analysed.
+const MAX_SEPARATORS: usize = 100_000;
 
-/// hermes' parser limits: more than 128,000 characters, more than 4,096 characters with
-/// no `;`, `&`, `|` or newline, or 25,000 or more separators. Such a command cannot be
-/// inspected, so it is refused rather than run unseen.
-pub(crate) fn parser_limit_exceeded(command: &str) -> bool {
-    // A string of at most 4,096 bytes has at most 4,096 characters and separators.
-    if command.len() <= MAX_SEPARATOR_FREE_CHARS {
-        return false;
-    }
-    let chars = command.chars().count();
-    if chars > MAX_COMMAND_CHARS {
+/// More than 1 MiB, or more than 100,000 separators: the command is not analysed and
+/// needs approval (never hardline: a long command is not a dangerous one). hermes
+/// refused 4,096 characters without a separator as hardline, which no one could approve.
+pub(crate) fn size_limit_exceeded(command: &str) -> bool {
+    if command.len() > MAX_COMMAND_BYTES {
         return true;
     }
-    let separators = command
-        .bytes()
-        .filter(|b| matches!(b, b';' | b'&' | b'|' | b'\n'))
-        .count();
-    (chars > MAX_SEPARATOR_FREE_CHARS && separators == 0) || separators >= MAX_SEGMENTS
+    command.len() > MAX_SEPARATORS
+        && command
+            .bytes()
+            .filter(|b| matches!(b, b';' | b'&' | b'|' | b'\n'))
+            .count()
+            > MAX_SEPARATORS
 }
 
 /// ECMA-48 escape sequences: CSI, OSC, DCS/SOS/PM/APC, nF, Fp/Fe/Fs, and 8-bit C1 forms.
@@ -134,13 +134,62 @@ pub(crate) fn detection_text(prepared: &str) -> String {
     text.into_owned()
 }
 
-/// Rewrites absolute home directories (`/root/`, `/home/<user>/`, `/Users/<user>/`) to `~/`.
-pub(crate) fn fold_home(text: &str) -> Cow<'_, str> {
-    let candidate = text.contains("/root/") || text.contains("/home/") || text.contains("/Users/");
-    match ABSOLUTE_HOME.regex() {
-        Some(regex) if candidate => regex.replace_all(text, "${1}~/"),
-        _ => Cow::Borrowed(text),
+/// Files and directories that are sensitive in any home directory.
+static HOME_SENSITIVE: LazyLock<Pattern> = LazyLock::new(|| {
+    Pattern::new(concat!(
+        r#"(^|[\s'"=:(`<>|])/(?:[^\s'"`;|&<>()]*/)?"#,
+        r#"((?i:\.ssh(?:/|$|[\s"'])|\.(?:bashrc|zshrc|profile|bash_profile|bash_login|zprofile|zshenv|netrc|pgpass|npmrc|pypirc)\b|\.(?:hermes|caduceus)/))"#,
+    ))
+});
+
+/// Rewrites home directories to `~/`: `/root/`, `/home/<user>/`, `/Users/<user>/`, the
+/// homes of `context` (the sandbox's real `$HOME`), and any directory holding `.ssh/`,
+/// a shell rc file, a credential file or an agent home (`/srv/agent/.bashrc` →
+/// `~/.bashrc`). The agent homes of `context` (`$CADUCEUS_HOME` as an absolute path)
+/// become `$CADUCEUS_HOME/`.
+pub(crate) fn fold_home<'t>(text: &'t str, context: &GuardContext) -> Cow<'t, str> {
+    let mut text = Cow::Borrowed(text);
+    for (homes, spelling) in [
+        (&context.agent_homes, "$CADUCEUS_HOME/"),
+        (&context.homes, "~/"),
+    ] {
+        for home in homes {
+            let home = home.trim_end_matches('/');
+            if home.len() > 1 && text.contains(home) {
+                text = Cow::Owned(replace_directory(&text, home, spelling));
+            }
+        }
     }
+    let candidate = text.contains("/root/") || text.contains("/home/") || text.contains("/Users/");
+    if candidate && let Some(regex) = ABSOLUTE_HOME.regex() {
+        text = Cow::Owned(regex.replace_all(&text, "${1}~/").into_owned());
+    }
+    if text.contains("/.")
+        && let Some(regex) = HOME_SENSITIVE.regex()
+    {
+        text = Cow::Owned(regex.replace_all(&text, "${1}~/${2}").into_owned());
+    }
+    text
+}
+
+/// Replaces `directory/` with `spelling` where the directory starts a path (at the start,
+/// after a space, a quote, `=` or `:`).
+fn replace_directory(text: &str, directory: &str, spelling: &str) -> String {
+    let needle = format!("{directory}/");
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(&needle) {
+        let before = rest[..at]
+            .chars()
+            .next_back()
+            .or_else(|| out.chars().next_back());
+        let starts_path = before.is_none_or(|c| c.is_whitespace() || "'\"=:(`<>|".contains(c));
+        out.push_str(&rest[..at]);
+        out.push_str(if starts_path { spelling } else { &needle });
+        rest = &rest[at + needle.len()..];
+    }
+    out.push_str(rest);
+    out
 }
 
 #[cfg(test)]

@@ -1,5 +1,9 @@
 use super::*;
 
+fn fold(text: &str) -> Cow<'_, str> {
+    fold_home(text, &GuardContext::default())
+}
+
 #[test]
 fn ansi_sequences_are_removed() {
     assert_eq!(strip_ansi("\x1b[31mrm\x1b[0m -rf /"), "rm -rf /");
@@ -36,38 +40,59 @@ fn detection_text_flattens_shell_escapes() {
 
 #[test]
 fn absolute_homes_fold_to_tilde() {
-    assert_eq!(fold_home("cat /root/.bashrc"), "cat ~/.bashrc");
+    assert_eq!(fold("cat /root/.bashrc"), "cat ~/.bashrc");
+    assert_eq!(fold("cp k /home/alice/.ssh/id_rsa"), "cp k ~/.ssh/id_rsa");
+    assert_eq!(fold("echo x >/Users/bob/.zshrc"), "echo x >~/.zshrc");
+    assert_eq!(fold("echo x > /Users/bob/.zshrc"), "echo x > ~/.zshrc");
     assert_eq!(
-        fold_home("cp k /home/alice/.ssh/id_rsa"),
-        "cp k ~/.ssh/id_rsa"
-    );
-    assert_eq!(fold_home("echo x >/Users/bob/.zshrc"), "echo x >~/.zshrc");
-    assert_eq!(fold_home("echo x > /Users/bob/.zshrc"), "echo x > ~/.zshrc");
-    assert_eq!(
-        fold_home("curl --netrc-file=/home/a/.netrc"),
+        fold("curl --netrc-file=/home/a/.netrc"),
         "curl --netrc-file=~/.netrc"
     );
-    assert_eq!(fold_home("tee \"/home/a/.profile\""), "tee \"~/.profile\"");
+    assert_eq!(fold("tee \"/home/a/.profile\""), "tee \"~/.profile\"");
     // A bare home (no path below it) and lookalike prefixes are left alone.
-    assert_eq!(fold_home("rm -rf /home/user"), "rm -rf /home/user");
-    assert_eq!(
-        fold_home("ls /homework/x /rootfs/y"),
-        "ls /homework/x /rootfs/y"
-    );
+    assert_eq!(fold("rm -rf /home/user"), "rm -rf /home/user");
+    assert_eq!(fold("ls /homework/x /rootfs/y"), "ls /homework/x /rootfs/y");
 }
 
 #[test]
-fn parser_limits_match_hermes() {
-    assert!(!parser_limit_exceeded(&"a".repeat(4_096)));
-    assert!(parser_limit_exceeded(&"a".repeat(4_097)));
-    assert!(!parser_limit_exceeded(&format!("{};", "a".repeat(4_097))));
-    assert!(parser_limit_exceeded(&"a;".repeat(64_001)));
-    assert!(parser_limit_exceeded(&"|".repeat(25_000)));
-    assert!(!parser_limit_exceeded(&format!(
-        "{}{}",
-        "|".repeat(24_999),
-        "a".repeat(10)
-    )));
-    // Characters, not bytes, are counted.
-    assert!(!parser_limit_exceeded(&"é".repeat(4_000)));
+fn size_limit_sits_far_above_real_commands() {
+    // hermes' 4,096-character limit refused ordinary long commands.
+    assert!(!size_limit_exceeded(&"a".repeat(4_097)));
+    assert!(!size_limit_exceeded(&"a".repeat(1 << 20)));
+    assert!(size_limit_exceeded(&"a".repeat((1 << 20) + 1)));
+    assert!(!size_limit_exceeded(&"|".repeat(100_000)));
+    assert!(size_limit_exceeded(&"|".repeat(100_001)));
+}
+
+#[test]
+fn sensitive_files_fold_under_any_home() {
+    assert_eq!(
+        fold("cat key >> /srv/agent/.ssh/authorized_keys"),
+        "cat key >> ~/.ssh/authorized_keys"
+    );
+    assert_eq!(fold("tee /srv/agent/.bashrc"), "tee ~/.bashrc");
+    assert_eq!(fold("tee '/opt/x/.zshrc'"), "tee '~/.zshrc'");
+    // Other files under an unknown directory are left alone.
+    assert_eq!(fold("cat /srv/agent/notes.txt"), "cat /srv/agent/notes.txt");
+    assert_eq!(fold("ls /srv/app/.github/"), "ls /srv/app/.github/");
+}
+
+#[test]
+fn context_homes_fold() {
+    let context = GuardContext {
+        homes: vec!["/srv/agent".to_string()],
+        agent_homes: vec!["/var/lib/caduceus/".to_string()],
+    };
+    assert_eq!(
+        fold_home(
+            "cp x /srv/agent/.config/y; sed -i s/a/b/ /var/lib/caduceus/config.yaml",
+            &context
+        ),
+        "cp x ~/.config/y; sed -i s/a/b/ $CADUCEUS_HOME/config.yaml"
+    );
+    // Only where a path starts.
+    assert_eq!(
+        fold_home("ls /mnt/srv/agent/x", &context),
+        "ls /mnt/srv/agent/x"
+    );
 }

@@ -27,7 +27,7 @@ pub fn deny_rule_match<'p>(command: &str, patterns: &'p [String]) -> Option<&'p 
     if globs.is_empty() {
         return None;
     }
-    let variants = analysis::analyze(command).variants;
+    let variants = analysis::analyze(command, &crate::NO_CONTEXT).variants;
     std::iter::once(command)
         .chain(variants.iter().map(String::as_str))
         .find_map(|variant| {
@@ -68,7 +68,7 @@ pub fn allowlisted(command: &str, allowlist: &[String]) -> bool {
 /// passwords. When no sudo password is configured the coordinator refuses such commands
 /// outright with this description. Only `-S` / `--stdin` count — not `-s` (a shell).
 pub fn sudo_stdin_guard(command: &str) -> Option<&'static str> {
-    analysis::analyze(command)
+    analysis::analyze(command, &crate::NO_CONTEXT)
         .sources
         .iter()
         .flat_map(|source| &source.invocations)

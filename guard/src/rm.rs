@@ -68,6 +68,18 @@ pub(crate) fn protected_target(operand: &str) -> Option<&'static str> {
         .or_else(|| (!complete).then_some(PARSER_LIMIT_DESCRIPTION))
 }
 
+/// `/`, a protected top-level directory, anything inside a system tree, or the home
+/// directory itself: where tools other than `rm` that delete or overwrite need approval.
+pub(crate) fn is_system_path(operand: &str) -> bool {
+    if protected_single(operand).is_some() {
+        return true;
+    }
+    operand.starts_with('/')
+        && normalize_components(operand)
+            .first()
+            .is_some_and(|top| is_listed(top, SYSTEM_TREES))
+}
+
 fn protected_single(operand: &str) -> Option<&'static str> {
     if let Some(rest) = strip_home_prefix(operand) {
         let components = normalize_components(rest);

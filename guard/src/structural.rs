@@ -8,6 +8,7 @@ use std::sync::LazyLock;
 use crate::analysis::{Analysis, Source};
 use crate::pattern::Pattern;
 use crate::resolve::{Invocation, SudoPrivilegeFlag};
+use crate::{computed, system_paths};
 
 pub(crate) const SCRIPT_EXEC_FLAG: &str = "script execution via -e/-c flag";
 pub(crate) const SCRIPT_HEREDOC: &str = "script execution via heredoc";
@@ -414,6 +415,14 @@ fn detect_in_source(source: &Source) -> Option<String> {
         .invocations
         .iter()
         .find_map(|invocation| detect_in_invocation(source, invocation))
+        .or_else(|| {
+            source
+                .invocations
+                .iter()
+                .find_map(system_paths::detect)
+                .or_else(|| computed::detect(source))
+                .map(str::to_string)
+        })
 }
 
 fn detect_in_invocation(source: &Source, invocation: &Invocation) -> Option<String> {

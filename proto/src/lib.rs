@@ -51,18 +51,29 @@ pub enum EndpointError {
         path: std::path::PathBuf,
         source: std::io::Error,
     },
+    #[error("cannot read the client certificate or key {}: {source}", path.display())]
+    IdentityFile {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
 }
+
+/// How a client proves who it is over TLS, besides its token: a certificate
+/// and its key (PEM files), for a coordinator that asks for them.
+pub type ClientIdentity<'a> = (&'a std::path::Path, &'a std::path::Path);
 
 /// The channel every client of a coordinator uses, workers and the CLI alike:
 /// `http://` added to a bare `host:port`, TCP_NODELAY, HTTP/2 keep-alive pings
 /// every 10 s (20 s timeout), and for `https://` TLS trusting `ca` (PEM) or
-/// the public roots.
+/// the public roots, presenting `identity` when given (which needs
+/// `https://`).
 pub fn coordinator_endpoint(
     url: &str,
     ca: Option<&std::path::Path>,
+    identity: Option<ClientIdentity<'_>>,
     connect_timeout: std::time::Duration,
 ) -> Result<tonic::transport::Endpoint, EndpointError> {
-    use tonic::transport::{Certificate, ClientTlsConfig, Endpoint};
+    use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
     let full = if url.contains("://") {
         url.to_owned()
     } else {
@@ -80,7 +91,7 @@ pub fn coordinator_endpoint(
         .keep_alive_timeout(std::time::Duration::from_secs(20))
         .keep_alive_while_idle(true);
     if full.starts_with("https://") {
-        let tls = match ca {
+        let mut tls = match ca {
             Some(path) => {
                 let pem = std::fs::read(path).map_err(|source| EndpointError::CaFile {
                     path: path.to_owned(),
@@ -90,7 +101,20 @@ pub fn coordinator_endpoint(
             }
             None => ClientTlsConfig::new().with_webpki_roots(),
         };
+        if let Some((cert, key)) = identity {
+            let read = |path: &std::path::Path| {
+                std::fs::read(path).map_err(|source| EndpointError::IdentityFile {
+                    path: path.to_owned(),
+                    source,
+                })
+            };
+            tls = tls.identity(Identity::from_pem(read(cert)?, read(key)?));
+        }
         endpoint = endpoint.tls_config(tls).map_err(|e| bad(e.to_string()))?;
+    } else if identity.is_some() {
+        return Err(bad(
+            "a client certificate needs an https:// coordinator".to_owned()
+        ));
     }
     Ok(endpoint)
 }

@@ -75,11 +75,18 @@ impl Fleet {
             .env_remove("OPENAI_BASE_URL")
             .env_remove("OPENAI_API_KEY")
             .env_remove("CADUCEUS_MODEL")
+            // Test machines often run as root, and the tests' local sandboxes
+            // work in root-owned temporary folders; `secrets.rs` tests the
+            // default (a root worker's sandboxes run as nobody).
+            .env("CADUCEUS_ALLOW_ROOT_SANDBOX", "1")
             .env("CADUCEUS_LOG", "info");
         cmd
     }
 
     /// Starts `caduceus serve` on a free port and waits until it listens.
+    /// A fast heartbeat (500 ms) unless `extra` sets `--heartbeat-ms` itself (tests that
+    /// need no quick loss detection pass a slower one, which a loaded machine cannot
+    /// miss).
     pub fn serve(&self, extra: &[&str]) -> Proc {
         self.serve_with_env(extra, &[])
     }
@@ -89,16 +96,11 @@ impl Fleet {
     pub fn serve_with_env(&self, extra: &[&str], env: &[(&str, &str)]) -> Proc {
         let mut cmd = self.command();
         cmd.envs(env.iter().copied());
-        cmd.args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--token",
-            &self.token,
-            "--heartbeat-ms",
-            "500",
-        ])
-        .args(extra);
+        cmd.args(["serve", "--listen", "127.0.0.1:0", "--token", &self.token]);
+        if !extra.contains(&"--heartbeat-ms") {
+            cmd.args(["--heartbeat-ms", "500"]);
+        }
+        cmd.args(extra);
         let mut proc = Proc::spawn(cmd, "coordinator");
         let line = proc.wait_for_stderr(
             "caduceus coordinator listening on ",

@@ -510,7 +510,11 @@ fn call_result(
 ) -> CallResult {
     CallResult {
         call_id,
-        body: reply.body,
+        // Whatever the tool printed, no secret this worker knows leaves it.
+        body: match caduceus_common::redact::mask_known_secrets(&reply.body) {
+            std::borrow::Cow::Owned(masked) => masked,
+            std::borrow::Cow::Borrowed(_) => reply.body,
+        },
         status: caduceus_proto::CallStatus::from(reply.status) as i32,
         environment_reset: reset.unwrap_or_default(),
         duration_us: u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),

@@ -183,6 +183,31 @@ pub(crate) static PRIVATE_KEY: LazyLock<Regex> = LazyLock::new(|| {
     compile(r"-----BEGIN[A-Z ]*PRIVATE KEY-----(?s:.)*?-----END[A-Z ]*PRIVATE KEY-----")
 });
 
+/// The first line of a PEM private key whose `-----END` line is missing (a
+/// `head` of the key file, a paged read): the body lines after it are masked.
+pub(crate) static PRIVATE_KEY_BEGIN: LazyLock<Regex> =
+    LazyLock::new(|| compile(r"-----BEGIN[A-Z ]*PRIVATE KEY-----"));
+
+/// Pre-check of [`CREDENTIAL_ASSIGN`], in any case.
+pub(crate) static CREDENTIAL_WORDS: LazyLock<CaseInsensitiveWords> = LazyLock::new(|| {
+    CaseInsensitiveWords::new(
+        r"passw(?:or)?d|passphrase|secret_access_key|secret_key|client_secret|session_token",
+    )
+});
+
+/// A credential set at the start of a line in every mode — `password=…`,
+/// `aws_secret_access_key = …`, `DB_PASSWORD: …`, `"password": "…"`: the key
+/// ends in a name nothing but a credential is called, so unlike the other
+/// key passes it also runs on code and file contents (a read_file line
+/// number `12|` may precede the key). Group 1 is everything
+/// up to the value, group 2 the value's first non-space run (the caller
+/// applies quotes and rejects code expressions).
+pub(crate) static CREDENTIAL_ASSIGN: LazyLock<Regex> = LazyLock::new(|| {
+    compile(
+        r#"(?im)(^[ \t]*(?:[0-9]+\|[ \t]*)?(?:export[ \t]+)?["']?[A-Za-z0-9_.\-]*(?:password|passwd|passphrase|secret_access_key|secret_key|client_secret|session_token)["']?[ \t]*[=:][ \t]*)([^\s\x1C-\x1F]+(?:[ \t]+[^\s\x1C-\x1F]+)*)"#,
+    )
+});
+
 /// `scheme://user:PASSWORD@` for database and broker schemes. No group may
 /// contain whitespace, so a match never spans lines (#33801).
 pub(crate) static DB_CONNSTR: LazyLock<Regex> = LazyLock::new(|| {
@@ -250,6 +275,8 @@ pub(crate) fn all_patterns() -> Vec<&'static Regex> {
         &SECRET_HEADER,
         &TELEGRAM,
         &PRIVATE_KEY,
+        &PRIVATE_KEY_BEGIN,
+        &CREDENTIAL_ASSIGN,
         &DB_CONNSTR,
         &URL_BARE_TOKEN,
         &JWT,

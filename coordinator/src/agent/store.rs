@@ -95,7 +95,9 @@ impl std::fmt::Debug for SessionStore {
     }
 }
 
-fn open(path: &Path) -> Result<Connection, StoreError> {
+/// A connection to `state.db` (created with its folder when missing) in WAL
+/// mode, so that its several writers (sessions, tokens) and readers coexist.
+pub(crate) fn connect(path: &Path) -> Result<Connection, StoreError> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|source| StoreError::Dir {
             path: dir.to_path_buf(),
@@ -109,6 +111,11 @@ fn open(path: &Path) -> Result<Connection, StoreError> {
     conn.busy_timeout(std::time::Duration::from_secs(5))?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "NORMAL")?;
+    Ok(conn)
+}
+
+fn open(path: &Path) -> Result<Connection, StoreError> {
+    let conn = connect(path)?;
     conn.execute_batch(
         "CREATE TABLE IF NOT EXISTS sessions (
             id TEXT PRIMARY KEY, parent_id TEXT, root_id TEXT NOT NULL, depth INTEGER NOT NULL,

@@ -176,12 +176,19 @@ impl Dispatcher {
             arguments,
             ctx,
         } = request;
-        let finish =
-            |tool: String, reply: ToolReply, args: Option<Map<String, Value>>| ToolResult {
+        let finish = |tool: String, reply: ToolReply, args: Option<Map<String, Value>>| {
+            // Every result leaves here: no secret this process knows reaches
+            // the model or a client, whatever tool or worker printed it.
+            let reply = match caduceus_common::redact::mask_known_secrets(&reply.body) {
+                std::borrow::Cow::Owned(body) => ToolReply { body, ..reply },
+                std::borrow::Cow::Borrowed(_) => reply,
+            };
+            ToolResult {
                 duration: started.elapsed(),
                 arguments: args,
                 ..ToolResult::new(tool, reply)
-            };
+            }
+        };
 
         // 1. Arguments must be a JSON object; nothing runs otherwise.
         let Some(mut args) = parse_arguments(arguments) else {
@@ -475,7 +482,7 @@ fn unavailable_reason(snapshot: &ToolRegistry, entry: &ToolEntry) -> String {
     let missing: Vec<&str> = entry
         .requires_env
         .iter()
-        .filter(|v| std::env::var_os(v).is_none_or(|x| x.is_empty()))
+        .filter(|v| caduceus_common::process_env::var(v).is_none())
         .map(String::as_str)
         .collect();
     if !missing.is_empty() {

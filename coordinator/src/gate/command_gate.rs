@@ -23,8 +23,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::Value;
 
-use caduceus_guard::Verdict;
 use caduceus_guard::policy::{deny_rule_match, sudo_stdin_guard};
+use caduceus_guard::{GuardContext, Verdict};
 
 use super::approvals::{Approvals, Query, Ruling};
 use super::settings::{ApprovalMode, ApprovalSettings, ContainerApprovals, is_container_backend};
@@ -56,12 +56,30 @@ fn subject<'a>(call: &GateCall<'a>) -> Option<Subject<'a>> {
 /// The real gate: the command guard plus approvals.
 pub struct CommandGate {
     approvals: Arc<Approvals>,
+    /// The homes the guard reads as `~` and `$CADUCEUS_HOME`.
+    homes: GuardContext,
+}
+
+/// This process's `$HOME` and `$CADUCEUS_HOME`: a local sandbox runs as this user,
+/// so its `/srv/agent/.bashrc` is `~/.bashrc` and `$CADUCEUS_HOME/config.yaml` is the
+/// live configuration, however the command spells them.
+fn guard_context() -> GuardContext {
+    let var = |name: &str| {
+        std::env::var(name)
+            .ok()
+            .filter(|v| v.starts_with('/') && v.len() > 1)
+    };
+    GuardContext {
+        homes: var("HOME").into_iter().collect(),
+        agent_homes: var("CADUCEUS_HOME").into_iter().collect(),
+    }
 }
 
 impl CommandGate {
     pub fn new(settings: ApprovalSettings) -> Self {
         CommandGate {
             approvals: Approvals::new(settings),
+            homes: guard_context(),
         }
     }
 
@@ -71,7 +89,7 @@ impl CommandGate {
         command: &str,
     ) -> Result<Admission, GateRefusal> {
         let settings = self.approvals.settings();
-        let verdict = caduceus_guard::check_command(command);
+        let verdict = caduceus_guard::check_command_in(command, &self.homes);
         if let Verdict::Hardline { description } = &verdict {
             tracing::warn!(description, command = %preview(command), "hardline block");
             return Err(blocked(&texts::hardline(description)));

@@ -235,7 +235,7 @@ impl ToolRegistry {
         if entry
             .requires_env
             .iter()
-            .any(|var| std::env::var_os(var).is_none_or(|v| v.is_empty()))
+            .any(|var| caduceus_common::process_env::var(var).is_none())
         {
             return false;
         }

@@ -1,5 +1,6 @@
 //! The gRPC services: `WorkerGateway` (workers attach) and `Control` (clients).
-//! Both require the shared token; TLS when a certificate is configured.
+//! Both sit behind [`Authorized`] (tokens and their roles, see `crate::auth`);
+//! TLS when a certificate is configured.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -9,9 +10,8 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::service::Interceptor;
 use tonic::transport::server::TcpIncoming;
-use tonic::transport::{Identity, Server, ServerTlsConfig};
+use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 use tonic::{Request, Response, Status, Streaming};
 
 use caduceus_proto::control_server::{Control, ControlServer};
@@ -20,6 +20,7 @@ use caduceus_proto::*;
 
 use crate::Coordinator;
 use crate::agent::{SessionError, StartRequest};
+use crate::auth::{Authorized, Caller, Role, TokenError, TokenInfo};
 use crate::call::ToolFilter;
 use crate::dispatch::RawArguments;
 use crate::gate::{Approvals, Decision, PendingApproval, Scope};
@@ -32,6 +33,9 @@ pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 pub struct TlsFiles {
     pub cert: PathBuf,
     pub key: PathBuf,
+    /// CA (PEM) whose client certificates workers must present to attach
+    /// (`--tls-client-ca`); clients need none.
+    pub client_ca: Option<PathBuf>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -47,39 +51,6 @@ pub enum ServeError {
     Transport(tonic::transport::Error),
 }
 
-/// Refuses every request without the shared token.
-#[derive(Clone)]
-pub struct TokenAuth {
-    token: Arc<str>,
-}
-
-impl TokenAuth {
-    pub fn new(token: &str) -> Self {
-        TokenAuth {
-            token: Arc::from(token),
-        }
-    }
-}
-
-impl Interceptor for TokenAuth {
-    fn call(&mut self, request: Request<()>) -> Result<Request<()>, Status> {
-        let presented = request
-            .metadata()
-            .get(AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(token_from_authorization);
-        match presented {
-            Some(token) if tokens_match(&self.token, token) => Ok(request),
-            Some(_) => Err(Status::unauthenticated(
-                "invalid token: the coordinator refused the token presented (check --token or CADUCEUS_TOKEN)",
-            )),
-            None => Err(Status::unauthenticated(
-                "missing token: every request needs `authorization: Bearer <token>` (set --token or CADUCEUS_TOKEN)",
-            )),
-        }
-    }
-}
-
 /// Serves both services on `listener` until `shutdown` resolves.
 pub async fn serve(
     coordinator: Arc<Coordinator>,
@@ -87,7 +58,9 @@ pub async fn serve(
     tls: Option<TlsFiles>,
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> Result<(), ServeError> {
-    let auth = TokenAuth::new(coordinator.token());
+    let auth = coordinator
+        .authenticator()
+        .with_worker_certificates(tls.as_ref().is_some_and(|t| t.client_ca.is_some()));
     // The builder's tcp_nodelay applies only to listeners tonic binds itself;
     // accepted sockets need it too, or small replies wait ~40 ms for Nagle.
     let incoming = TcpIncoming::from(listener)
@@ -105,11 +78,18 @@ pub async fn serve(
             })
         };
         let identity = Identity::from_pem(read(&tls.cert)?, read(&tls.key)?);
-        builder = builder
-            .tls_config(ServerTlsConfig::new().identity(identity))
-            .map_err(ServeError::Tls)?;
+        let mut config = ServerTlsConfig::new().identity(identity);
+        if let Some(ca) = &tls.client_ca {
+            // Optional at the handshake so that clients connect without one;
+            // a certificate presented must verify, and Attach demands one
+            // (crate::auth).
+            config = config
+                .client_ca_root(Certificate::from_pem(read(ca)?))
+                .client_auth_optional(true);
+        }
+        builder = builder.tls_config(config).map_err(ServeError::Tls)?;
     }
-    let gateway = tonic::service::interceptor::InterceptedService::new(
+    let gateway = Authorized::new(
         WorkerGatewayServer::new(GatewayService {
             coordinator: coordinator.clone(),
         })
@@ -117,7 +97,7 @@ pub async fn serve(
         .max_encoding_message_size(MAX_MESSAGE_BYTES),
         auth.clone(),
     );
-    let control = tonic::service::interceptor::InterceptedService::new(
+    let control = Authorized::new(
         ControlServer::new(ControlService { coordinator })
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES),
@@ -147,10 +127,18 @@ impl WorkerGateway for GatewayService {
             .remote_addr()
             .map(|a: SocketAddr| a.to_string())
             .unwrap_or_default();
+        let token = request
+            .extensions()
+            .get::<Caller>()
+            .and_then(|caller| caller.token.clone());
         let (commands, rx) = mpsc::channel(64);
         self.coordinator
-            .attach_worker(Box::pin(request.into_inner()), commands, peer)
+            .attach_worker(Box::pin(request.into_inner()), commands.clone(), peer)
             .await?;
+        if let Some(token) = token {
+            // Revoking the token, or its expiry, disconnects this worker.
+            self.coordinator.worker_attached_with(token, commands);
+        }
         Ok(Response::new(ReceiverStream::new(rx)))
     }
 }
@@ -333,6 +321,78 @@ impl Control for ControlService {
                 scope: String::new(),
             },
         }))
+    }
+
+    async fn create_token(
+        &self,
+        request: Request<CreateTokenRequest>,
+    ) -> Result<Response<CreateTokenResponse>, Status> {
+        let req = request.into_inner();
+        let role = Role::parse(&req.role).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let expires_in =
+            (req.expires_in_secs > 0).then(|| Duration::from_secs(req.expires_in_secs));
+        let tokens = self.coordinator.tokens().clone();
+        let (info, secret) =
+            tokio::task::spawn_blocking(move || tokens.create(role, &req.name, expires_in))
+                .await
+                .map_err(|err| Status::internal(format!("the token was not created: {err}")))?
+                .map_err(|err| token_status(&err))?;
+        tracing::info!(id = %info.id, name = %info.name, role = info.role.as_str(), "token created");
+        Ok(Response::new(CreateTokenResponse {
+            token: Some(token_message(&info)),
+            secret,
+        }))
+    }
+
+    async fn list_tokens(
+        &self,
+        _request: Request<ListTokensRequest>,
+    ) -> Result<Response<ListTokensResponse>, Status> {
+        let tokens = self.coordinator.tokens().clone();
+        let list = tokio::task::spawn_blocking(move || tokens.list())
+            .await
+            .map_err(|err| Status::internal(format!("the tokens were not read: {err}")))?
+            .map_err(|err| token_status(&err))?;
+        Ok(Response::new(ListTokensResponse {
+            tokens: list.iter().map(token_message).collect(),
+        }))
+    }
+
+    async fn revoke_token(
+        &self,
+        request: Request<RevokeTokenRequest>,
+    ) -> Result<Response<RevokeTokenResponse>, Status> {
+        let which = request.into_inner().token;
+        let (revoked, workers) = self
+            .coordinator
+            .revoke_token(&which)
+            .await
+            .map_err(|err| token_status(&err))?;
+        Ok(Response::new(RevokeTokenResponse {
+            revoked: revoked.iter().map(token_message).collect(),
+            workers_disconnected: u32::try_from(workers).unwrap_or(u32::MAX),
+        }))
+    }
+}
+
+fn token_message(info: &TokenInfo) -> caduceus_proto::TokenInfo {
+    caduceus_proto::TokenInfo {
+        id: info.id.clone(),
+        name: info.name.clone(),
+        role: info.role.as_str().to_owned(),
+        created_at: info.created_at,
+        expires_at: info.expires_at.unwrap_or(0),
+        revoked_at: info.revoked_at.unwrap_or(0),
+    }
+}
+
+fn token_status(err: &TokenError) -> Status {
+    match err {
+        TokenError::Role(_) => Status::invalid_argument(err.to_string()),
+        TokenError::NotFound(_) => Status::not_found(err.to_string()),
+        TokenError::Store { .. } | TokenError::Sql(_) | TokenError::Interrupted(_) => {
+            Status::internal(err.to_string())
+        }
     }
 }
 

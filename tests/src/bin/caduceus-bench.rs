@@ -342,6 +342,10 @@ impl Loopback {
                         "--name",
                         &format!("bench-{i}"),
                     ])
+                    // Measure the same local sandbox as before on a root
+                    // host (in-process file tools), not a nobody sandbox's
+                    // shell-based ones.
+                    .env("CADUCEUS_ALLOW_ROOT_SANDBOX", "1")
                     .env("CADUCEUS_HOME", home.path())
                     .env("CADUCEUS_LOG", "warn")
                     .stdin(Stdio::null())

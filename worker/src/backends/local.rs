@@ -1,10 +1,16 @@
 //! The local backend: processes on the worker's own host, each environment's
 //! shell in its own session (no controlling terminal, own process group).
+//!
+//! A worker running as root runs its local sandboxes as an unprivileged
+//! [`SandboxUser`] (`worker --run-as`): root could read the worker's
+//! environment and memory through `/proc` whatever the worker does. Such a
+//! sandbox's file tools then go through its shell too ([`ShellFs`]), so they
+//! see exactly what its commands see, with the same user's rights.
 
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use std::process::Stdio;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use async_trait::async_trait;
 use caduceus_files::{FileSystem, LocalFs};
@@ -14,14 +20,26 @@ use tokio::net::unix::pipe;
 use tokio::process::{Child, Command};
 
 use super::ledger::HostLedger;
+use crate::backends::shell_fs::ShellFs;
 use crate::sandbox::{ProcessHandle, Sandbox, SandboxError, SpawnSpec, SpawnedProcess, StopSignal};
+
+/// The account local sandbox commands run as, instead of the worker's own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxUser {
+    pub name: String,
+    pub uid: u32,
+    pub gid: u32,
+    /// `HOME` of its commands (a directory it can write).
+    pub home: String,
+}
 
 pub struct LocalSandbox {
     id: String,
     cwd: String,
     home: String,
     temp: String,
-    files: Arc<LocalFs>,
+    user: Option<SandboxUser>,
+    files: Arc<dyn FileSystem>,
     /// The worker's ledger: its processes carry the tag, its private
     /// directories are listed (see `ledger.rs`).
     ledger: Option<Arc<HostLedger>>,
@@ -44,9 +62,27 @@ impl LocalSandbox {
             cwd,
             home,
             temp: host_temp_dir(),
+            user: None,
             files: Arc::new(LocalFs::new()),
             ledger: None,
         }
+    }
+
+    /// A sandbox whose commands and file tools run as `user`.
+    pub fn for_user(
+        id: String,
+        cwd: String,
+        user: SandboxUser,
+        ledger: Option<Arc<HostLedger>>,
+    ) -> Arc<Self> {
+        Arc::new_cyclic(|me: &Weak<LocalSandbox>| {
+            let me: Weak<dyn Sandbox> = me.clone();
+            let mut sandbox = LocalSandbox::new(id, cwd).with_ledger(ledger);
+            sandbox.home = user.home.clone();
+            sandbox.files = Arc::new(ShellFs::new(me));
+            sandbox.user = Some(user);
+            sandbox
+        })
     }
 
     pub fn with_ledger(mut self, ledger: Option<Arc<HostLedger>>) -> Self {
@@ -100,6 +136,11 @@ impl Sandbox for LocalSandbox {
             .stdout(Stdio::from(writer))
             .stderr(Stdio::from(writer_err))
             .kill_on_drop(true);
+        if let Some(user) = &self.user {
+            // std drops the supplementary groups too (setgroups(0) before
+            // setuid), so no group of the worker's account is kept.
+            command.uid(user.uid).gid(user.gid);
+        }
         detach_from_terminal(&mut command);
         let mut child = command.spawn().map_err(|e| fail(e.to_string()))?;
         // Our copies of the pipe's write end go with the Command: without this
@@ -153,6 +194,23 @@ impl Sandbox for LocalSandbox {
 
     fn home_dir(&self) -> String {
         self.home.clone()
+    }
+
+    fn shell_env(&self, worker_env: &[(String, String)]) -> Vec<(String, String)> {
+        let Some(user) = &self.user else {
+            return worker_env.to_vec();
+        };
+        let mut env: Vec<(String, String)> = worker_env
+            .iter()
+            .filter(|(name, _)| !matches!(name.as_str(), "HOME" | "USER" | "LOGNAME"))
+            .cloned()
+            .collect();
+        env.extend([
+            ("HOME".to_owned(), user.home.clone()),
+            ("USER".to_owned(), user.name.clone()),
+            ("LOGNAME".to_owned(), user.name.clone()),
+        ]);
+        env
     }
 
     fn initial_cwd(&self) -> String {

@@ -84,6 +84,8 @@ pub struct BackendOptions {
     pub docker: docker::settings::DockerSettings,
     pub lease: lease::LeasePolicy,
     pub warm_pools: Vec<pool::PoolSpec>,
+    /// The account local sandboxes run as; `None`: the worker's own.
+    pub local_user: Option<local::SandboxUser>,
     /// This worker's name and process instance id (pool entries' labels);
     /// `Worker::new` fills them in.
     pub worker: String,
@@ -93,6 +95,7 @@ pub struct BackendOptions {
 /// The local backend as a provider.
 pub struct LocalProvider {
     cwd: String,
+    user: Option<local::SandboxUser>,
     /// This worker's ledger on the host (absent in tests without a worker).
     ledger: Option<Arc<ledger::HostLedger>>,
 }
@@ -108,10 +111,12 @@ impl Provider for LocalProvider {
     }
 
     async fn create(&self, request: &CreateRequest) -> Result<Arc<dyn Sandbox>, SandboxError> {
-        Ok(Arc::new(
-            local::LocalSandbox::new(format!("local:{}", request.task_id), self.cwd.clone())
-                .with_ledger(self.ledger.clone()),
-        ))
+        let id = format!("local:{}", request.task_id);
+        let ledger = self.ledger.clone();
+        Ok(match &self.user {
+            Some(user) => local::LocalSandbox::for_user(id, self.cwd.clone(), user.clone(), ledger),
+            None => Arc::new(local::LocalSandbox::new(id, self.cwd.clone()).with_ledger(ledger)),
+        })
     }
 
     /// Local processes and directories of dead workers of this host.
@@ -180,6 +185,7 @@ impl Backends {
             match backend.as_str() {
                 "local" => providers.push(Arc::new(LocalProvider {
                     cwd: local_cwd.to_owned(),
+                    user: options.local_user.clone(),
                     ledger: ledger.clone(),
                 })),
                 "docker" => providers.push(Arc::new(docker::DockerProvider::new(

@@ -53,6 +53,8 @@ pub enum LinkError {
     BadAddress(String, String),
     #[error("cannot read the CA certificate {0}: {1}")]
     CaFile(PathBuf, std::io::Error),
+    #[error("cannot read the client certificate or key {0}: {1}")]
+    IdentityFile(PathBuf, std::io::Error),
 }
 
 fn event(e: worker_event::Event) -> WorkerEvent {
@@ -247,12 +249,16 @@ pub struct LinkOptions {
     pub token: String,
     /// CA certificate (PEM) to trust for https; public roots otherwise.
     pub ca_cert: Option<PathBuf>,
+    /// Client certificate and key (PEM) for a coordinator that demands them
+    /// of workers (mutual TLS, `serve --tls-client-ca`).
+    pub identity: Option<(PathBuf, PathBuf)>,
     pub connect_timeout: Duration,
 }
 
 /// Keeps the worker attached: connects, serves, and reconnects with
 /// exponential backoff (0.2 s doubling to 10 s, with jitter) until `shutdown`.
-/// A refused token ends it with an error: retrying would not help.
+/// A refused token (wrong, revoked, expired, or of a role that may not
+/// attach) ends it with an error: retrying would not help.
 pub async fn run_grpc(
     worker: Arc<Worker>,
     options: LinkOptions,
@@ -267,7 +273,14 @@ pub async fn run_grpc(
                 tracing::warn!(%reason, "lost the coordinator; reconnecting");
                 backoff = Duration::from_millis(200);
             }
-            Err(status) if status.code() == Code::Unauthenticated => {
+            // A wrong, revoked or expired token, or one whose role may not
+            // attach (a client token): retrying would not help.
+            Err(status)
+                if matches!(
+                    status.code(),
+                    Code::Unauthenticated | Code::PermissionDenied
+                ) =>
+            {
                 return Err(LinkError::Refused(status.message().to_owned()));
             }
             Err(status) if status.code() == Code::InvalidArgument => {
@@ -288,13 +301,21 @@ pub async fn run_grpc(
 }
 
 fn endpoint_for(options: &LinkOptions) -> Result<Endpoint, LinkError> {
+    let identity = options
+        .identity
+        .as_ref()
+        .map(|(cert, key)| (cert.as_path(), key.as_path()));
     caduceus_proto::coordinator_endpoint(
         &options.url,
         options.ca_cert.as_deref(),
+        identity,
         options.connect_timeout,
     )
     .map_err(|err| match err {
         caduceus_proto::EndpointError::CaFile { path, source } => LinkError::CaFile(path, source),
+        caduceus_proto::EndpointError::IdentityFile { path, source } => {
+            LinkError::IdentityFile(path, source)
+        }
         caduceus_proto::EndpointError::BadAddress { reason, .. } => {
             LinkError::BadAddress(options.url.clone(), reason)
         }
