@@ -132,6 +132,7 @@ impl Target {
                         RawArguments::Text(arguments.to_owned()),
                         task_id,
                         None,
+                        None,
                     )
                     .await;
                 Ok(CallReply {

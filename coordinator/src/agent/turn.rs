@@ -178,6 +178,7 @@ struct CallSite {
     session_id: String,
     task_id: String,
     filter: ToolFilter,
+    caller: Option<String>,
     iteration: u32,
     cancel: CancellationToken,
 }
@@ -255,6 +256,7 @@ impl CallSite {
                 tool_call_id: Some(call.id.clone()),
                 from_agent_loop: true,
                 filter: self.filter.clone(),
+                caller: self.caller.clone(),
             },
         };
         let done = tokio::select! {
@@ -561,6 +563,7 @@ impl AgentLoop {
             session_id: self.spec.session_id.clone(),
             task_id: self.spec.task_id.clone(),
             filter: self.spec.filter.clone(),
+            caller: self.spec.caller.clone(),
             iteration: parallel_iteration,
             cancel: self.spec.cancel.clone(),
         }
@@ -892,6 +895,7 @@ impl AgentLoop {
                     child_depth,
                 )),
                 filter: child_filter(&self.spec.filter, role),
+                caller: self.spec.caller.clone(),
                 max_iterations: config.max_iterations(),
                 model_label: model_label.clone(),
                 role: Some(role),

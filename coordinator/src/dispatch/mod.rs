@@ -14,7 +14,7 @@ pub mod hooks;
 pub mod repair;
 mod status;
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -38,6 +38,9 @@ pub struct CallContext {
     pub task_id: String,
     pub session_id: Option<String>,
     pub tool_call_id: Option<String>,
+    /// The name of the client token the call came with (`shared` for the
+    /// shared token), for the audit log.
+    pub caller: Option<String>,
     /// True when the agent loop makes the call (it handles agent-loop tools itself).
     pub from_agent_loop: bool,
     /// The tools this caller may use (a session's toolsets, a child's blocked tools).
@@ -97,6 +100,8 @@ pub struct DispatchConfig {
     pub environment_settings: Value,
     /// Upper bound for calls without a timeout of their own.
     pub default_call_deadline: Duration,
+    /// Where every call is recorded as it leaves the pipeline.
+    pub audit: Option<crate::audit::AuditLog>,
 }
 
 impl Default for DispatchConfig {
@@ -107,6 +112,7 @@ impl Default for DispatchConfig {
             terminal_timeout_secs: 180,
             environment_settings: Value::Object(Map::new()),
             default_call_deadline: Duration::from_secs(600),
+            audit: None,
         }
     }
 }
@@ -200,19 +206,35 @@ impl Dispatcher {
             arguments,
             ctx,
         } = request;
+        // The gate's verdict, once it has judged the call (for the audit log).
+        let verdict: OnceLock<&'static str> = OnceLock::new();
         let finish = |tool: String,
                       result: String,
                       status: CallStatus,
                       worker: Option<String>,
-                      args: Option<Map<String, Value>>| CallOutcome {
-            tool,
-            // Every result leaves here: no secret this process knows reaches
-            // the model or a client, whatever tool or worker printed it.
-            result: caduceus_common::redact::mask_known_secrets(&result).into_owned(),
-            status,
-            worker,
-            duration: started.elapsed(),
-            arguments: args,
+                      args: Option<Map<String, Value>>| {
+            let duration = started.elapsed();
+            if let Some(audit) = &self.config.audit {
+                audit.tool_call(
+                    &ctx,
+                    &tool,
+                    args.as_ref(),
+                    verdict.get().copied(),
+                    worker.as_deref(),
+                    status,
+                    duration,
+                );
+            }
+            CallOutcome {
+                tool,
+                // Every result leaves here: no secret this process knows reaches
+                // the model or a client, whatever tool or worker printed it.
+                result: caduceus_common::redact::mask_known_secrets(&result).into_owned(),
+                status,
+                worker,
+                duration,
+                arguments: args,
+            }
         };
 
         // 1. Arguments must be a JSON object; nothing runs otherwise.
@@ -277,8 +299,16 @@ impl Dispatcher {
             backend: snapshot.terminal_backend(),
         };
         let admission = match self.gate.admit(&gate_call).await {
-            Ok(admission) => admission,
+            Ok(admission) => {
+                let _ = verdict.set(if admission.approval_note.is_some() {
+                    "approved"
+                } else {
+                    "allowed"
+                });
+                admission
+            }
             Err(refusal) => {
+                let _ = verdict.set("refused");
                 self.post_hooks(
                     &name,
                     &args,

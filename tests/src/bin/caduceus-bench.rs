@@ -87,7 +87,7 @@ async fn run(mode: &str, n: usize, work: &Path) -> Value {
                 let fleet = fleet.clone();
                 async move {
                     fleet
-                        .call_tool(&tool, RawArguments::Text(args), &task, None)
+                        .call_tool(&tool, RawArguments::Text(args), &task, None, None)
                         .await
                         .result
                 }
