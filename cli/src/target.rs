@@ -13,13 +13,13 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tonic::metadata::MetadataValue;
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
+use tonic::transport::Channel;
 use tonic::{Request, Status};
 
 use caduceus_coordinator::Coordinator;
+use caduceus_coordinator::call::ToolFilter;
 use caduceus_coordinator::dispatch::RawArguments;
-use caduceus_coordinator::guard::Gate;
-use caduceus_coordinator::registry::ToolFilter;
+use caduceus_coordinator::gate::Gate;
 use caduceus_proto::control_client::ControlClient;
 use caduceus_proto::{
     CallToolRequest, ListToolsRequest, StatusRequest, StatusResponse, bearer, worker_event,
@@ -31,6 +31,19 @@ use crate::token::TokenArgs;
 
 type AuthFn = Box<dyn FnMut(Request<()>) -> Result<Request<()>, Status> + Send>;
 pub type Client = ControlClient<InterceptedService<Channel, AuthFn>>;
+
+/// The connection to a remote coordinator broke while a call was in flight
+/// (the coordinator died or the network failed): no result will come.
+#[derive(Debug)]
+pub struct ConnectionLost(pub String);
+
+impl std::fmt::Display for ConnectionLost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the connection to the coordinator was lost: {}", self.0)
+    }
+}
+
+impl std::error::Error for ConnectionLost {}
 
 /// The result of one call as the CLI reports it.
 pub struct CallReply {
@@ -117,7 +130,7 @@ impl Target {
                         session_id: String::new(),
                     })
                     .await
-                    .map_err(|s| status_error(&s))?
+                    .map_err(|s| call_error(&s))?
                     .into_inner();
                 Ok(CallReply {
                     result: response.result,
@@ -136,10 +149,24 @@ impl Target {
                     )
                     .await;
                 Ok(CallReply {
-                    result: outcome.result,
+                    result: outcome.render(),
                     worker: outcome.worker.unwrap_or_default(),
                 })
             }
+        }
+    }
+
+    /// After a call was abandoned (its future dropped, which resets its
+    /// stream and so cancels it on the coordinator): waits until the
+    /// coordinator has answered a later request on the same connection, so
+    /// the reset has reached it. False when it did not answer within `within`.
+    pub async fn confirm_abandoned(&mut self, within: Duration) -> bool {
+        match self {
+            Target::Remote(client) => tokio::time::timeout(within, client.status(StatusRequest {}))
+                .await
+                .is_ok_and(|answered| answered.is_ok()),
+            // In process, dropping the call cancelled it on the worker.
+            Target::Embedded(_) => true,
         }
     }
 
@@ -262,7 +289,7 @@ async fn attach_in_process(
         .attach_worker(stream, commands, "in-process".to_owned())
         .await
         .map_err(|s| status_error(&s))?;
-    tokio::spawn(caduceus_worker::link::serve_connection(
+    tokio::spawn(caduceus_worker::link::serve_in_process(
         worker,
         ReceiverStream::new(commands_rx),
         events,
@@ -273,29 +300,11 @@ async fn attach_in_process(
 
 /// A Control client that presents the token on every request.
 pub async fn connect(url: &str, token: &str, ca: Option<&std::path::Path>) -> Result<Client> {
-    let url = if url.contains("://") {
-        url.to_owned()
-    } else {
-        format!("http://{url}")
-    };
-    let mut endpoint = Endpoint::from_shared(url.clone())
-        .with_context(|| format!("invalid coordinator address '{url}'"))?
-        .connect_timeout(Duration::from_secs(10))
-        .tcp_nodelay(true);
-    if url.starts_with("https://") {
-        let mut tls = ClientTlsConfig::new();
-        tls = match ca {
-            Some(path) => tls.ca_certificate(Certificate::from_pem(
-                std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?,
-            )),
-            None => tls.with_webpki_roots(),
-        };
-        endpoint = endpoint.tls_config(tls)?;
-    }
+    let endpoint = caduceus_proto::coordinator_endpoint(url, ca, None, Duration::from_secs(10))?;
     let channel = endpoint
         .connect()
         .await
-        .with_context(|| format!("cannot reach the coordinator at {url}"))?;
+        .with_context(|| format!("cannot reach the coordinator at {}", endpoint.uri()))?;
     let value: MetadataValue<_> = bearer(token)
         .parse()
         .map_err(|_| anyhow!("the token contains characters not allowed in a header"))?;
@@ -306,10 +315,30 @@ pub async fn connect(url: &str, token: &str, ca: Option<&std::path::Path>) -> Re
         Ok(request)
     });
     Ok(ControlClient::with_interceptor(channel, auth)
-        .max_decoding_message_size(64 * 1024 * 1024)
-        .max_encoding_message_size(64 * 1024 * 1024))
+        .max_decoding_message_size(caduceus_proto::MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(caduceus_proto::MAX_MESSAGE_BYTES))
 }
 
 fn status_error(status: &Status) -> anyhow::Error {
     anyhow!("{}", status.message())
+}
+
+/// A failed CallTool: a broken connection is [`ConnectionLost`]; the
+/// coordinator's own refusals (a bad token) keep their message. The Control
+/// service answers every call with a result, so any other status comes from
+/// the transport.
+fn call_error(status: &Status) -> anyhow::Error {
+    use tonic::Code;
+    match status.code() {
+        Code::Unavailable | Code::Unknown | Code::Cancelled | Code::Internal | Code::Aborted => {
+            let mut detail = status.message().to_owned();
+            let mut source = std::error::Error::source(status);
+            while let Some(cause) = source {
+                detail.push_str(&format!(": {cause}"));
+                source = cause.source();
+            }
+            ConnectionLost(detail).into()
+        }
+        _ => status_error(status),
+    }
 }

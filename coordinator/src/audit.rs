@@ -16,14 +16,14 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 use serde_json::{Map, Value};
 
 use caduceus_common::redact::{RedactMode, redact};
 
-use crate::dispatch::{CallContext, CallStatus};
+use crate::call::{CallContext, CallStatus, ToolResult};
 
 /// Where the log goes and when it rotates.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -198,27 +198,20 @@ impl AuditLog {
     }
 
     /// A tool call at the pipeline's exit.
-    #[allow(clippy::too_many_arguments)]
-    pub fn tool_call(
-        &self,
-        ctx: &CallContext,
-        tool: &str,
-        arguments: Option<&Map<String, Value>>,
-        verdict: Option<&'static str>,
-        worker: Option<&str>,
-        status: CallStatus,
-        duration: Duration,
-    ) {
+    pub fn tool_call(&self, ctx: &CallContext, done: &ToolResult, verdict: Option<&'static str>) {
         self.record(&AuditEvent::ToolCall(ToolCallLine {
             token: ctx.caller.clone(),
             session: ctx.session_id.clone().filter(|s| !s.is_empty()),
             task: ctx.task_id.clone(),
-            tool: tool.to_owned(),
-            arguments: arguments.map(|args| masked(&Value::Object(args.clone()))),
+            tool: done.tool.clone(),
+            arguments: done
+                .arguments
+                .as_ref()
+                .map(|args| masked(&Value::Object(args.clone()))),
             verdict,
-            worker: worker.map(str::to_owned),
-            status,
-            duration_ms: u64::try_from(duration.as_millis()).unwrap_or(u64::MAX),
+            worker: done.worker.clone(),
+            status: done.status,
+            duration_ms: u64::try_from(done.duration.as_millis()).unwrap_or(u64::MAX),
         }));
     }
 

@@ -14,6 +14,24 @@ fn lines(path: &Path) -> Vec<Value> {
         .collect()
 }
 
+/// A finished call of `tool` with `arguments`.
+fn done(
+    tool: &str,
+    arguments: Option<&Value>,
+    worker: Option<&str>,
+    status: CallStatus,
+) -> ToolResult {
+    ToolResult {
+        worker: worker.map(str::to_owned),
+        duration: Duration::from_millis(42),
+        arguments: arguments.and_then(Value::as_object).cloned(),
+        ..ToolResult::new(
+            tool.to_owned(),
+            crate::call::ToolReply::new(status, "{}".to_owned()),
+        )
+    }
+}
+
 fn ctx() -> CallContext {
     CallContext {
         task_id: "t1".to_owned(),
@@ -30,12 +48,8 @@ fn each_event_is_one_line_with_its_time_and_fields() {
     let args = json!({"command": "echo hi", "timeout": 5});
     log.tool_call(
         &ctx(),
-        "terminal",
-        args.as_object(),
+        &done("terminal", Some(&args), Some("w1"), CallStatus::Ok),
         Some("allowed"),
-        Some("w1"),
-        CallStatus::Ok,
-        Duration::from_millis(42),
     );
     log.record(&AuditEvent::Approval(ApprovalLine {
         approval_id: "ap_1".to_owned(),
@@ -75,12 +89,8 @@ fn secrets_in_arguments_are_masked() {
     let args = json!({"command": "curl -H 'x' https://x; DB_PASSWORD=hunter2hunter2 ./deploy.sh", "env": ["OPENAI_API_KEY=sk-abcdefghijklmnopqrstuvwxyz123456"]});
     log.tool_call(
         &ctx(),
-        "terminal",
-        args.as_object(),
+        &done("terminal", Some(&args), None, CallStatus::Error),
         None,
-        None,
-        CallStatus::Error,
-        Duration::ZERO,
     );
     log.flush();
     let text = std::fs::read_to_string(dir.path().join("audit.jsonl")).unwrap();
@@ -160,15 +170,7 @@ fn lines_queued_before_the_last_handle_drops_are_written() {
     let path = dir.path().join("audit.jsonl");
     let log = AuditLog::open(AuditConfig::in_home(dir.path())).unwrap();
     for _ in 0..100 {
-        log.tool_call(
-            &ctx(),
-            "read_file",
-            None,
-            None,
-            None,
-            CallStatus::Ok,
-            Duration::ZERO,
-        );
+        log.tool_call(&ctx(), &done("read_file", None, None, CallStatus::Ok), None);
     }
     drop(log);
     // The writer drains its queue and exits; wait for it without a fixed sleep.

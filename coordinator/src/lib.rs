@@ -5,8 +5,9 @@
 pub mod agent;
 pub mod audit;
 pub mod auth;
+pub mod call;
 pub mod dispatch;
-pub mod guard;
+pub mod gate;
 pub mod registry;
 pub mod scheduler;
 pub mod server;
@@ -27,10 +28,12 @@ use caduceus_proto::{
 
 use agent::{AgentSettings, SessionHub};
 use auth::{Authenticator, TokenError, TokenInfo, TokenStore};
-use dispatch::{CallContext, CallOutcome, CallRequest, DispatchConfig, Dispatcher, RawArguments};
-use guard::Gate;
+use call::ToolFilter;
+use call::{CallContext, ToolResult};
+use dispatch::{CallRequest, DispatchConfig, Dispatcher, RawArguments};
+use gate::Gate;
+use registry::RegistryError;
 use registry::actor::RegistryHandle;
-use registry::{RegistryError, ToolFilter};
 use scheduler::{AttachError, SchedulerConfig, SchedulerHandle};
 
 /// Everything a coordinator needs to start.
@@ -45,8 +48,11 @@ pub struct CoordinatorConfig {
     pub terminal_backend: String,
     /// Default `terminal` timeout (`TERMINAL_TIMEOUT`), seconds.
     pub terminal_timeout_secs: u64,
-    /// Interval workers heartbeat at; three missed ones mean the worker is gone.
-    pub heartbeat_interval: Duration,
+    /// Heartbeat interval and the silences after which a worker is suspect
+    /// and lost.
+    pub liveness: scheduler::Liveness,
+    /// Longest foreground `terminal` timeout, seconds (hermes: 600).
+    pub max_foreground_timeout_secs: u64,
     /// Backend settings sent with every call (image, cwd, …).
     pub environment_settings: Value,
     /// Results above this many characters are persisted (hermes: 100,000).
@@ -64,7 +70,8 @@ impl Default for CoordinatorConfig {
             token: String::new(),
             terminal_backend: "local".to_owned(),
             terminal_timeout_secs: 180,
-            heartbeat_interval: Duration::from_secs(5),
+            liveness: scheduler::Liveness::default(),
+            max_foreground_timeout_secs: 600,
             environment_settings: Value::Object(serde_json::Map::new()),
             result_cap: 100_000,
             agent: AgentSettings::default(),
@@ -141,7 +148,7 @@ impl Coordinator {
         let (scheduler, _) = SchedulerHandle::start(
             registry.clone(),
             SchedulerConfig {
-                heartbeat_interval: config.heartbeat_interval,
+                liveness: config.liveness,
                 notices: Some(notices),
             },
         )
@@ -150,6 +157,7 @@ impl Coordinator {
             owner: config.id.clone(),
             default_result_cap: config.result_cap,
             terminal_timeout_secs: config.terminal_timeout_secs,
+            max_foreground_timeout_secs: config.max_foreground_timeout_secs,
             environment_settings: config.environment_settings.clone(),
             audit: config.audit.clone(),
             ..DispatchConfig::default()
@@ -279,7 +287,7 @@ impl Coordinator {
 
     /// Approval state of the command guard; `None` when the coordinator runs
     /// without one (an open gate).
-    pub fn approvals(&self) -> Option<Arc<guard::Approvals>> {
+    pub fn approvals(&self) -> Option<Arc<gate::Approvals>> {
         self.dispatcher.gate().approvals()
     }
 
@@ -308,7 +316,7 @@ impl Coordinator {
         task_id: &str,
         session_id: Option<String>,
         caller: Option<String>,
-    ) -> CallOutcome {
+    ) -> ToolResult {
         let task_id = if task_id.is_empty() {
             "default"
         } else {
@@ -390,8 +398,9 @@ impl Coordinator {
             command: Some(worker_command::Command::Welcome(Welcome {
                 worker_id: attached.worker_id.clone(),
                 coordinator_id: self.id.clone(),
-                heartbeat_interval_ms: u32::try_from(self.config.heartbeat_interval.as_millis())
-                    .unwrap_or(u32::MAX),
+                heartbeat_interval_ms: millis(self.config.liveness.heartbeat_interval),
+                lost_after_ms: millis(self.config.liveness.lost_after),
+                stale: attached.stale,
             })),
         };
         if commands.send(Ok(welcome)).await.is_err() {
@@ -408,12 +417,20 @@ impl Coordinator {
         Ok(attached.worker_id)
     }
 
-    /// Stops accepting calls and stops the actors.
+    /// Stops accepting calls and stops the actors. Sessions are cancelled,
+    /// except durable ones (a served coordinator's): those stay recorded as
+    /// running, and the next coordinator on the database resumes them.
     pub fn shutdown(&self) {
-        self.sessions.cancel_all();
+        if !self.config.agent.durable {
+            self.sessions.cancel_all();
+        }
         self.scheduler.stop();
         self.registry.stop();
     }
+}
+
+fn millis(duration: Duration) -> u32 {
+    u32::try_from(duration.as_millis()).unwrap_or(u32::MAX)
 }
 
 /// Sends `message` to `actor` and waits for the reply; `None` when the actor

@@ -27,9 +27,10 @@ use caduceus_proto::EnvironmentNotice;
 use super::delegate::{Role, Tokens, TraceEntry};
 use super::events::{self, EventStream};
 use super::hub::HubInner;
+use super::resume::Restored;
 use super::store::SessionEnd;
 use super::turn::AgentLoop;
-use crate::registry::ToolFilter;
+use crate::call::ToolFilter;
 
 /// Everything that defines one session.
 #[derive(Debug, Clone)]
@@ -58,6 +59,8 @@ pub(crate) struct SessionSpec {
     pub cancel: CancellationToken,
     /// A child's position in its parent's batch.
     pub task_index: Option<usize>,
+    /// A child's `delegate_task` call in its parent.
+    pub parent_call_id: Option<String>,
 }
 
 /// How a session ended.
@@ -84,6 +87,17 @@ impl EndStatus {
             EndStatus::Interrupted => "interrupted",
             EndStatus::Failed => "failed",
             EndStatus::Crashed => "crashed",
+        }
+    }
+
+    /// The status a stored state names (an unknown one reads as failed).
+    pub fn parse(state: &str) -> Self {
+        match state {
+            "completed" => EndStatus::Completed,
+            "max_iterations" => EndStatus::MaxIterations,
+            "interrupted" => EndStatus::Interrupted,
+            "crashed" => EndStatus::Crashed,
+            _ => EndStatus::Failed,
         }
     }
 }
@@ -140,9 +154,25 @@ pub(crate) struct SessionArgs {
     pub events: EventStream,
     /// Where a child's outcome goes.
     pub report: Option<oneshot::Sender<SessionOutcome>>,
+    /// A session resumed after a restart: where it carries on.
+    pub restored: Option<Restored>,
 }
 
 pub(crate) struct SessionActor;
+
+/// Starts a session actor: the one way sessions start. A child is linked to
+/// its parent's actor (the parent outlives it and sees it stop); a root
+/// session has no supervisor.
+pub(crate) async fn start_session(
+    args: SessionArgs,
+    parent: Option<ractor::ActorCell>,
+) -> Result<(), ractor::SpawnErr> {
+    match parent {
+        Some(parent) => Actor::spawn_linked(None, SessionActor, args, parent).await,
+        None => Actor::spawn(None, SessionActor, args).await,
+    }
+    .map(|_| ())
+}
 
 pub(crate) struct SessionState {
     hub: Arc<HubInner>,
@@ -169,7 +199,7 @@ impl Actor for SessionActor {
         let shared = Arc::new(SessionShared::default());
         args.hub
             .register(&args.spec, myself.clone(), shared.clone());
-        let agent = AgentLoop::new(
+        let mut agent = AgentLoop::new(
             args.hub.clone(),
             args.spec.clone(),
             args.model,
@@ -178,6 +208,9 @@ impl Actor for SessionActor {
             notices_rx,
             shared.clone(),
         );
+        if let Some(restored) = args.restored {
+            agent.restore(restored);
+        }
         let handle = tokio::spawn(agent.run());
         let me = myself;
         tokio::spawn(async move {
@@ -337,4 +370,7 @@ pub(crate) async fn conclude(
             "workers": outcome.workers,
         }),
     );
+    if spec.parent_id.is_none() {
+        hub.stream_ended(&spec.session_id);
+    }
 }

@@ -40,6 +40,7 @@ const CLIENT_METHODS: &[&str] = &[
     "ReleaseEnvironment",
     "StartSession",
     "CancelSession",
+    "AttachSession",
     "AnswerClarify",
 ];
 

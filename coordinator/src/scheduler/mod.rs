@@ -7,6 +7,10 @@
 //!   holds its environment — and least-loaded (running calls over capacity,
 //!   then pinned tasks) for a task seen for the first time. A task whose worker
 //!   went away is placed afresh and the caller learns its environment was reset.
+//! - Fencing: every fresh placement of a task gets a new, larger epoch. A
+//!   worker returning with an environment older than its task's latest epoch
+//!   is told (in its welcome) that it is stale and ends it; nothing is ever
+//!   answered from it, and a task has at most one live environment.
 
 pub mod link;
 
@@ -21,13 +25,16 @@ use tokio::sync::{mpsc, oneshot};
 use tonic::Status;
 
 use caduceus_proto::{
-    Drain, EnvironmentSpec, Hello, ReleaseEnvironment, RunCall, WorkerCommand, WorkerStatus,
-    worker_command,
+    Drain, EnvironmentSpec, Hello, PersistResult, ReleaseEnvironment, RunCall, StaleEnvironment,
+    WorkerCommand, WorkerStatus, worker_command,
 };
 
 use crate::ask;
+use crate::call::{CallStatus, ToolReply};
 use crate::registry::actor::RegistryHandle;
-pub use link::{CallTable, LinkFailure, LinkMsg, NoticeSink, WorkerLink, WorkerShared};
+pub use link::{
+    CallCommand, CallTable, LinkFailure, LinkMsg, NoticeSink, WorkerLink, WorkerShared,
+};
 
 /// A call for a worker tool, as the dispatcher hands it over.
 #[derive(Debug)]
@@ -41,17 +48,32 @@ pub struct WorkerCall {
     pub owner: String,
     pub result_cap_chars: u64,
     pub output: Option<mpsc::Sender<Bytes>>,
+    /// The tool's own timeout, decided by dispatch; the worker obeys it.
+    pub timeout: Option<Duration>,
     /// After this long the call is cancelled on the worker and answered here.
     pub deadline: Duration,
 }
 
 #[derive(Debug, Clone)]
 pub struct WorkerCallDone {
-    pub result: String,
+    /// The tool's answer as the worker sent it.
+    pub reply: ToolReply,
     pub worker: String,
     /// Set when the task's environment was lost with this worker (name given)
     /// and the call ran in a fresh one.
     pub reset_from: Option<String>,
+    /// What the model is told about a recreated environment: lost with its
+    /// worker (`reset_from`), or its sandbox vanished on this worker.
+    pub environment_reset: Option<String>,
+    /// Wall time the worker spent on the call.
+    pub worker_duration: Duration,
+}
+
+/// The notice for a task whose environment was lost with its worker.
+fn lost_worker_notice(previous_worker: &str) -> String {
+    format!(
+        "The previous environment of this task was lost (worker '{previous_worker}' went away); this call ran in a fresh environment. Files, the working directory, variables and background processes from earlier calls are gone."
+    )
 }
 
 #[derive(Debug, Clone, thiserror::Error)]
@@ -67,6 +89,10 @@ pub enum ScheduleError {
     #[error("The worker '{worker}' is draining and takes no new calls; retry shortly.")]
     Draining { worker: String },
     #[error(
+        "The worker '{worker}' holding this task has not been heard from for {silent_secs:.1}s (suspect); the call was not sent. Retry shortly: it is either back or declared lost by then."
+    )]
+    Suspect { worker: String, silent_secs: f64 },
+    #[error(
         "The call did not finish within {after_secs}s on worker '{worker}'; it was cancelled there."
     )]
     Timeout { worker: String, after_secs: u64 },
@@ -79,6 +105,7 @@ impl ScheduleError {
         match self {
             ScheduleError::WorkerLost { worker, .. }
             | ScheduleError::Draining { worker }
+            | ScheduleError::Suspect { worker, .. }
             | ScheduleError::Timeout { worker, .. } => Some(worker),
             _ => None,
         }
@@ -105,6 +132,8 @@ pub struct Placement {
     pub worker_name: String,
     pub calls: Arc<CallTable>,
     pub reset_from: Option<String>,
+    /// The placement's epoch, carried by every call (see the module docs).
+    pub epoch: u64,
 }
 
 pub struct AttachedWorker {
@@ -112,11 +141,13 @@ pub struct AttachedWorker {
     pub link: ActorRef<LinkMsg>,
     /// The worker's calls in flight; the stream reader completes them.
     pub calls: Arc<CallTable>,
+    /// Environments of its hello that it must end (sent in the welcome).
+    pub stale: Vec<StaleEnvironment>,
 }
 
 /// task id -> its placement: the scheduler's placement table, read by callers
 /// without a message to the scheduler (written only by the scheduler actor).
-type Placements = Arc<RwLock<HashMap<String, Placement>>>;
+pub(crate) type Placements = Arc<RwLock<HashMap<String, Placement>>>;
 
 pub enum SchedulerMsg {
     Attach {
@@ -173,23 +204,72 @@ impl WorkerRecord {
         self.shared().draining.load(Ordering::Relaxed)
     }
 
-    /// Takes new tasks: not draining, and its link is still up.
+    /// Takes new tasks: not draining, and its link is still up (a suspect
+    /// worker is not excluded here: placement waits for it to recover or be
+    /// lost rather than failing).
     fn takes_new_tasks(&self) -> bool {
         !self.is_draining() && !self.calls.is_closed()
     }
 
-    fn placement(&self, reset_from: Option<String>) -> Placement {
+    fn suspect(&self, liveness: &Liveness) -> Option<ScheduleError> {
+        let silent = self.shared().heartbeat_age();
+        (silent > liveness.suspect_after).then(|| ScheduleError::Suspect {
+            worker: self.name.clone(),
+            silent_secs: silent.as_secs_f64(),
+        })
+    }
+
+    fn placement(&self, reset_from: Option<String>, epoch: u64) -> Placement {
         Placement {
             worker_id: self.worker_id.clone(),
             worker_name: self.name.clone(),
             calls: self.calls.clone(),
             reset_from,
+            epoch,
         }
     }
 }
 
-pub struct SchedulerConfig {
+/// When a silent worker is suspect and when it is lost: the one owner of
+/// these thresholds (the link applies them, placement and status read them,
+/// the welcome tells the worker).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Liveness {
+    /// How often workers heartbeat.
     pub heartbeat_interval: Duration,
+    /// Silent this long: `suspect` — shown in status, no new placements.
+    pub suspect_after: Duration,
+    /// Silent this long: lost — its calls are answered with an error, its
+    /// tasks are placed afresh.
+    pub lost_after: Duration,
+}
+
+impl Liveness {
+    /// Suspect after 1.5 intervals of silence, lost after 3.
+    pub fn from_interval(heartbeat_interval: Duration) -> Self {
+        Liveness {
+            heartbeat_interval,
+            suspect_after: heartbeat_interval * 3 / 2,
+            lost_after: heartbeat_interval * 3,
+        }
+    }
+
+    /// How often a link looks at its worker's silence: often enough that a
+    /// lost worker is noticed well within a heartbeat interval of the threshold.
+    pub fn check_every(&self) -> Duration {
+        (self.suspect_after / 6).clamp(Duration::from_millis(20), Duration::from_millis(250))
+    }
+}
+
+impl Default for Liveness {
+    /// Heartbeat every second; suspect after 1.5 s, lost after 3 s.
+    fn default() -> Self {
+        Liveness::from_interval(Duration::from_secs(1))
+    }
+}
+
+pub struct SchedulerConfig {
+    pub liveness: Liveness,
     pub notices: Option<NoticeSink>,
 }
 
@@ -210,6 +290,13 @@ pub struct SchedulerState {
     placements: Placements,
     /// task id -> name of the worker that held its environment when it was lost
     lost: HashMap<String, String>,
+    /// task id -> its latest epoch, kept after the task's worker is lost or
+    /// its environment released: an environment older than this is stale for
+    /// ever.
+    epochs: HashMap<String, u64>,
+    /// The last epoch handed out; starts at the wall clock (microseconds) so
+    /// that a restarted coordinator's epochs are newer than its predecessor's.
+    last_epoch: u64,
     next_worker: u64,
 }
 
@@ -219,6 +306,13 @@ fn write(placements: &Placements) -> RwLockWriteGuard<'_, HashMap<String, Placem
 }
 
 impl SchedulerState {
+    /// A new epoch for `task_id`, newer than every environment of it.
+    fn new_epoch(&mut self, task_id: &str) -> u64 {
+        self.last_epoch += 1;
+        self.epochs.insert(task_id.to_owned(), self.last_epoch);
+        self.last_epoch
+    }
+
     async fn publish_fleet(&self) {
         let backends: BTreeSet<String> = self
             .workers
@@ -259,6 +353,11 @@ impl SchedulerState {
                 });
             }
             if !record.calls.is_closed() {
+                // A suspect worker keeps its tasks; their calls wait until it
+                // is heard from again or declared lost.
+                if let Some(suspect) = record.suspect(&self.config.liveness) {
+                    return Err(suspect);
+                }
                 return Ok(placed.clone());
             }
             // The worker's link is gone (the scheduler has not heard yet): so
@@ -277,10 +376,16 @@ impl SchedulerState {
         for placed in placements.values() {
             *pinned.entry(placed.worker_id.as_str()).or_default() += 1;
         }
-        let chosen = self
+        let liveness = self.config.liveness;
+        let candidates: Vec<&WorkerRecord> = self
             .workers
             .values()
             .filter(|w| w.takes_new_tasks() && w.backends.iter().any(|b| b == backend))
+            .collect();
+        let chosen = candidates
+            .iter()
+            .copied()
+            .filter(|w| w.suspect(&liveness).is_none())
             .min_by(|a, b| {
                 let load = |w: &WorkerRecord| {
                     f64::from(w.shared().running.load(Ordering::Relaxed))
@@ -294,12 +399,32 @@ impl SchedulerState {
                             .cmp(&pinned.get(b.worker_id.as_str()))
                     })
                     .then_with(|| a.name.cmp(&b.name))
-            })
-            .ok_or_else(|| ScheduleError::NoWorker {
-                backend: backend.to_owned(),
-            })?;
-        placements.insert(task_id.to_owned(), chosen.placement(None));
-        Ok(chosen.placement(self.lost.remove(task_id)))
+            });
+        let Some(chosen) = chosen else {
+            // Only suspect workers offer the backend: the caller waits for
+            // one of them to be heard from or lost.
+            return Err(candidates
+                .iter()
+                .find_map(|w| w.suspect(&liveness))
+                .unwrap_or_else(|| ScheduleError::NoWorker {
+                    backend: backend.to_owned(),
+                }));
+        };
+        let placed = chosen.placement(None, 0);
+        drop(placements);
+        let epoch = self.new_epoch(task_id);
+        write(&self.placements).insert(
+            task_id.to_owned(),
+            Placement {
+                epoch,
+                ..placed.clone()
+            },
+        );
+        Ok(Placement {
+            epoch,
+            reset_from: self.lost.remove(task_id),
+            ..placed
+        })
     }
 
     fn status(&self) -> Vec<WorkerStatus> {
@@ -314,7 +439,14 @@ impl SchedulerState {
                 backends: w.backends.clone(),
                 capacity: w.capacity,
                 running_calls: w.shared().running.load(Ordering::Relaxed),
-                state: if w.is_draining() { "draining" } else { "ready" }.to_owned(),
+                state: if w.is_draining() {
+                    "draining"
+                } else if w.suspect(&self.config.liveness).is_some() {
+                    "suspect"
+                } else {
+                    "ready"
+                }
+                .to_owned(),
                 attached_ms: u64::try_from(w.attached_at.elapsed().as_millis()).unwrap_or(u64::MAX),
                 last_heartbeat_ms: u64::try_from(w.shared().heartbeat_age().as_millis())
                     .unwrap_or(u64::MAX),
@@ -343,6 +475,11 @@ impl Actor for Scheduler {
             workers: HashMap::new(),
             placements: args.placements,
             lost: HashMap::new(),
+            epochs: HashMap::new(),
+            last_epoch: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX / 2))
+                .unwrap_or(1),
             next_worker: 0,
         })
     }
@@ -383,6 +520,9 @@ impl Actor for Scheduler {
                         }));
                 }
                 state.lost.remove(&task_id);
+                // An environment of it that a disconnected worker still holds
+                // is stale from now on.
+                state.new_epoch(&task_id);
                 let _ = reply.send(placed.is_some());
             }
             SchedulerMsg::Status { reply } => {
@@ -502,9 +642,12 @@ async fn attach(
         name: name.clone(),
         calls: calls.clone(),
         backends: hello.backends.clone(),
-        heartbeat_interval: state.config.heartbeat_interval,
+        liveness: state.config.liveness,
+        last_check: Instant::now(),
+        judge_after: Instant::now(),
         scheduler: myself.clone(),
         notices: state.config.notices.clone(),
+        placements: state.placements.clone(),
     };
     let (link, _join) = Actor::spawn_linked(None, WorkerLink, args, myself.get_cell())
         .await
@@ -523,21 +666,61 @@ async fn attach(
         link: link.clone(),
         calls: calls.clone(),
     };
-    // Environments that survived a reconnect stay pinned to this worker.
-    {
-        let mut placements = write(&state.placements);
-        for env in &hello.environments {
-            state.lost.remove(&env.task_id);
-            placements.insert(env.task_id.clone(), record.placement(None));
-        }
-    }
+    let stale = adopt_environments(state, &record, &hello.environments);
     state.workers.insert(worker_id.clone(), record);
     state.publish_fleet().await;
     Ok(AttachedWorker {
         worker_id,
         link,
         calls,
+        stale,
     })
+}
+
+/// Environments that survived a reconnect stay pinned to their worker if
+/// they are their task's latest (nothing placed it elsewhere or released it
+/// meanwhile); the others are stale. Returns the stale ones.
+fn adopt_environments(
+    state: &mut SchedulerState,
+    record: &WorkerRecord,
+    environments: &[caduceus_proto::EnvironmentInfo],
+) -> Vec<StaleEnvironment> {
+    let mut stale = Vec::new();
+    for env in environments {
+        let task = &env.task_id;
+        let placed = write(&state.placements).get(task).cloned();
+        let newest = match &placed {
+            Some(placed) => env.epoch > placed.epoch,
+            None => state
+                .epochs
+                .get(task)
+                .is_none_or(|latest| env.epoch >= *latest),
+        };
+        if !newest {
+            tracing::info!(task = %task, worker = %record.name, epoch = env.epoch, "stale environment: the task was placed elsewhere or released meanwhile");
+            stale.push(StaleEnvironment {
+                task_id: task.clone(),
+                epoch: env.epoch,
+            });
+            continue;
+        }
+        if let Some(placed) = placed
+            && let Some(other) = state.workers.get(&placed.worker_id)
+        {
+            // Only after a coordinator restart can two workers hold one
+            // task; the older environment goes.
+            other
+                .calls
+                .send(worker_command::Command::Release(ReleaseEnvironment {
+                    task_id: task.clone(),
+                }));
+        }
+        state.lost.remove(task);
+        state.epochs.insert(task.clone(), env.epoch);
+        state.last_epoch = state.last_epoch.max(env.epoch);
+        write(&state.placements).insert(task.clone(), record.placement(None, env.epoch));
+    }
+    stale
 }
 
 /// Handle for the rest of the coordinator.
@@ -545,6 +728,7 @@ async fn attach(
 pub struct SchedulerHandle {
     actor: ActorRef<SchedulerMsg>,
     placements: Placements,
+    liveness: Liveness,
 }
 
 impl SchedulerHandle {
@@ -553,13 +737,21 @@ impl SchedulerHandle {
         config: SchedulerConfig,
     ) -> Result<(Self, tokio::task::JoinHandle<()>), ractor::SpawnErr> {
         let placements = Placements::default();
+        let liveness = config.liveness;
         let args = SchedulerArgs {
             registry,
             config,
             placements: placements.clone(),
         };
         let (actor, join) = Actor::spawn(None, Scheduler, args).await?;
-        Ok((SchedulerHandle { actor, placements }, join))
+        Ok((
+            SchedulerHandle {
+                actor,
+                placements,
+                liveness,
+            },
+            join,
+        ))
     }
 
     pub async fn attach(
@@ -589,6 +781,7 @@ impl SchedulerHandle {
         if let Some(placement) = known
             && !placement.calls.is_closed()
             && !placement.calls.shared().draining.load(Ordering::Relaxed)
+            && placement.calls.shared().heartbeat_age() <= self.liveness.suspect_after
         {
             return Ok(placement);
         }
@@ -605,7 +798,17 @@ impl SchedulerHandle {
     /// task's environment. Cancelled on the worker when the returned future is
     /// dropped or the deadline passes.
     pub async fn run_call(&self, call: WorkerCall) -> Result<WorkerCallDone, ScheduleError> {
-        let mut placement = self.place(&call.task_id, &call.backend).await?;
+        // A suspect worker is either heard from again or lost within
+        // `lost_after`; the margin covers a coordinator that was itself slow.
+        let wait_until = Instant::now() + self.liveness.lost_after + self.liveness.suspect_after;
+        let mut placement = loop {
+            match self.place(&call.task_id, &call.backend).await {
+                Err(ScheduleError::Suspect { .. }) if Instant::now() < wait_until => {
+                    tokio::time::sleep(self.liveness.check_every()).await;
+                }
+                placed => break placed?,
+            }
+        };
         if placement.calls.is_closed() {
             // The worker left between the placement and now: placing again
             // records the loss and picks another worker.
@@ -626,9 +829,15 @@ impl SchedulerHandle {
             result_cap_chars: call.result_cap_chars,
             stream_output: call.output.is_some(),
             session_id: call.session_id,
+            epoch: placement.epoch,
+            timeout_ms: call
+                .timeout
+                .map_or(0, |t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
         };
         let (reply, result) = oneshot::channel();
-        placement.calls.run(run, call.output, reply);
+        placement
+            .calls
+            .run(CallCommand::Run(run), call.output, reply);
         // Cancels the call on the worker if this future is dropped or times
         // out (a no-op once the call has finished).
         let _cancel = CancelOnDrop {
@@ -642,11 +851,19 @@ impl SchedulerHandle {
             });
         };
         match answer {
-            Ok(Ok(done)) => Ok(WorkerCallDone {
-                result: done.result,
-                worker: placement.worker_name,
-                reset_from: placement.reset_from,
-            }),
+            Ok(Ok(done)) => {
+                let environment_reset = match &placement.reset_from {
+                    Some(previous) => Some(lost_worker_notice(previous)),
+                    None => Some(done.environment_reset.clone()).filter(|n| !n.is_empty()),
+                };
+                Ok(WorkerCallDone {
+                    reply: ToolReply::new(caduceus_proto::call_status(done.status), done.body),
+                    worker: placement.worker_name,
+                    reset_from: placement.reset_from,
+                    environment_reset,
+                    worker_duration: Duration::from_micros(done.duration_us),
+                })
+            }
             Ok(Err(LinkFailure::Draining)) => Err(ScheduleError::Draining {
                 worker: placement.worker_name,
             }),
@@ -659,6 +876,38 @@ impl SchedulerHandle {
                 reason: "its link stopped".to_owned(),
             }),
         }
+    }
+
+    /// Saves `content` inside the task's existing environment (never creates
+    /// one) and returns its path there; `None` when the task has no live
+    /// placement or the worker could not save it within 30 s.
+    pub async fn persist(&self, task_id: &str, result_id: &str, content: &str) -> Option<String> {
+        let placement = self
+            .placements
+            .read()
+            .ok()
+            .and_then(|placements| placements.get(task_id).cloned())?;
+        let call_id = uuid::Uuid::new_v4().simple().to_string();
+        let persist = PersistResult {
+            call_id: call_id.clone(),
+            task_id: task_id.to_owned(),
+            result_id: result_id.to_owned(),
+            content: content.to_owned(),
+        };
+        let (reply, result) = oneshot::channel();
+        placement
+            .calls
+            .run(CallCommand::Persist(persist), None, reply);
+        let _cancel = CancelOnDrop {
+            calls: placement.calls.clone(),
+            call_id,
+        };
+        let done = tokio::time::timeout(Duration::from_secs(30), result)
+            .await
+            .ok()?
+            .ok()?
+            .ok()?;
+        (caduceus_proto::call_status(done.status) == CallStatus::Ok).then_some(done.body)
     }
 
     pub async fn release(&self, task_id: &str) -> bool {

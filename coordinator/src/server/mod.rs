@@ -22,9 +22,9 @@ use crate::Coordinator;
 use crate::agent::{SessionError, StartRequest};
 use crate::audit::{ApprovalLine, AuditEvent};
 use crate::auth::{Authorized, Caller, Role, TokenError, TokenInfo};
+use crate::call::ToolFilter;
 use crate::dispatch::RawArguments;
-use crate::guard::{AnswerError, Answered, Approvals, Decision, PendingApproval, Scope};
-use crate::registry::ToolFilter;
+use crate::gate::{AnswerError, Answered, Approvals, Decision, PendingApproval, Scope};
 
 /// Largest message either side accepts (a write_file of a big file, a large result).
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
@@ -188,9 +188,10 @@ impl Control for ControlService {
             )
             .await;
         Ok(Response::new(CallToolResponse {
-            result: outcome.result,
+            result: outcome.render(),
             worker: outcome.worker.unwrap_or_default(),
             duration_us: u64::try_from(outcome.duration.as_micros()).unwrap_or(u64::MAX),
+            status: caduceus_proto::CallStatus::from(outcome.status) as i32,
         }))
     }
 
@@ -251,6 +252,31 @@ impl Control for ControlService {
                 let Some(event) = event else { break };
                 if tx.send(Ok(event)).await.is_err() {
                     hub.cancel(&session_id);
+                    break;
+                }
+            }
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    type AttachSessionStream = ReceiverStream<Result<SessionEvent, Status>>;
+
+    async fn attach_session(
+        &self,
+        request: Request<AttachSessionRequest>,
+    ) -> Result<Response<Self::AttachSessionStream>, Status> {
+        let req = request.into_inner();
+        let mut events = self
+            .coordinator
+            .sessions()
+            .attach(&req.session_id, req.after_seq)
+            .await
+            .map_err(|e| session_status(&e))?;
+        let (tx, rx) = mpsc::channel(256);
+        // An observer: going away leaves the session running.
+        tokio::spawn(async move {
+            while let Some(event) = events.recv().await {
+                if tx.send(Ok(event)).await.is_err() {
                     break;
                 }
             }
@@ -477,7 +503,11 @@ fn approval_message(pending: PendingApproval) -> Approval {
 /// The gRPC status for a session that could not start.
 fn session_status(err: &SessionError) -> Status {
     match err {
-        SessionError::Spawn(_) => Status::internal(err.to_string()),
+        SessionError::Spawn(_) | SessionError::Store(_) => Status::internal(err.to_string()),
+        SessionError::Unknown(_) => Status::not_found(err.to_string()),
+        SessionError::NotRecorded | SessionError::Elsewhere(_) => {
+            Status::failed_precondition(err.to_string())
+        }
         SessionError::NoModel | SessionError::Model { .. } => {
             Status::failed_precondition(err.to_string())
         }
