@@ -279,3 +279,52 @@ fn a_refused_token_is_logged_once_per_connection() {
     );
     assert!(!refused[0].to_string().contains("cdt_not-a-token"));
 }
+
+#[test]
+fn audit_tail_follow_prints_lines_as_they_are_written() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+
+    let fleet = Fleet::new();
+    let coordinator = fleet.serve(&[]);
+    let mut follow = fleet
+        .command()
+        .args(["audit", "tail", "-n", "0", "--follow", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = follow.stdout.take().unwrap();
+    let (lines, received) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            if lines.send(line.unwrap()).is_err() {
+                break;
+            }
+        }
+    });
+    // A coordinator tool (no worker needed): todo.
+    let out = client_as(
+        &fleet,
+        &coordinator,
+        &fleet.token,
+        &["call", "todo", "{}", "--task", "t-follow"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let call = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = received
+            .recv_timeout(left)
+            .expect("--follow printed the call's line");
+        let value: Value = serde_json::from_str(&line).unwrap();
+        if value["event"] == "tool_call" {
+            break value;
+        }
+    };
+    let _ = follow.kill();
+    let _ = follow.wait();
+    assert_eq!(call["tool"], "todo", "{call}");
+    assert_eq!(call["task"], "t-follow", "{call}");
+    assert_eq!(call["token"], "shared", "{call}");
+}
