@@ -36,6 +36,8 @@ pub struct Config {
     pub tool_output: ToolOutputSection,
     /// The command guard's approvals (`mode`, `timeout`, `deny`, `containers`).
     pub approvals: ApprovalsSection,
+    /// The audit log (`enabled`, `max_bytes`, `keep`).
+    pub audit: AuditSection,
     /// Commands, globs and approval keys that run without approval; "always"
     /// approvals are appended here (hermes `command_allowlist`).
     #[serde(deserialize_with = "string_list")]
@@ -382,6 +384,41 @@ pub struct ToolOutputSection {
 impl Default for ToolOutputSection {
     fn default() -> Self {
         ToolOutputSection { max_bytes: 50_000 }
+    }
+}
+
+/// `audit:`: every tool call, approval answer and token use, one JSON line
+/// each in `$CADUCEUS_HOME/audit.jsonl`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuditSection {
+    /// On by default.
+    pub enabled: bool,
+    /// The live file is rotated to `audit.jsonl.1` at this size (16 MiB).
+    pub max_bytes: u64,
+    /// Rotated files kept (5).
+    pub keep: usize,
+}
+
+impl Default for AuditSection {
+    fn default() -> Self {
+        AuditSection {
+            enabled: true,
+            max_bytes: caduceus_coordinator::audit::AuditConfig::DEFAULT_MAX_BYTES,
+            keep: caduceus_coordinator::audit::AuditConfig::DEFAULT_KEEP,
+        }
+    }
+}
+
+impl AuditSection {
+    /// Where the log goes, or `None` when it is off.
+    pub fn config(&self) -> Option<caduceus_coordinator::audit::AuditConfig> {
+        self.enabled
+            .then(|| caduceus_coordinator::audit::AuditConfig {
+                max_bytes: self.max_bytes.max(1024),
+                keep: self.keep,
+                ..caduceus_coordinator::audit::AuditConfig::in_home(&home_dir())
+            })
     }
 }
 

@@ -130,3 +130,27 @@ fn defaults_send_nothing_and_keep_leases_short() {
     let bad: Config = serde_yaml::from_str("terminal:\n  warm_pool: [{size: 1}]\n").unwrap();
     assert!(bad.terminal.warm_pools().is_err());
 }
+
+#[test]
+fn the_audit_log_is_on_by_default_and_its_rotation_is_configurable() {
+    let default = parse("{}").unwrap().audit;
+    let config = default.config().unwrap();
+    assert_eq!(config.max_bytes, 16 * 1024 * 1024);
+    assert_eq!(config.keep, 5);
+    assert!(config.path.ends_with("audit.jsonl"));
+
+    let set = parse("audit:\n  max_bytes: 1000000\n  keep: 2\n")
+        .unwrap()
+        .audit;
+    let config = set.config().unwrap();
+    assert_eq!((config.max_bytes, config.keep), (1_000_000, 2));
+    assert!(
+        parse("audit:\n  enabled: false\n")
+            .unwrap()
+            .audit
+            .config()
+            .is_none()
+    );
+    let err = parse("audit:\n  max_byte: 10\n").unwrap_err().to_string();
+    assert!(err.contains("max_byte"), "{err}");
+}

@@ -1,5 +1,5 @@
 //! `caduceus` — one binary: `serve`, `worker`, `call`, `tools`, `status`,
-//! `run`, `sessions`, `approvals`, `guard check`. Results go to stdout; logs go to stderr. The command logic
+//! `run`, `sessions`, `approvals`, `tokens`, `audit tail`, `guard check`. Results go to stdout; logs go to stderr. The command logic
 //! lives in this library so that the integration tests can build the same
 //! program under another name (see `tests/README.md`).
 
@@ -14,6 +14,7 @@ pub mod target;
 pub mod token;
 
 mod approvals;
+mod audit;
 mod tokens;
 
 use std::collections::HashMap;
@@ -91,6 +92,11 @@ enum Command {
     Tokens {
         #[command(subcommand)]
         command: tokens::TokensCommand,
+    },
+    /// The audit log of this host's coordinator: tool calls, approvals, token use.
+    Audit {
+        #[command(subcommand)]
+        command: audit::AuditCommand,
     },
 }
 
@@ -326,6 +332,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Approvals { command } => approvals::run(command, &config).await,
         Command::Sessions { command } => sessions::run(command),
         Command::Tokens { command } => tokens::run(command, &config).await,
+        Command::Audit { command } => audit::run(command).await,
     }
 }
 
@@ -466,7 +473,13 @@ pub(crate) fn coordinator_config(config: &Config, token: String) -> Result<Coord
         redact::register_secret(secret);
     }
     redact::register_scrubbed_env(caduceus_common::process_env::vars(), &[]);
+    let audit = config
+        .audit
+        .config()
+        .map(caduceus_coordinator::audit::AuditLog::open)
+        .transpose()?;
     Ok(CoordinatorConfig {
+        audit,
         token,
         terminal_backend: config.terminal.backend.clone(),
         terminal_timeout_secs: config.terminal.timeout,

@@ -117,6 +117,7 @@ impl Target {
                         max_iterations: request.max_iterations,
                         task_id: request.task_id,
                         interactive: request.interactive,
+                        caller: None,
                     })
                     .await?;
                 Ok(Events::Local(started.events))

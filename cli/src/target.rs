@@ -145,6 +145,7 @@ impl Target {
                         RawArguments::Text(arguments.to_owned()),
                         task_id,
                         None,
+                        None,
                     )
                     .await;
                 Ok(CallReply {

@@ -38,6 +38,9 @@ pub struct CallContext {
     pub task_id: String,
     pub session_id: Option<String>,
     pub tool_call_id: Option<String>,
+    /// The name of the client token the call came with (`shared` for the
+    /// shared token), for the audit log.
+    pub caller: Option<String>,
     /// True when the agent loop makes the call (it handles agent-loop tools itself).
     pub from_agent_loop: bool,
     /// The tools this caller may use (a session's toolsets, a child's blocked tools).

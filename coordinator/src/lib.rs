@@ -3,6 +3,7 @@
 //! `README.md` for the contract.
 
 pub mod agent;
+pub mod audit;
 pub mod auth;
 pub mod call;
 pub mod dispatch;
@@ -58,6 +59,8 @@ pub struct CoordinatorConfig {
     pub result_cap: u64,
     /// Agent sessions: model, budgets, delegation, session storage.
     pub agent: AgentSettings,
+    /// The audit log (`$CADUCEUS_HOME/audit.jsonl`); `None`: not kept.
+    pub audit: Option<audit::AuditLog>,
 }
 
 impl Default for CoordinatorConfig {
@@ -72,6 +75,7 @@ impl Default for CoordinatorConfig {
             environment_settings: Value::Object(serde_json::Map::new()),
             result_cap: 100_000,
             agent: AgentSettings::default(),
+            audit: None,
         }
     }
 }
@@ -155,6 +159,7 @@ impl Coordinator {
             terminal_timeout_secs: config.terminal_timeout_secs,
             max_foreground_timeout_secs: config.max_foreground_timeout_secs,
             environment_settings: config.environment_settings.clone(),
+            audit: config.audit.clone(),
             ..DispatchConfig::default()
         };
         let dispatcher = Arc::new(Dispatcher::new(
@@ -201,6 +206,12 @@ impl Coordinator {
     /// Checks the tokens of requests (the shared one and the scoped ones).
     pub fn authenticator(&self) -> Authenticator {
         Authenticator::new(&self.config.token, self.tokens.clone())
+            .with_audit(self.config.audit.clone())
+    }
+
+    /// The audit log, when one is kept.
+    pub fn audit(&self) -> Option<&audit::AuditLog> {
+        self.config.audit.as_ref()
     }
 
     /// The scoped tokens.
@@ -304,6 +315,7 @@ impl Coordinator {
         arguments: RawArguments,
         task_id: &str,
         session_id: Option<String>,
+        caller: Option<String>,
     ) -> ToolResult {
         let task_id = if task_id.is_empty() {
             "default"
@@ -317,6 +329,7 @@ impl Coordinator {
                 ctx: CallContext {
                     task_id: task_id.to_owned(),
                     session_id,
+                    caller,
                     ..CallContext::default()
                 },
             })

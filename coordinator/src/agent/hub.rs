@@ -63,6 +63,8 @@ pub struct StartRequest {
     pub task_id: String,
     /// The client answers `clarify` questions (AnswerClarify).
     pub interactive: bool,
+    /// The client token's name (audit log); `None` for in-process starts.
+    pub caller: Option<String>,
 }
 
 /// A started session: its id and its event stream (children included). The
@@ -327,6 +329,7 @@ impl SessionHub {
             prompt: request.prompt,
             system_prompt: None,
             filter,
+            caller: request.caller,
             max_iterations: if request.max_iterations > 0 {
                 request.max_iterations
             } else {

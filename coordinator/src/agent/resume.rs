@@ -212,6 +212,9 @@ pub(crate) fn spec_of(session: &StoredSession, cancel: CancellationToken) -> Ses
             disabled_toolsets: spec.disabled_toolsets.clone(),
             blocked_tools: spec.blocked_tools.clone(),
         },
+        // The starter's token name is not stored: a resumed session's calls
+        // are logged without one.
+        caller: None,
         max_iterations: spec.max_iterations.max(1),
         model_label: session.model.clone(),
         role: spec

@@ -48,6 +48,8 @@ pub(crate) struct SessionSpec {
     /// A child's system prompt; `None` builds the root prompt.
     pub system_prompt: Option<String>,
     pub filter: ToolFilter,
+    /// The client token that started the root session (audit log).
+    pub caller: Option<String>,
     pub max_iterations: u32,
     /// What the model is called in events and the store.
     pub model_label: String,

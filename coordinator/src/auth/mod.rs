@@ -16,6 +16,7 @@ pub mod tokens;
 
 use std::convert::Infallible;
 use std::future::{Ready, ready};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -25,6 +26,7 @@ use tonic::codegen::{Service, http};
 use tonic::server::NamedService;
 use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
 
+use crate::audit::{AuditLog, TokenUseLine};
 use caduceus_proto::{AUTHORIZATION, token_from_authorization, tokens_match};
 
 pub use tokens::{Role, TokenError, TokenInfo, TokenStore};
@@ -72,6 +74,19 @@ pub struct Caller {
     pub token: Option<TokenInfo>,
 }
 
+impl Caller {
+    /// How the audit log names this caller: the scoped token's name, or
+    /// `shared` for the shared token.
+    pub fn name(&self) -> String {
+        self.token
+            .as_ref()
+            .map_or_else(|| SHARED_TOKEN_NAME.to_owned(), |t| t.name.clone())
+    }
+}
+
+/// The audit log's name for the shared `--token`.
+pub const SHARED_TOKEN_NAME: &str = "shared";
+
 /// Checks tokens: the shared one (admin), then the scoped ones.
 #[derive(Clone)]
 pub struct Authenticator {
@@ -79,6 +94,8 @@ pub struct Authenticator {
     store: Arc<TokenStore>,
     /// `Attach` needs a verified TLS client certificate (`--tls-client-ca`).
     worker_certificates: bool,
+    /// Token use is logged here, once per connection and token.
+    audit: Option<AuditLog>,
 }
 
 impl Authenticator {
@@ -87,7 +104,32 @@ impl Authenticator {
             shared: Arc::from(shared),
             store,
             worker_certificates: false,
+            audit: None,
         }
+    }
+
+    pub fn with_audit(mut self, audit: Option<AuditLog>) -> Self {
+        self.audit = audit;
+        self
+    }
+
+    /// Logs the outcome of a request's token check (the first per
+    /// connection and token: logging every request would make the log
+    /// mostly `CallTool` noise, which the call lines already cover).
+    fn audit_use(&self, peer: Option<SocketAddr>, path: &str, outcome: &Result<Caller, Status>) {
+        let Some(audit) = &self.audit else { return };
+        let (token, role, error) = match outcome {
+            Ok(caller) => (Some(caller.name()), Some(caller.role.as_str()), None),
+            Err(status) => (None, None, Some(status.message().to_owned())),
+        };
+        audit.token_use(TokenUseLine {
+            token,
+            role,
+            peer: peer.map(|p| p.to_string()).unwrap_or_default(),
+            method: path.to_owned(),
+            admitted: outcome.is_ok(),
+            error,
+        });
     }
 
     /// Demands a client certificate of every worker that attaches (mutual
@@ -200,10 +242,17 @@ where
             .get::<TlsConnectInfo<TcpConnectInfo>>()
             .and_then(TlsConnectInfo::peer_certs)
             .is_some_and(|certs| !certs.is_empty());
-        match self
+        let peer = request
+            .extensions()
+            .get::<TlsConnectInfo<TcpConnectInfo>>()
+            .map(TlsConnectInfo::get_ref)
+            .or_else(|| request.extensions().get::<TcpConnectInfo>())
+            .and_then(TcpConnectInfo::remote_addr);
+        let outcome = self
             .auth
-            .authorize(request.uri().path(), header, certificate)
-        {
+            .authorize(request.uri().path(), header, certificate);
+        self.auth.audit_use(peer, request.uri().path(), &outcome);
+        match outcome {
             Ok(caller) => {
                 request.extensions_mut().insert(caller);
                 Either::Right(self.inner.call(request))

@@ -13,7 +13,7 @@ pub mod coerce;
 pub mod hooks;
 pub mod repair;
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -61,6 +61,8 @@ pub struct DispatchConfig {
     pub environment_settings: Value,
     /// Upper bound for calls without a timeout of their own.
     pub default_call_deadline: Duration,
+    /// Where every call is recorded as it leaves the pipeline.
+    pub audit: Option<crate::audit::AuditLog>,
 }
 
 impl Default for DispatchConfig {
@@ -72,6 +74,7 @@ impl Default for DispatchConfig {
             max_foreground_timeout_secs: 600,
             environment_settings: Value::Object(Map::new()),
             default_call_deadline: Duration::from_secs(600),
+            audit: None,
         }
     }
 }
@@ -164,10 +167,28 @@ impl Dispatcher {
     }
 
     /// Like [`call`](Self::call), forwarding live output chunks of worker tools.
+    /// Every call leaves here, and is written to the audit log.
     pub async fn call_streaming(
         &self,
         request: CallRequest,
         output: Option<mpsc::Sender<Bytes>>,
+    ) -> ToolResult {
+        let Some(audit) = &self.config.audit else {
+            return self.pipeline(request, output, &OnceLock::new()).await;
+        };
+        let ctx = request.ctx.clone();
+        let verdict = OnceLock::new();
+        let done = self.pipeline(request, output, &verdict).await;
+        audit.tool_call(&ctx, &done, verdict.get().copied());
+        done
+    }
+
+    /// The stages; `verdict` gets the gate's verdict once it has judged the call.
+    async fn pipeline(
+        &self,
+        request: CallRequest,
+        output: Option<mpsc::Sender<Bytes>>,
+        verdict: &OnceLock<&'static str>,
     ) -> ToolResult {
         let started = Instant::now();
         let snapshot = self.registry.snapshot();
@@ -243,8 +264,16 @@ impl Dispatcher {
             backend: snapshot.terminal_backend(),
         };
         let admission = match self.gate.admit(&gate_call).await {
-            Ok(admission) => admission,
+            Ok(admission) => {
+                let _ = verdict.set(if admission.approval_note.is_some() {
+                    "approved"
+                } else {
+                    "allowed"
+                });
+                admission
+            }
             Err(refusal) => {
+                let _ = verdict.set("refused");
                 let reply = ToolReply::new(refusal.status, refusal.result);
                 let done = finish(name, reply, Some(args));
                 self.post_hooks(&done, &ctx).await;

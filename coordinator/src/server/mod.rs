@@ -20,10 +20,11 @@ use caduceus_proto::*;
 
 use crate::Coordinator;
 use crate::agent::{SessionError, StartRequest};
+use crate::audit::{ApprovalLine, AuditEvent};
 use crate::auth::{Authorized, Caller, Role, TokenError, TokenInfo};
 use crate::call::ToolFilter;
 use crate::dispatch::RawArguments;
-use crate::gate::{Approvals, Decision, PendingApproval, Scope};
+use crate::gate::{AnswerError, Answered, Approvals, Decision, PendingApproval, Scope};
 
 /// Largest message either side accepts (a write_file of a big file, a large result).
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
@@ -173,6 +174,7 @@ impl Control for ControlService {
         &self,
         request: Request<CallToolRequest>,
     ) -> Result<Response<CallToolResponse>, Status> {
+        let caller = caller_name(&request);
         let req = request.into_inner();
         let session = (!req.session_id.is_empty()).then_some(req.session_id);
         let outcome = self
@@ -182,6 +184,7 @@ impl Control for ControlService {
                 RawArguments::Text(req.arguments_json),
                 &req.task_id,
                 session,
+                caller,
             )
             .await;
         Ok(Response::new(CallToolResponse {
@@ -216,6 +219,7 @@ impl Control for ControlService {
         &self,
         request: Request<StartSessionRequest>,
     ) -> Result<Response<Self::StartSessionStream>, Status> {
+        let caller = caller_name(&request);
         let req = request.into_inner();
         let hub = self.coordinator.sessions().clone();
         let started = hub
@@ -227,6 +231,7 @@ impl Control for ControlService {
                 max_iterations: req.max_iterations,
                 task_id: req.task_id,
                 interactive: req.interactive,
+                caller,
             })
             .await
             .map_err(|e| session_status(&e))?;
@@ -318,7 +323,11 @@ impl Control for ControlService {
         request: Request<AnswerApprovalRequest>,
     ) -> Result<Response<AnswerApprovalResponse>, Status> {
         let approvals = self.approvals()?;
+        let answered_by = caller_name(&request).unwrap_or_default();
         let req = request.into_inner();
+        // What was asked, for the audit line (the answer removes it).
+        let asked = approvals.list().into_iter().find(|p| p.id == req.id.trim());
+        let requested = if req.approve { "approve" } else { "deny" };
         let decision = if req.approve {
             Decision::Approve(Scope::parse(&req.scope).map_err(Status::invalid_argument)?)
         } else {
@@ -328,9 +337,19 @@ impl Control for ControlService {
             }
         };
         // "always" may write the configuration file.
+        let id = req.id.clone();
         let answered = tokio::task::spawn_blocking(move || approvals.answer(&req.id, decision))
             .await
             .map_err(|err| Status::internal(format!("the answer was lost: {err}")))?;
+        if let Some(audit) = self.coordinator.audit() {
+            audit.record(&AuditEvent::Approval(approval_line(
+                id.trim(),
+                answered_by,
+                requested,
+                asked,
+                &answered,
+            )));
+        }
         Ok(Response::new(match answered {
             Ok(answered) => AnswerApprovalResponse {
                 accepted: true,
@@ -428,6 +447,39 @@ impl ControlService {
                 "this coordinator runs without the command guard, so there are no approvals",
             )
         })
+    }
+}
+
+/// The audit log's name for the caller of `request` (set by the auth layer).
+fn caller_name<T>(request: &Request<T>) -> Option<String> {
+    request.extensions().get::<Caller>().map(Caller::name)
+}
+
+fn approval_line(
+    id: &str,
+    answered_by: String,
+    requested: &'static str,
+    asked: Option<PendingApproval>,
+    answered: &Result<Answered, AnswerError>,
+) -> ApprovalLine {
+    // The scope as applied ("always" may have become "session").
+    let scope = match answered {
+        Ok(Answered {
+            decision: Decision::Approve(scope),
+            ..
+        }) => Some(scope.as_str()),
+        _ => None,
+    };
+    ApprovalLine {
+        approval_id: id.to_owned(),
+        answered_by,
+        decision: requested,
+        scope,
+        accepted: answered.is_ok(),
+        session: asked.as_ref().and_then(|p| p.session_id.clone()),
+        task: asked.as_ref().map(|p| p.task_id.clone()),
+        tool: asked.as_ref().map(|p| p.tool.clone()),
+        command: asked.map(|p| p.command),
     }
 }
 

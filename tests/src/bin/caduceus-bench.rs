@@ -29,6 +29,10 @@
 //! - `state_write_ahead`: what durability adds to each agent-loop call: the
 //!   write-ahead record of a call (on disk before it is dispatched) in a fresh
 //!   session database under `workdir`
+//! - `audit_record`: what one tool call pays for its audit line (`AuditLog::tool_call`:
+//!   serialise and hand to the writer thread), with the writer syncing behind it;
+//!   `audit_sync_write`: the same line written and `fsync`ed by the caller, as a
+//!   writer without its own thread would make every call wait
 
 #![allow(
     clippy::unwrap_used,
@@ -95,7 +99,7 @@ async fn run(mode: &str, n: usize, work: &Path) -> Value {
                 let fleet = fleet.clone();
                 async move {
                     fleet
-                        .call_tool(&tool, RawArguments::Text(args), &task, None)
+                        .call_tool(&tool, RawArguments::Text(args), &task, None, None)
                         .await
                         .render()
                 }
@@ -103,6 +107,7 @@ async fn run(mode: &str, n: usize, work: &Path) -> Value {
             .await;
             samples(mode, &xs)
         }
+        "audit_record" | "audit_sync_write" => samples(mode, &audit(mode, n)),
         "loopback_rpc_floor" => {
             // One gRPC round trip to the coordinator that touches no worker:
             // the floor every loopback call pays once per hop.
@@ -673,4 +678,47 @@ async fn embedded_with(workers: usize) -> Arc<caduceus_coordinator::Coordinator>
     let coordinator = fleet.coordinator.clone();
     std::mem::forget(fleet);
     coordinator
+}
+
+/// Per-line cost of the audit log to the caller (see the module docs).
+fn audit(mode: &str, n: usize) -> Vec<f64> {
+    use caduceus_coordinator::audit::{AuditConfig, AuditLog};
+    use caduceus_coordinator::call::{CallContext, CallStatus};
+    let dir = std::env::temp_dir().join(format!("caduceus-bench-audit-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ctx = CallContext {
+        task_id: "bench".to_owned(),
+        session_id: Some("sess_bench".to_owned()),
+        caller: Some("ci".to_owned()),
+        ..CallContext::default()
+    };
+    let args = json!({"command": "git status --short && cargo build -p caduceus", "timeout": 60});
+    let xs = if mode == "audit_record" {
+        let log = AuditLog::open(AuditConfig::in_home(&dir)).unwrap();
+        let done = caduceus_coordinator::call::ToolResult {
+            worker: Some("w1".to_owned()),
+            duration: Duration::from_millis(12),
+            arguments: args.as_object().cloned(),
+            ..caduceus_coordinator::call::ToolResult::new(
+                "terminal".to_owned(),
+                caduceus_coordinator::call::ToolReply::new(CallStatus::Ok, "{}".to_owned()),
+            )
+        };
+        let xs = time_n(n, || log.tool_call(&ctx, &done, Some("allowed")));
+        log.flush();
+        xs
+    } else {
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("audit.jsonl"))
+            .unwrap();
+        time_n(n, || {
+            let line = json!({"event": "tool_call", "arguments": args, "task": "bench"});
+            writeln!(file, "{line}").unwrap();
+            file.sync_data().unwrap();
+        })
+    };
+    let _ = std::fs::remove_dir_all(&dir);
+    xs
 }

@@ -27,6 +27,7 @@ pub(super) struct CallSite {
     session_id: String,
     task_id: String,
     filter: ToolFilter,
+    caller: Option<String>,
     iteration: u32,
     cancel: CancellationToken,
     store: Option<SessionStore>,
@@ -173,6 +174,7 @@ impl CallSite {
                 tool_call_id: Some(call.id.clone()),
                 from_agent_loop: true,
                 filter: self.filter.clone(),
+                caller: self.caller.clone(),
             },
         };
         let done = tokio::select! {
@@ -194,6 +196,7 @@ impl AgentLoop {
             session_id: self.spec.session_id.clone(),
             task_id: self.spec.task_id.clone(),
             filter: self.spec.filter.clone(),
+            caller: self.spec.caller.clone(),
             iteration: parallel_iteration,
             cancel: self.spec.cancel.clone(),
             store: self.hub.store().cloned(),

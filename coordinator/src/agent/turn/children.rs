@@ -76,6 +76,7 @@ impl AgentLoop {
                     child_depth,
                 )),
                 filter: child_filter(&self.spec.filter, role),
+                caller: self.spec.caller.clone(),
                 max_iterations: config.max_iterations(),
                 model_label: model_label.clone(),
                 role: Some(role),
