@@ -287,9 +287,23 @@ fn audit_tail_follow_prints_lines_as_they_are_written() {
 
     let fleet = Fleet::new();
     let coordinator = fleet.serve(&[]);
+    let todo_call = |task: &str| {
+        let out = client_as(
+            &fleet,
+            &coordinator,
+            &fleet.token,
+            &["call", "todo", "{}", "--task", task],
+        );
+        assert!(out.status.success(), "{}", stderr(&out));
+    };
+    // A coordinator tool (no worker needed): todo. The first call's line is in
+    // the log before `--follow` starts, so it is shown once `--follow` has
+    // read to the end (`-n 5`: the call line and the token line before it): only then is the second call made, and its line must
+    // arrive as it is written.
+    todo_call("t-before");
     let mut follow = fleet
         .command()
-        .args(["audit", "tail", "-n", "0", "--follow", "--json"])
+        .args(["audit", "tail", "-n", "5", "--follow", "--json"])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -303,25 +317,22 @@ fn audit_tail_follow_prints_lines_as_they_are_written() {
             }
         }
     });
-    // A coordinator tool (no worker needed): todo.
-    let out = client_as(
-        &fleet,
-        &coordinator,
-        &fleet.token,
-        &["call", "todo", "{}", "--task", "t-follow"],
-    );
-    assert!(out.status.success(), "{}", stderr(&out));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let call = loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let line = received
-            .recv_timeout(left)
-            .expect("--follow printed the call's line");
-        let value: Value = serde_json::from_str(&line).unwrap();
-        if value["event"] == "tool_call" {
-            break value;
+    let next_call_line = |task: &str| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = received
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("--follow printed no tool_call line for {task}"));
+            let value: Value = serde_json::from_str(&line).unwrap();
+            if value["event"] == "tool_call" && value["task"] == task {
+                break value;
+            }
         }
     };
+    next_call_line("t-before");
+    todo_call("t-follow");
+    let call = next_call_line("t-follow");
     let _ = follow.kill();
     let _ = follow.wait();
     assert_eq!(call["tool"], "todo", "{call}");
