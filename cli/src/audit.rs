@@ -79,8 +79,10 @@ fn tail(path: &Path, lines: usize, follow: bool, json: bool) -> Result<()> {
     loop {
         std::thread::sleep(FOLLOW_POLL);
         let now = file_identity(path);
-        // Rotated (a new file under the name) or truncated: start over.
-        if now != identity || now.is_some_and(|(_, len)| len < offset) {
+        // Rotated (a new file under the name) or truncated: start over. A file
+        // that only grew is the same file: go on from the offset.
+        let rotated = now.map(|(inode, _)| inode) != identity.map(|(inode, _)| inode);
+        if rotated || now.is_some_and(|(_, len)| len < offset) {
             offset = 0;
         }
         identity = now;
