@@ -188,6 +188,11 @@ pub struct TerminalSection {
     pub container_memory: u64,
     /// Keep a task's container files across releases (`TERMINAL_CONTAINER_PERSISTENT`).
     pub container_persistent: bool,
+    /// Confinement of local environments without containers: `none`,
+    /// `workspace` (own PID and mount namespace, writes only in the
+    /// workspace and temp dir) or `strict` (and no network)
+    /// (`TERMINAL_LOCAL_ISOLATION`, `worker --local-isolation`).
+    pub local_isolation: String,
     /// Seconds a remote or container environment outlives its worker's last
     /// lease renewal before sweeps remove it (`TERMINAL_SANDBOX_LEASE_SECONDS`).
     pub sandbox_lease_seconds: u64,
@@ -255,6 +260,7 @@ impl Default for TerminalSection {
             container_memory: 5120,
             container_persistent: true,
             sandbox_lease_seconds: 600,
+            local_isolation: "none".to_owned(),
             docker_image: None,
             container_disk: None,
             container_pids: None,
@@ -470,6 +476,9 @@ impl Config {
         }
         if let Some(v) = var("TERMINAL_CWD") {
             self.terminal.cwd = Some(v);
+        }
+        if let Some(v) = var("TERMINAL_LOCAL_ISOLATION") {
+            self.terminal.local_isolation = v;
         }
         if let Some(v) = var("TERMINAL_LIFETIME_SECONDS").and_then(|v| v.parse().ok()) {
             self.terminal.lifetime_seconds = v;
