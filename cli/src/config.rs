@@ -125,6 +125,37 @@ fn string_list<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Vec<
     Ok(Option::<Vec<String>>::deserialize(deserializer)?.unwrap_or_default())
 }
 
+/// `terminal.docker_network`: `none` (or false) is Docker's network mode
+/// none; `bridge` (or true) the engine's default network.
+fn docker_network<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<bool>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Flag(bool),
+        Mode(String),
+    }
+    match Option::<Raw>::deserialize(deserializer)? {
+        None => Ok(None),
+        Some(Raw::Flag(on)) => Ok(Some(on)),
+        Some(Raw::Mode(mode)) => network_mode(&mode).map(Some).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "docker_network '{mode}' is not one of none, bridge, true, false"
+            ))
+        }),
+    }
+}
+
+/// `none`/`bridge` and the boolean spellings; `None` for anything else.
+fn network_mode(mode: &str) -> Option<bool> {
+    match mode.trim().to_ascii_lowercase().as_str() {
+        "none" | "false" | "0" | "no" | "off" => Some(false),
+        "bridge" | "default" | "true" | "1" | "yes" | "on" => Some(true),
+        _ => None,
+    }
+}
+
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default)]
 pub struct TlsSection {
@@ -206,7 +237,9 @@ pub struct TerminalSection {
     pub container_disk: Option<u64>,
     /// Process limit per container (default 256).
     pub container_pids: Option<i64>,
-    /// Network access (default true; false = `--network=none`).
+    /// Network access: `bridge`/true (default) or `none`/false
+    /// (Docker's network mode none: only a loopback).
+    #[serde(deserialize_with = "docker_network")]
     pub docker_network: Option<bool>,
     /// Bind mounts `host:container[:opts]` (worker-side only).
     pub docker_volumes: Vec<String>,
@@ -533,10 +566,12 @@ impl Config {
             t.container_disk = Some(v);
         }
         if let Some(v) = var("TERMINAL_DOCKER_NETWORK") {
-            t.docker_network = Some(matches!(
-                v.to_ascii_lowercase().as_str(),
-                "1" | "true" | "yes" | "on"
-            ));
+            match network_mode(&v) {
+                Some(on) => t.docker_network = Some(on),
+                None => tracing::warn!(
+                    "TERMINAL_DOCKER_NETWORK '{v}' is not one of none, bridge, true, false; ignored"
+                ),
+            }
         }
         if let Some(v) = var("TERMINAL_DOCKER_VOLUMES").and_then(|v| serde_json::from_str(&v).ok())
         {

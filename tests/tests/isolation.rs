@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use caduceus_tests::conformance::{BackendUnderTest, DOCKER_IMAGE};
 use caduceus_tests::{Fleet, Proc, require};
 use serde_json::{Value, json};
 
@@ -257,4 +258,65 @@ fn an_unknown_isolation_mode_is_refused_at_start() {
         said.contains("'sealed' is not one of none, workspace, strict"),
         "{said}"
     );
+}
+
+/// The host as a container on Docker's default network reaches it: the
+/// default route's gateway.
+const GATEWAY: &str = r#"gw=$(awk '$2=="00000000"{print $3; exit}' /proc/net/route); printf '%d.%d.%d.%d' 0x${gw:6:2} 0x${gw:4:2} 0x${gw:2:2} 0x${gw:0:2}"#;
+
+#[test]
+fn a_docker_environment_with_network_none_cannot_reach_the_host() {
+    if BackendUnderTest::docker().ready_or_skip().is_none() {
+        return;
+    }
+    let listener = TcpListener::bind("0.0.0.0:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    for network in ["bridge", "none"] {
+        let fleet = Fleet::new();
+        fleet.write_config(&format!(
+            "terminal:\n  backend: docker\n  docker_image: {DOCKER_IMAGE}\n  docker_network: {network}\n  container_persistent: false\n  container_memory: 512\n  backend_probe_seconds: 1\n"
+        ));
+        let coordinator = fleet.serve(&["--heartbeat-ms", "3000"]);
+        let _w = fleet.worker(
+            &coordinator,
+            network,
+            &fleet.token,
+            &["--backends", "docker"],
+        );
+        fleet.wait_for_workers(&coordinator, &[network], Duration::from_secs(60));
+        wait_for_docker(&fleet, &coordinator, network);
+        let result = fleet.call(
+            &coordinator,
+            "terminal",
+            &json!({ "command": format!("ip=$({GATEWAY}); (echo hi > /dev/tcp/$ip/{port}) 2>&1 && echo connected || echo no-connection") }),
+            network,
+        );
+        let out = result["output"].as_str().unwrap_or_default().to_owned();
+        assert_eq!(
+            out.contains("connected") && !out.contains("no-connection"),
+            network == "bridge",
+            "{network}: {out}"
+        );
+        if network == "none" {
+            assert!(out.contains("no-connection"), "{out}");
+        }
+    }
+}
+
+/// Until `worker` reports the Docker backend available (probed after start).
+fn wait_for_docker(fleet: &Fleet, coordinator: &Proc, worker: &str) {
+    for _ in 0..300 {
+        let status = fleet.status(coordinator);
+        let ready = status["workers"].as_array().unwrap().iter().any(|w| {
+            w["name"] == worker
+                && w["backends"]
+                    .as_array()
+                    .is_some_and(|b| b.iter().any(|b| b == "docker"))
+        });
+        if ready {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    panic!("docker never became available on {worker}");
 }

@@ -297,3 +297,7 @@ fn find_tool(name: &str) -> Option<PathBuf> {
         .map(|dir| Path::new(dir).join(name))
         .find(|p| p.is_file())
 }
+
+#[cfg(test)]
+#[path = "isolation_tests.rs"]
+mod tests;
