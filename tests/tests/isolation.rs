@@ -212,6 +212,19 @@ fn a_confined_environment_sees_no_worker_process_and_writes_only_its_workspace()
             std::thread::sleep(Duration::from_millis(200));
         }
         assert!(gone, "{mode}: the background sleep was not killed");
+
+        // An environment whose init is killed from outside is made afresh.
+        if confined {
+            let inits = inits_of(worker_pid);
+            assert_eq!(inits.len(), 1, "one environment, one init: {inits:?}");
+            Command::new("kill")
+                .args(["-9", &inits[0].to_string()])
+                .status()
+                .unwrap();
+            let again = run(&fleet, &coordinator, mode, "echo back-again");
+            assert!(again.contains("back-again"), "{again}");
+            assert_eq!(inits_of(worker_pid).len(), 1);
+        }
         drop(w);
     }
 }
@@ -258,6 +271,35 @@ fn an_unknown_isolation_mode_is_refused_at_start() {
         said.contains("'sealed' is not one of none, workspace, strict"),
         "{said}"
     );
+}
+
+/// Host pids of the environments' inits: the children of the worker's
+/// `unshare` children.
+fn inits_of(worker: u32) -> Vec<u32> {
+    let children = |pid: u32| -> Vec<u32> {
+        let mut out = Vec::new();
+        for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let text = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+            out.extend(
+                text.split_whitespace()
+                    .filter_map(|p| p.parse::<u32>().ok()),
+            );
+        }
+        out
+    };
+    children(worker)
+        .into_iter()
+        .filter(|pid| {
+            // argv[0] is unshare's path: `…/unshare\0--pid…`.
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| c.windows(8).any(|w| w == b"unshare\0"))
+        })
+        .flat_map(children)
+        .collect()
 }
 
 /// The host as a container on Docker's default network reaches it: the

@@ -267,6 +267,12 @@ impl Namespaces {
         command
     }
 
+    /// Is the environment's init still there? Without it nothing can enter.
+    pub fn alive(&self) -> bool {
+        i32::try_from(self.init)
+            .is_ok_and(|pid| nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok())
+    }
+
     /// Ends every process of the environment.
     pub fn kill(&self) {
         if let Ok(pid) = i32::try_from(self.init) {

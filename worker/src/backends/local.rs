@@ -291,7 +291,13 @@ impl Sandbox for LocalSandbox {
     }
 
     async fn alive(&self) -> bool {
-        true
+        !self.vanished()
+    }
+
+    /// A confined environment whose init died (killed from outside, OOM)
+    /// can run nothing more: the worker makes a fresh one.
+    fn vanished(&self) -> bool {
+        self.namespaces.get().is_some_and(|ns| !ns.alive())
     }
 
     async fn destroy(&self) -> Result<(), SandboxError> {
