@@ -1,5 +1,5 @@
 //! `caduceus` — one binary: `serve`, `worker`, `call`, `tools`, `status`,
-//! `approvals`, `guard check`. Results go to stdout; logs go to stderr. The command logic
+//! `run`, `sessions`, `approvals`, `guard check`. Results go to stdout; logs go to stderr. The command logic
 //! lives in this library so that the integration tests can build the same
 //! program under another name (see `tests/README.md`).
 
@@ -9,6 +9,7 @@ mod hardening;
 mod progress;
 mod run;
 mod sandbox_user;
+mod sessions;
 pub mod target;
 pub mod token;
 
@@ -30,6 +31,7 @@ use tokio_util::sync::CancellationToken;
 use caduceus_common::redact;
 use caduceus_coordinator::guard::{CommandGate, Gate};
 use caduceus_coordinator::registry::ToolFilter;
+use caduceus_coordinator::scheduler::Liveness;
 use caduceus_coordinator::server::TlsFiles;
 use caduceus_coordinator::{Coordinator, CoordinatorConfig};
 use caduceus_worker::backends::isolation::{Confinement, LocalIsolation};
@@ -71,6 +73,11 @@ enum Command {
     Status(StatusArgs),
     /// Run one agent task: live progress on stderr, the final answer on stdout.
     Run(run::RunArgs),
+    /// Recorded agent sessions: list, show one.
+    Sessions {
+        #[command(subcommand)]
+        command: sessions::SessionsCommand,
+    },
     /// The command guard.
     Guard {
         #[command(subcommand)]
@@ -107,8 +114,16 @@ struct ServeArgs {
     #[arg(long)]
     tls_client_ca: Option<PathBuf>,
     /// Heartbeat interval workers are asked to keep, milliseconds.
-    #[arg(long, default_value_t = 2000)]
+    #[arg(long, default_value_t = 1000)]
     heartbeat_ms: u64,
+    /// Silence after which a worker is `suspect` (no new placements),
+    /// milliseconds (default: 1.5 heartbeat intervals).
+    #[arg(long)]
+    suspect_after_ms: Option<u64>,
+    /// Silence after which a worker is lost (its calls are answered with an
+    /// error, its tasks placed afresh), milliseconds (default: 3 intervals).
+    #[arg(long)]
+    lost_after_ms: Option<u64>,
     /// Threads of the coordinator's runtime; 0 = automatic (one thread on
     /// machines with up to 2 cores, else one per core). One thread answers
     /// calls fastest (no thread hand-offs, ~50 µs less per call, measured) and
@@ -314,6 +329,7 @@ async fn run(cli: Cli) -> Result<()> {
             out(&verdict.to_json().to_string())
         }
         Command::Approvals { command } => approvals::run(command, &config).await,
+        Command::Sessions { command } => sessions::run(command),
         Command::Tokens { command } => tokens::run(command, &config).await,
     }
 }
@@ -364,10 +380,30 @@ async fn serve(args: ServeArgs, config: &Config) -> Result<()> {
         (None, None) => None,
         _ => bail!("TLS needs both --tls-cert and --tls-key"),
     };
+    let mut liveness = Liveness::from_interval(Duration::from_millis(args.heartbeat_ms.max(100)));
+    if let Some(ms) = args.suspect_after_ms {
+        liveness.suspect_after = Duration::from_millis(ms);
+    }
+    if let Some(ms) = args.lost_after_ms {
+        liveness.lost_after = Duration::from_millis(ms);
+    }
+    if liveness.suspect_after < liveness.heartbeat_interval
+        || liveness.lost_after < liveness.suspect_after
+    {
+        bail!(
+            "heartbeat settings must grow: --heartbeat-ms ({} ms) <= --suspect-after-ms ({} ms) <= --lost-after-ms ({} ms)",
+            liveness.heartbeat_interval.as_millis(),
+            liveness.suspect_after.as_millis(),
+            liveness.lost_after.as_millis()
+        );
+    }
+    let mut coordinator_config = coordinator_config(config, token)?;
+    // A served coordinator's sessions outlive it: the next one resumes them.
+    coordinator_config.agent.durable = true;
     let coordinator = Coordinator::start(
         CoordinatorConfig {
-            heartbeat_interval: Duration::from_millis(args.heartbeat_ms.max(100)),
-            ..coordinator_config(config, token)?
+            liveness,
+            ..coordinator_config
         },
         gate(config),
     )
@@ -382,10 +418,19 @@ async fn serve(args: ServeArgs, config: &Config) -> Result<()> {
     tracing::info!(%address, id = %coordinator.id(), tls = tls.is_some(), "coordinator listening");
     // A parseable line for scripts that start the coordinator on port 0.
     eprintln!("caduceus coordinator listening on {address}");
+    let resumed = coordinator.sessions().resume_orphans();
+    if resumed > 0 {
+        tracing::info!(
+            sessions = resumed,
+            "resuming sessions a restart interrupted once their workers are back"
+        );
+    }
     let shutdown = async {
         let _ = tokio::signal::ctrl_c().await;
     };
     caduceus_coordinator::server::serve(coordinator.clone(), listener, tls, shutdown).await?;
+    // What the sessions recorded is on disk before the process ends.
+    coordinator.sessions().flush().await;
     coordinator.shutdown();
     Ok(())
 }
@@ -705,11 +750,65 @@ fn host_name() -> String {
         .unwrap_or_else(|| "worker".to_owned())
 }
 
+/// `caduceus call`'s exit status after Ctrl-C (128 + SIGINT, as shells report it).
+const INTERRUPTED: i32 = 130;
+
+/// How long an interrupted `call` waits for its coordinator to take the cancel.
+const CANCEL_CONFIRM: Duration = Duration::from_secs(10);
+
+/// One tool call. Whatever happens to the call itself, stdout gets one JSON
+/// result: the tool's, or one saying the coordinator was lost or the call
+/// was interrupted (Ctrl-C cancels it on the worker and exits 130; a second
+/// Ctrl-C exits at once).
+#[allow(clippy::print_stderr)] // the binary's edge
 async fn call(args: CallArgs, config: &Config) -> Result<()> {
-    let mut target = Target::open(&remote(&args.client, config)?, config, gate(config), 1).await?;
-    let reply = target.call(&args.tool, &args.arguments, &args.task).await;
+    let remote = remote(&args.client, config)?;
+    // Registered before the call starts, so no Ctrl-C goes unseen.
+    let mut interrupts = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+        .context("cannot watch for Ctrl-C")?;
+    let mut target = Target::open(&remote, config, gate(config), 1).await?;
+    let reply = tokio::select! {
+        reply = target.call(&args.tool, &args.arguments, &args.task) => Some(reply),
+        _ = interrupts.recv() => None,
+    };
+    let Some(reply) = reply else {
+        // The call's future is gone: that cancels it (remote: its stream is
+        // reset and the coordinator cancels it on the worker; embedded: the
+        // worker is told directly). A second Ctrl-C does not wait for that.
+        tokio::spawn(async move {
+            interrupts.recv().await;
+            eprintln!("interrupted again: exiting without waiting");
+            std::process::exit(INTERRUPTED);
+        });
+        let message = match &remote.url {
+            Some(url) if target.confirm_abandoned(CANCEL_CONFIRM).await => format!(
+                "Interrupted (Ctrl-C): the call was cancelled; the coordinator at {url} stops its command on the worker."
+            ),
+            Some(url) => format!(
+                "Interrupted (Ctrl-C): the call was abandoned, but the coordinator at {url} did not answer within {}s, so whether its command was stopped is unknown.",
+                CANCEL_CONFIRM.as_secs()
+            ),
+            None => {
+                "Interrupted (Ctrl-C): the call was cancelled and its command stopped.".to_owned()
+            }
+        };
+        // Embedded: ends the worker's environments (and the stopped command's shell).
+        target.close().await;
+        out(&caduceus_common::result::tool_error(message))?;
+        std::process::exit(INTERRUPTED);
+    };
     target.close().await;
-    out(&reply?.result)
+    match reply {
+        Ok(reply) => out(&reply.result),
+        Err(err) => match err.downcast_ref::<target::ConnectionLost>() {
+            Some(lost) => out(&caduceus_common::result::tool_error(format!(
+                "The connection to the coordinator at {} was lost while this call was running ({}). The command was stopped: a worker stops a call when it loses its coordinator, and a coordinator stops a call when it loses its caller. What it did before that remains; check before repeating it.",
+                remote.url.as_deref().unwrap_or("(embedded)"),
+                lost.0
+            ))),
+            None => Err(err),
+        },
+    }
 }
 
 async fn tools(args: ToolsArgs, config: &Config) -> Result<()> {

@@ -84,7 +84,11 @@ impl Renderer {
     /// Shows one event; returns the root's ending once it arrives.
     pub fn event(&mut self, event: &SessionEvent) -> Option<RootFinal> {
         let data: Value = serde_json::from_str(&event.json).unwrap_or(Value::Null);
-        if self.root.is_none() {
+        // The first event names the root; a reattached stream that starts
+        // later (`run --resume --after`) learns it from the root's own start.
+        let top_level_start = matches!(event.kind.as_str(), "session_started" | "session_resumed")
+            && data["depth"].as_u64() == Some(0);
+        if self.root.is_none() || top_level_start {
             self.root = Some(event.session_id.clone());
         }
         let is_root = self.root.as_deref() == Some(event.session_id.as_str());
@@ -143,6 +147,18 @@ impl Renderer {
                     );
                     self.line(&text);
                 }
+            }
+            "session_resumed" => {
+                let depth = data["depth"].as_u64().unwrap_or(0) as u32;
+                self.depths.insert(session.to_owned(), depth);
+                let unknown = data["unknown_calls"].as_array().map(Vec::len).unwrap_or(0);
+                let text = format!(
+                    "{}↻ session {} resumed after a coordinator restart ({} call(s) with an unknown outcome)",
+                    self.indent(session),
+                    session,
+                    unknown
+                );
+                self.line(&text);
             }
             // Interim text only; the final answer goes to stdout.
             "assistant_text" if data["tool_calls"].as_u64().unwrap_or(0) > 0 => {

@@ -7,6 +7,11 @@
 //! `--coordinator URL` the session runs on that coordinator and its workers;
 //! `replay:FILE` then names a file on the coordinator's host.
 //!
+//! `--resume SESSION` reattaches to a recorded session instead of starting
+//! one: its whole event stream (or the part after `--after SEQ`), then the
+//! live events until it ends. A session whose coordinator died is resumed
+//! first; Ctrl-C then only detaches (the session goes on).
+//!
 //! Ctrl-C cancels the session (its children and their running calls) and
 //! waits for its final event; a second Ctrl-C exits at once. The exit status
 //! is 0 when the session completed (or ended with a summary after its budget
@@ -24,8 +29,8 @@ use tokio_stream::StreamExt;
 use caduceus_coordinator::agent::StartRequest;
 use caduceus_coordinator::guard::{Decision, Scope};
 use caduceus_proto::{
-    AnswerApprovalRequest, AnswerClarifyRequest, CancelSessionRequest, SessionEvent,
-    StartSessionRequest,
+    AnswerApprovalRequest, AnswerClarifyRequest, AttachSessionRequest, CancelSessionRequest,
+    SessionEvent, StartSessionRequest,
 };
 
 use crate::ClientArgs;
@@ -36,7 +41,15 @@ use crate::target::Target;
 #[derive(Args)]
 pub(crate) struct RunArgs {
     /// What the agent should do.
-    prompt: String,
+    #[arg(required_unless_present = "resume")]
+    prompt: Option<String>,
+    /// Reattach to this recorded session (any session of its tree) instead
+    /// of starting one: its events so far, then the live ones until it ends.
+    #[arg(long, value_name = "SESSION", conflicts_with = "prompt")]
+    resume: Option<String>,
+    /// With --resume: only the events after this sequence number.
+    #[arg(long, value_name = "SEQ", default_value_t = 0, requires = "resume")]
+    after: u64,
     /// Model: a name served by the configured OpenAI-compatible endpoint, or
     /// `replay:FILE` to replay a recorded session (default: llm.model / CADUCEUS_MODEL).
     #[arg(long)]
@@ -108,6 +121,29 @@ impl Target {
                     .await?;
                 Ok(Events::Local(started.events))
             }
+        }
+    }
+
+    async fn attach_session(&mut self, session_id: &str, after_seq: u64) -> Result<Events> {
+        match self {
+            Target::Remote(client) => {
+                let stream = client
+                    .attach_session(AttachSessionRequest {
+                        session_id: session_id.to_owned(),
+                        after_seq,
+                    })
+                    .await
+                    .map_err(|s| anyhow!("{}", s.message()))?
+                    .into_inner();
+                Ok(Events::Remote(Box::new(stream)))
+            }
+            Target::Embedded(embedded) => Ok(Events::Local(
+                embedded
+                    .coordinator
+                    .sessions()
+                    .attach(session_id, after_seq)
+                    .await?,
+            )),
         }
     }
 
@@ -184,8 +220,16 @@ pub(crate) async fn run(args: RunArgs, config: &Config) -> Result<()> {
         args.workers.max(1),
     )
     .await?;
+    if let Some(session) = &args.resume {
+        let outcome = match target.attach_session(session, args.after).await {
+            Ok(events) => follow(&mut target, events, args.json, false, false).await,
+            Err(err) => Err(err),
+        };
+        target.close().await;
+        return conclude(outcome?);
+    }
     let request = StartSessionRequest {
-        prompt: args.prompt,
+        prompt: args.prompt.unwrap_or_default(),
         model: args.model.unwrap_or_default(),
         enabled_toolsets: args.toolsets,
         disabled_toolsets: args.disable,
@@ -194,11 +238,15 @@ pub(crate) async fn run(args: RunArgs, config: &Config) -> Result<()> {
         interactive,
     };
     let outcome = match target.start_session(request).await {
-        Ok(events) => follow(&mut target, events, args.json, interactive).await,
+        Ok(events) => follow(&mut target, events, args.json, interactive, true).await,
         Err(err) => Err(err),
     };
     target.close().await;
-    let ending = outcome?;
+    conclude(outcome?)
+}
+
+/// The exit status of `run`: success when the session completed.
+fn conclude(ending: RootFinal) -> Result<()> {
     match ending.status.as_str() {
         "completed" | "max_iterations" => Ok(()),
         "interrupted" => bail!("the session was interrupted"),
@@ -212,12 +260,14 @@ pub(crate) async fn run(args: RunArgs, config: &Config) -> Result<()> {
     }
 }
 
-/// Shows the events until the root's final one.
+/// Shows the events until the root's final one. `owned`: this client started
+/// the session, so Ctrl-C cancels it; otherwise Ctrl-C detaches.
 async fn follow(
     target: &mut Target,
     mut events: Events,
     json: bool,
     interactive: bool,
+    owned: bool,
 ) -> Result<RootFinal> {
     let mut renderer = Renderer::new(
         json,
@@ -244,7 +294,7 @@ async fn follow(
             _ = ticker.tick() => renderer.tick(),
             _ = tokio::signal::ctrl_c() => {
                 interrupts += 1;
-                if interrupts > 1 {
+                if interrupts > 1 || !owned {
                     bail!("interrupted");
                 }
                 if let Some(root) = renderer.root().map(str::to_owned) {

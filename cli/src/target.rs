@@ -32,6 +32,19 @@ use crate::token::TokenArgs;
 type AuthFn = Box<dyn FnMut(Request<()>) -> Result<Request<()>, Status> + Send>;
 pub type Client = ControlClient<InterceptedService<Channel, AuthFn>>;
 
+/// The connection to a remote coordinator broke while a call was in flight
+/// (the coordinator died or the network failed): no result will come.
+#[derive(Debug)]
+pub struct ConnectionLost(pub String);
+
+impl std::fmt::Display for ConnectionLost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the connection to the coordinator was lost: {}", self.0)
+    }
+}
+
+impl std::error::Error for ConnectionLost {}
+
 /// The result of one call as the CLI reports it.
 pub struct CallReply {
     pub result: String,
@@ -117,7 +130,7 @@ impl Target {
                         session_id: String::new(),
                     })
                     .await
-                    .map_err(|s| status_error(&s))?
+                    .map_err(|s| call_error(&s))?
                     .into_inner();
                 Ok(CallReply {
                     result: response.result,
@@ -139,6 +152,20 @@ impl Target {
                     worker: outcome.worker.unwrap_or_default(),
                 })
             }
+        }
+    }
+
+    /// After a call was abandoned (its future dropped, which resets its
+    /// stream and so cancels it on the coordinator): waits until the
+    /// coordinator has answered a later request on the same connection, so
+    /// the reset has reached it. False when it did not answer within `within`.
+    pub async fn confirm_abandoned(&mut self, within: Duration) -> bool {
+        match self {
+            Target::Remote(client) => tokio::time::timeout(within, client.status(StatusRequest {}))
+                .await
+                .is_ok_and(|answered| answered.is_ok()),
+            // In process, dropping the call cancelled it on the worker.
+            Target::Embedded(_) => true,
         }
     }
 
@@ -261,7 +288,7 @@ async fn attach_in_process(
         .attach_worker(stream, commands, "in-process".to_owned())
         .await
         .map_err(|s| status_error(&s))?;
-    tokio::spawn(caduceus_worker::link::serve_connection(
+    tokio::spawn(caduceus_worker::link::serve_in_process(
         worker,
         ReceiverStream::new(commands_rx),
         events,
@@ -280,7 +307,12 @@ pub async fn connect(url: &str, token: &str, ca: Option<&std::path::Path>) -> Re
     let mut endpoint = Endpoint::from_shared(url.clone())
         .with_context(|| format!("invalid coordinator address '{url}'"))?
         .connect_timeout(Duration::from_secs(10))
-        .tcp_nodelay(true);
+        .tcp_nodelay(true)
+        // A coordinator that vanishes without closing the connection (a
+        // network cut, a frozen host) is noticed instead of waited on.
+        .http2_keep_alive_interval(Duration::from_secs(10))
+        .keep_alive_timeout(Duration::from_secs(20))
+        .keep_alive_while_idle(true);
     if url.starts_with("https://") {
         let mut tls = ClientTlsConfig::new();
         tls = match ca {
@@ -311,4 +343,24 @@ pub async fn connect(url: &str, token: &str, ca: Option<&std::path::Path>) -> Re
 
 fn status_error(status: &Status) -> anyhow::Error {
     anyhow!("{}", status.message())
+}
+
+/// A failed CallTool: a broken connection is [`ConnectionLost`]; the
+/// coordinator's own refusals (a bad token) keep their message. The Control
+/// service answers every call with a result, so any other status comes from
+/// the transport.
+fn call_error(status: &Status) -> anyhow::Error {
+    use tonic::Code;
+    match status.code() {
+        Code::Unavailable | Code::Unknown | Code::Cancelled | Code::Internal | Code::Aborted => {
+            let mut detail = status.message().to_owned();
+            let mut source = std::error::Error::source(status);
+            while let Some(cause) = source {
+                detail.push_str(&format!(": {cause}"));
+                source = cause.source();
+            }
+            ConnectionLost(detail).into()
+        }
+        _ => status_error(status),
+    }
 }

@@ -44,8 +44,9 @@ pub struct CoordinatorConfig {
     pub terminal_backend: String,
     /// Default `terminal` timeout (`TERMINAL_TIMEOUT`), seconds.
     pub terminal_timeout_secs: u64,
-    /// Interval workers heartbeat at; three missed ones mean the worker is gone.
-    pub heartbeat_interval: Duration,
+    /// Heartbeat interval and the silences after which a worker is suspect
+    /// and lost.
+    pub liveness: scheduler::Liveness,
     /// Backend settings sent with every call (image, cwd, …).
     pub environment_settings: Value,
     /// Results above this many characters are persisted (hermes: 100,000).
@@ -61,7 +62,7 @@ impl Default for CoordinatorConfig {
             token: String::new(),
             terminal_backend: "local".to_owned(),
             terminal_timeout_secs: 180,
-            heartbeat_interval: Duration::from_secs(5),
+            liveness: scheduler::Liveness::default(),
             environment_settings: Value::Object(serde_json::Map::new()),
             result_cap: 100_000,
             agent: AgentSettings::default(),
@@ -137,7 +138,7 @@ impl Coordinator {
         let (scheduler, _) = SchedulerHandle::start(
             registry.clone(),
             SchedulerConfig {
-                heartbeat_interval: config.heartbeat_interval,
+                liveness: config.liveness,
                 notices: Some(notices),
             },
         )
@@ -377,8 +378,9 @@ impl Coordinator {
             command: Some(worker_command::Command::Welcome(Welcome {
                 worker_id: attached.worker_id.clone(),
                 coordinator_id: self.id.clone(),
-                heartbeat_interval_ms: u32::try_from(self.config.heartbeat_interval.as_millis())
-                    .unwrap_or(u32::MAX),
+                heartbeat_interval_ms: millis(self.config.liveness.heartbeat_interval),
+                lost_after_ms: millis(self.config.liveness.lost_after),
+                stale: attached.stale,
             })),
         };
         if commands.send(Ok(welcome)).await.is_err() {
@@ -395,12 +397,20 @@ impl Coordinator {
         Ok(attached.worker_id)
     }
 
-    /// Stops accepting calls and stops the actors.
+    /// Stops accepting calls and stops the actors. Sessions are cancelled,
+    /// except durable ones (a served coordinator's): those stay recorded as
+    /// running, and the next coordinator on the database resumes them.
     pub fn shutdown(&self) {
-        self.sessions.cancel_all();
+        if !self.config.agent.durable {
+            self.sessions.cancel_all();
+        }
         self.scheduler.stop();
         self.registry.stop();
     }
+}
+
+fn millis(duration: Duration) -> u32 {
+    u32::try_from(duration.as_millis()).unwrap_or(u32::MAX)
 }
 
 /// Sends `message` to `actor` and waits for the reply; `None` when the actor

@@ -4,7 +4,9 @@
 //! Each conversation (identified by its first user message) is routed to the lines
 //! whose `match` is the longest substring of that message ("" or no `match` = the
 //! default lines) and consumes them in file order with its own cursor. The file
-//! format is specified in the crate README.
+//! format is specified in the crate README. A conversation that already holds
+//! assistant turns (one resumed from a transcript after a restart, in a new
+//! process) is never behind them: its cursor starts past that many lines.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -126,11 +128,13 @@ impl ReplayModel {
             .unwrap_or("")
     }
 
-    /// Takes the conversation's next line, advancing its cursor.
-    fn next_line(&self, conversation: &str) -> Result<ReplayLine, LlmError> {
+    /// Takes the conversation's next line, advancing its cursor; `answered`
+    /// is how many assistant turns the request already holds.
+    fn next_line(&self, conversation: &str, answered: usize) -> Result<ReplayLine, LlmError> {
         let match_key = self.route(conversation);
         let mut cursors = self.cursors.lock().unwrap_or_else(PoisonError::into_inner);
         let used = cursors.entry(conversation.to_string()).or_insert(0);
+        *used = (*used).max(answered);
         let next = self
             .lines
             .iter()
@@ -196,7 +200,12 @@ impl ChatModel for ReplayModel {
         events: EventSink<'_>,
     ) -> Result<AssistantTurn, LlmError> {
         let conversation = request.first_user_text().unwrap_or_default();
-        let line = self.next_line(&conversation)?;
+        let answered = request
+            .messages
+            .iter()
+            .filter(|message| message.role == Role::Assistant)
+            .count();
+        let line = self.next_line(&conversation, answered)?;
         self.check_expectations(&line, request)?;
         if let Some(delay) = line.delay.or(self.default_delay)
             && !delay.is_zero()

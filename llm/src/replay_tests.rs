@@ -310,3 +310,22 @@ async fn replay_models_come_from_config_and_files() {
         "{missing}"
     );
 }
+
+#[tokio::test]
+async fn a_conversation_resumed_from_its_transcript_goes_on_past_its_turns() {
+    // A new process (a restarted coordinator) replays a conversation that
+    // already holds the parent's first turn and its result.
+    let model = ReplayModel::from_jsonl("script.jsonl", DELEGATION_SCRIPT).expect("script");
+    let first = ToolCall::new("d1", "delegate_task", "{}");
+    let history = vec![
+        ChatMessage::assistant(Some("Splitting the work.".into()), vec![first]),
+        ChatMessage::tool_result("d1", "{\"results\": []}"),
+    ];
+    let turn = next(&model, &request("Count the lines", history))
+        .await
+        .expect("the parent's second line");
+    assert_eq!(
+        turn.content.as_deref(),
+        Some("All three children are done.")
+    );
+}

@@ -43,6 +43,28 @@ pub fn bin() -> PathBuf {
     path
 }
 
+/// Heartbeat settings of test fleets: the product's 1 s heartbeat, but a
+/// worker is suspect only after 5 s and lost only after 15 s of silence, so a
+/// loaded test machine (2 cores, parallel builds) never loses a live worker.
+/// Killed workers are noticed at once anyway (their stream closes); tests of
+/// hung workers pass their own settings ([`PRODUCT_LIVENESS`]).
+pub const TEST_LIVENESS: [(&str, &str); 3] = [
+    ("--heartbeat-ms", "1000"),
+    ("--suspect-after-ms", "5000"),
+    ("--lost-after-ms", "15000"),
+];
+
+/// The product defaults (heartbeat 1 s, suspect after 1.5 s, lost after 3 s),
+/// for tests of hung-worker detection.
+pub const PRODUCT_LIVENESS: [&str; 6] = [
+    "--heartbeat-ms",
+    "1000",
+    "--suspect-after-ms",
+    "1500",
+    "--lost-after-ms",
+    "3000",
+];
+
 /// A temporary `CADUCEUS_HOME` and a token shared by a test's processes.
 pub struct Fleet {
     pub home: tempfile::TempDir,
@@ -84,9 +106,7 @@ impl Fleet {
     }
 
     /// Starts `caduceus serve` on a free port and waits until it listens.
-    /// A fast heartbeat (500 ms) unless `extra` sets `--heartbeat-ms` itself (tests that
-    /// need no quick loss detection pass a slower one, which a loaded machine cannot
-    /// miss).
+    /// Heartbeat settings not given in `extra` are [`TEST_LIVENESS`].
     pub fn serve(&self, extra: &[&str]) -> Proc {
         self.serve_with_env(extra, &[])
     }
@@ -97,8 +117,10 @@ impl Fleet {
         let mut cmd = self.command();
         cmd.envs(env.iter().copied());
         cmd.args(["serve", "--listen", "127.0.0.1:0", "--token", &self.token]);
-        if !extra.contains(&"--heartbeat-ms") {
-            cmd.args(["--heartbeat-ms", "500"]);
+        for (flag, value) in TEST_LIVENESS {
+            if !extra.contains(&flag) {
+                cmd.args([flag, value]);
+            }
         }
         cmd.args(extra);
         let mut proc = Proc::spawn(cmd, "coordinator");
@@ -223,6 +245,35 @@ impl Fleet {
             .collect();
         names.sort();
         names
+    }
+
+    /// Waits until worker `name` offers `backend` (Docker is offered once its
+    /// engine was probed).
+    pub fn wait_for_backend(
+        &self,
+        coordinator: &Proc,
+        name: &str,
+        backend: &str,
+        within: Duration,
+    ) {
+        let deadline = Instant::now() + within;
+        loop {
+            let status = self.status(coordinator);
+            let ready = status["workers"].as_array().unwrap().iter().any(|w| {
+                w["name"] == name
+                    && w["backends"]
+                        .as_array()
+                        .is_some_and(|b| b.iter().any(|b| b == backend))
+            });
+            if ready {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "worker {name} never offered {backend}: {status}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 
     /// Waits until the attached workers are exactly `names`.
@@ -364,6 +415,24 @@ impl Drop for Proc {
     }
 }
 
+/// What workers left in `tmp`: the shells' private directories
+/// (`caduceus-<id>`, `caduceus-login-<id>`) and the workers' ledgers
+/// (`caduceus-ledger-<uid>/<instance>.lease`).
+pub fn leftovers(tmp: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(tmp).unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with("caduceus-ledger-") {
+            for lease in std::fs::read_dir(entry.path()).unwrap().flatten() {
+                found.push(format!("{name}/{}", lease.file_name().to_string_lossy()));
+            }
+        } else if name.starts_with("caduceus-") {
+            found.push(name);
+        }
+    }
+    found
+}
+
 /// Is any process whose command line contains `needle` alive?
 pub fn process_alive_with(needle: &str) -> bool {
     let Ok(entries) = std::fs::read_dir("/proc") else {
@@ -455,4 +524,85 @@ pub fn require(component: &str, how: &str, present: impl FnOnce() -> bool) -> bo
     }
     eprintln!("\n*** SKIPPED: {message} ***\n");
     false
+}
+
+/// A Control client of a coordinator, presenting `token`.
+pub type ControlClient = caduceus_proto::control_client::ControlClient<
+    tonic::service::interceptor::InterceptedService<tonic::transport::Channel, BearerToken>,
+>;
+
+/// Adds `authorization: Bearer <token>` to every request.
+#[derive(Clone)]
+pub struct BearerToken(tonic::metadata::MetadataValue<tonic::metadata::Ascii>);
+
+impl tonic::service::Interceptor for BearerToken {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
+        request
+            .metadata_mut()
+            .insert(caduceus_proto::AUTHORIZATION, self.0.clone());
+        Ok(request)
+    }
+}
+
+/// Connects a Control client to `url`.
+pub async fn control_client(url: &str, token: &str) -> ControlClient {
+    let channel = tonic::transport::Endpoint::from_shared(url.to_owned())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let value = caduceus_proto::bearer(token).parse().unwrap();
+    caduceus_proto::control_client::ControlClient::with_interceptor(channel, BearerToken(value))
+}
+
+/// One call of `tool` through `client`: the parsed result and the worker
+/// that ran it.
+pub async fn tool_call(
+    client: &mut ControlClient,
+    tool: &str,
+    args: &Value,
+    task: &str,
+) -> (Value, String) {
+    let response = client
+        .call_tool(caduceus_proto::CallToolRequest {
+            tool: tool.into(),
+            arguments_json: args.to_string(),
+            task_id: task.into(),
+            session_id: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    (
+        serde_json::from_str(&response.result).unwrap(),
+        response.worker,
+    )
+}
+
+/// One `terminal` call through `client`: the parsed result and the worker
+/// that ran it.
+pub async fn terminal_call(
+    client: &mut ControlClient,
+    task: &str,
+    command: &str,
+) -> (Value, String) {
+    tool_call(
+        client,
+        "terminal",
+        &serde_json::json!({ "command": command }),
+        task,
+    )
+    .await
+}
+
+/// Sends `signal` (`STOP`, `CONT`, `TERM`, `INT`, ...) to a process.
+pub fn signal(pid: u32, signal: &str) {
+    let status = Command::new("kill")
+        .args([&format!("-{signal}"), &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill -{signal} {pid} failed");
 }

@@ -6,59 +6,8 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use caduceus_proto::control_client::ControlClient;
-use caduceus_proto::{CallToolRequest, bearer};
-use caduceus_tests::{Fleet, Proc, parse_result};
+use caduceus_tests::{Fleet, control_client, parse_result, terminal_call};
 use serde_json::{Value, json};
-use tonic::Request;
-use tonic::metadata::MetadataValue;
-
-async fn control(
-    coordinator: &Proc,
-    token: &str,
-) -> ControlClient<
-    tonic::service::interceptor::InterceptedService<
-        tonic::transport::Channel,
-        impl tonic::service::Interceptor,
-    >,
-> {
-    let channel = tonic::transport::Endpoint::from_shared(coordinator.url())
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let value: MetadataValue<_> = bearer(token).parse().unwrap();
-    ControlClient::with_interceptor(channel, move |mut req: Request<()>| {
-        req.metadata_mut().insert("authorization", value.clone());
-        Ok(req)
-    })
-}
-
-async fn call(
-    client: &mut ControlClient<
-        tonic::service::interceptor::InterceptedService<
-            tonic::transport::Channel,
-            impl tonic::service::Interceptor,
-        >,
-    >,
-    task: &str,
-    command: &str,
-) -> (Value, String) {
-    let response = client
-        .call_tool(CallToolRequest {
-            tool: "terminal".into(),
-            arguments_json: json!({"command": command}).to_string(),
-            task_id: task.into(),
-            session_id: String::new(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    (
-        serde_json::from_str(&response.result).unwrap(),
-        response.worker,
-    )
-}
 
 #[test]
 fn two_workers_attach_and_a_wrong_token_is_refused() {
@@ -143,12 +92,12 @@ async fn many_calls_placement_and_a_dying_worker() {
     let _w1 = fleet.worker(&coordinator, "w1", &fleet.token, &[]);
     let mut w2 = fleet.worker(&coordinator, "w2", &fleet.token, &[]);
     fleet.wait_for_workers(&coordinator, &["w1", "w2"], Duration::from_secs(30));
-    let mut client = control(&coordinator, &fleet.token).await;
+    let mut client = control_client(&coordinator.url(), &fleet.token).await;
 
     // 200 sequential calls through the coordinator, each with the right output.
     let mut worker_of_main = HashSet::new();
     for i in 0..200 {
-        let (result, worker) = call(&mut client, "main", &format!("echo call-{i}")).await;
+        let (result, worker) = terminal_call(&mut client, "main", &format!("echo call-{i}")).await;
         assert_eq!(result["output"], format!("call-{i}"), "call {i}: {result}");
         assert_eq!(result["exit_code"], 0);
         worker_of_main.insert(worker);
@@ -160,8 +109,8 @@ async fn many_calls_placement_and_a_dying_worker() {
     );
 
     // State persists in the task's environment, on that worker.
-    call(&mut client, "main", "export CAD_MARK=kept; cd /tmp").await;
-    let (result, _) = call(&mut client, "main", "echo $CAD_MARK $PWD").await;
+    terminal_call(&mut client, "main", "export CAD_MARK=kept; cd /tmp").await;
+    let (result, _) = terminal_call(&mut client, "main", "echo $CAD_MARK $PWD").await;
     assert_eq!(result["output"], "kept /tmp");
 
     // Many tasks spread over both workers; each task sticks to its worker.
@@ -169,7 +118,7 @@ async fn many_calls_placement_and_a_dying_worker() {
     for round in 0..3 {
         for t in 0..10 {
             let task = format!("task-{t}");
-            let (result, worker) = call(&mut client, &task, "echo ok").await;
+            let (result, worker) = terminal_call(&mut client, &task, "echo ok").await;
             assert_eq!(result["output"], "ok");
             if round == 0 {
                 placement.insert(task, worker);
@@ -195,7 +144,7 @@ async fn many_calls_placement_and_a_dying_worker() {
     fleet.wait_for_workers(&coordinator, &["w1"], Duration::from_secs(10));
     // Its tasks continue on the survivor, and the model is told the environment was reset.
     let task = &victim_tasks[0];
-    let (result, worker) = call(&mut client, task, "echo again").await;
+    let (result, worker) = terminal_call(&mut client, task, "echo again").await;
     assert_eq!(worker, "w1");
     assert_eq!(result["output"], "again");
     assert!(
@@ -205,7 +154,7 @@ async fn many_calls_placement_and_a_dying_worker() {
             .contains("w2"),
         "{result}"
     );
-    let (result, _) = call(&mut client, task, "echo once more").await;
+    let (result, _) = terminal_call(&mut client, task, "echo once more").await;
     assert!(
         result.get("environment_reset").is_none(),
         "told only once: {result}"

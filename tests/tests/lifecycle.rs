@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use caduceus_tests::{Fleet, Proc, process_alive_with, wait_gone};
+use caduceus_tests::{Fleet, Proc, leftovers, process_alive_with, wait_gone};
 use serde_json::{Value, json};
 
 /// A coordinator and one worker `w` whose temp dir is `<home>/tmp` (the
@@ -44,30 +44,48 @@ fn wait_for_file(path: &Path, within: Duration) {
     }
 }
 
+/// Runs `command` as a terminal call of task `fg` (it first touches
+/// `<dir>/started`), does `meanwhile` once it has started, and returns the
+/// call's result.
+fn call_then(
+    fleet: &Fleet,
+    c: &Proc,
+    dir: &Path,
+    command: &str,
+    meanwhile: impl FnOnce(),
+) -> Value {
+    let url = c.url();
+    let started = dir.join("started");
+    let args =
+        json!({"command": format!("touch {}; {command}", started.display()), "timeout": 120});
+    std::thread::scope(|scope| {
+        let running = scope.spawn(|| fleet.call_at(&url, "terminal", &args, "fg"));
+        wait_for_file(&started, Duration::from_secs(30));
+        meanwhile();
+        running.join().unwrap()
+    })
+}
+
+/// Starts `caduceus call terminal ARGS --task TASK` and leaves it running
+/// (its answer is not what the test looks at).
+fn spawn_call(fleet: &Fleet, c: &Proc, args: &Value, task: &str) -> std::process::Child {
+    fleet
+        .command()
+        .args(["call", "terminal", &args.to_string(), "--task", task])
+        .env("CADUCEUS_COORDINATOR", c.url())
+        .env("CADUCEUS_TOKEN", &fleet.token)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
 fn signal(proc: &Proc, name: &str) {
     let status = Command::new("kill")
         .args([&format!("-{name}"), &proc.pid().to_string()])
         .status()
         .unwrap();
     assert!(status.success());
-}
-
-/// What workers left in `tmp`: the shells' private directories
-/// (`caduceus-<id>`, `caduceus-login-<id>`) and the workers' ledgers
-/// (`caduceus-ledger-<uid>/<instance>.lease`).
-fn leftovers(tmp: &Path) -> Vec<String> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir(tmp).unwrap().flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if name.starts_with("caduceus-ledger-") {
-            for lease in std::fs::read_dir(entry.path()).unwrap().flatten() {
-                found.push(format!("{name}/{}", lease.file_name().to_string_lossy()));
-            }
-        } else if name.starts_with("caduceus-") {
-            found.push(name);
-        }
-    }
-    found
 }
 
 fn wait_no_leftovers(tmp: &Path, within: Duration) {
@@ -152,15 +170,7 @@ fn a_lost_coordinator_ends_the_whole_command() {
     let d = dir.display();
     let args =
         json!({"command": format!("touch {d}/started; sleep 4; touch {d}/after"), "timeout": 60});
-    let mut call = fleet
-        .command()
-        .args(["call", "terminal", &args.to_string(), "--task", "t"])
-        .env("CADUCEUS_COORDINATOR", c.url())
-        .env("CADUCEUS_TOKEN", &fleet.token)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut call = spawn_call(&fleet, &c, &args, "t");
     wait_for_file(&dir.join("started"), Duration::from_secs(30));
     c.kill();
     let _ = call.wait();
@@ -187,24 +197,12 @@ fn sigterm_lets_running_calls_finish_and_ends_every_environment() {
     assert_eq!(started["exit_code"], 0, "{started}");
     assert!(process_alive_with(&mark));
     assert!(!leftovers(&tmp).is_empty());
-    let d = dir.display();
-    let url = c.url();
-    let result = std::thread::scope(|scope| {
-        let running = scope.spawn(|| {
-            fleet.call_at(
-                &url,
-                "terminal",
-                &json!({"command": format!("touch {d}/started; sleep 2; echo finished"), "timeout": 60}),
-                "fg",
-            )
-        });
-        wait_for_file(&dir.join("started"), Duration::from_secs(30));
+    let result = call_then(&fleet, &c, &dir, "sleep 2; echo finished", || {
         signal(&w, "TERM");
         // A second SIGTERM (an impatient operator, systemd's repeat) does
         // not cut the grace short.
         std::thread::sleep(Duration::from_millis(300));
         signal(&w, "TERM");
-        running.join().unwrap()
     });
     assert_eq!(result["exit_code"], 0, "{result}");
     assert_eq!(result["output"], "finished");
@@ -226,21 +224,8 @@ fn sigint_after_the_grace_cancels_the_rest_of_the_command() {
     let (fleet, c, mut w, tmp) = fleet(&["--shutdown-grace", "1"]);
     let dir = fleet.home.path().join("work");
     std::fs::create_dir_all(&dir).unwrap();
-    let d = dir.display();
-    let url = c.url();
-    let result = std::thread::scope(|scope| {
-        let running = scope.spawn(|| {
-            fleet.call_at(
-                &url,
-                "terminal",
-                &json!({"command": format!("touch {d}/started; sleep 30; touch {d}/after"), "timeout": 120}),
-                "fg",
-            )
-        });
-        wait_for_file(&dir.join("started"), Duration::from_secs(30));
-        signal(&w, "INT");
-        running.join().unwrap()
-    });
+    let after = format!("sleep 30; touch {}/after", dir.display());
+    let result = call_then(&fleet, &c, &dir, &after, || signal(&w, "INT"));
     assert_eq!(result["exit_code"], 130, "{result}");
     assert!(
         result["output"]
@@ -273,15 +258,7 @@ fn busy_worker(fleet: &Fleet, c: &Proc, bg_mark: &str, fg_mark: &str) -> std::pr
     assert_eq!(started["exit_code"], 0, "{started}");
     let foreground = script(&dir, fg_mark, "sleep 300");
     let args = json!({"command": foreground, "timeout": 600});
-    let call = fleet
-        .command()
-        .args(["call", "terminal", &args.to_string(), "--task", "fg"])
-        .env("CADUCEUS_COORDINATOR", c.url())
-        .env("CADUCEUS_TOKEN", &fleet.token)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let call = spawn_call(fleet, c, &args, "fg");
     let deadline = Instant::now() + Duration::from_secs(30);
     while !(process_alive_with(bg_mark) && process_alive_with(fg_mark)) {
         assert!(Instant::now() < deadline, "the commands never started");
@@ -392,24 +369,7 @@ fn a_docker_sandbox_ends_itself_when_its_lease_is_not_renewed() {
     let c = fleet.serve(&[]);
     let name = unique("dock");
     let mut w = fleet.worker(&c, &name, &fleet.token, &["--backends", "docker"]);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let status = fleet.status(&c);
-        let ready = status["workers"].as_array().unwrap().iter().any(|worker| {
-            worker["name"] == name.as_str()
-                && worker["backends"]
-                    .as_array()
-                    .is_some_and(|b| b.iter().any(|b| b == "docker"))
-        });
-        if ready {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "docker never became available: {status}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    fleet.wait_for_backend(&c, &name, "docker", Duration::from_secs(60));
     let result = terminal(&fleet, &c, "dk", &json!({"command": "echo in-container"}));
     assert_eq!(result["output"], "in-container", "{result}");
     let label = format!("caduceus.worker={name}");

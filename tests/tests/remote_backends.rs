@@ -297,6 +297,72 @@ fn count_host_processes(needle: &str) -> usize {
         .count()
 }
 
+/// An SSH environment of a worker that then died (no release, no renewal:
+/// its shell's channel just closes), with a `nohup sleep <seconds>` left
+/// running in it; its sandbox id and directory.
+async fn dead_ssh_environment(
+    sshd: &Sshd,
+    lease: Duration,
+    instance: &str,
+    seconds: &str,
+) -> (String, String) {
+    let dead = SshProvider::new(ssh_settings(sshd, lease));
+    let sandbox = dead
+        .create(&request(&format!("t-{instance}"), instance))
+        .await
+        .unwrap();
+    let env_dir = format!(
+        "{}/.caduceus/envs/{}",
+        sandbox.home_dir(),
+        sandbox.id().rsplit('/').next().unwrap()
+    );
+    let shell = PersistentShell::new(
+        sandbox.clone(),
+        ShellConfig {
+            cwd: sandbox.initial_cwd(),
+            ..ShellConfig::default()
+        },
+    );
+    let needle = format!("sleep {seconds}");
+    run(
+        &shell,
+        &format!("nohup {needle} >/dev/null 2>&1 &"),
+        Duration::from_secs(20),
+    )
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while count_host_processes(&needle) != 1 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(count_host_processes(&needle), 1);
+    (sandbox.id().to_owned(), env_dir)
+}
+
+/// pids of the lease watchdogs whose arguments contain `needle`.
+fn watchdogs(needle: &str) -> Vec<String> {
+    let out = std::process::Command::new("ps")
+        .args(["-eo", "pid=,args="])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains("caduceus-watchdog") && l.contains(needle))
+        .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
+        .collect()
+}
+
+/// Kills the lease watchdogs whose arguments contain `needle` (to test what
+/// the sweeper does when a watchdog died too); returns how many.
+fn kill_watchdogs(needle: &str) -> usize {
+    let pids = watchdogs(needle);
+    for pid in &pids {
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", pid])
+            .status();
+    }
+    pids.len()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ssh_unreachable_host_is_a_clear_error_and_never_local() {
     let Some(sshd) = Sshd::start("ssh_unreachable_host_is_a_clear_error_and_never_local") else {
@@ -374,41 +440,15 @@ async fn ssh_environments_of_a_dead_worker_are_swept_after_their_lease() {
     else {
         return;
     };
-    let dead = SshProvider::new(ssh_settings(&sshd, Duration::from_secs(3)));
-    let sandbox = dead
-        .create(&request("t-dead", "dead-worker"))
-        .await
-        .unwrap();
-    let id = sandbox.id().to_owned();
-    let env_dir = format!(
-        "{}/.caduceus/envs/{}",
-        sandbox.home_dir(),
-        sandbox.id().rsplit('/').next().unwrap()
-    );
-    let shell = PersistentShell::new(
-        sandbox.clone(),
-        ShellConfig {
-            cwd: sandbox.initial_cwd(),
-            ..ShellConfig::default()
-        },
-    );
-    run(
-        &shell,
-        "nohup sleep 3173 >/dev/null 2>&1 &",
-        Duration::from_secs(20),
-    )
-    .await;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while count_host_processes("sleep 3173") != 1 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(count_host_processes("sleep 3173"), 1);
     // "kill -9": no release, no renewal; the shell's channel just closes.
-    drop(shell);
-    drop(sandbox);
-    drop(dead);
+    let (id, env_dir) =
+        dead_ssh_environment(&sshd, Duration::from_secs(8), "dead-worker", "3173").await;
+    // The environment's own watchdog would end it after its lease (see
+    // `ssh_environments_end_themselves_when_their_lease_is_not_renewed`);
+    // here it died too, and the sweeper has to do it.
+    assert_eq!(kill_watchdogs(&env_dir), 1, "one watchdog per environment");
 
-    let survivor = SshProvider::new(ssh_settings(&sshd, Duration::from_secs(3)));
+    let survivor = SshProvider::new(ssh_settings(&sshd, Duration::from_secs(8)));
     let context = SweepContext {
         worker_instance: "new-worker".to_owned(),
         live: Default::default(),
@@ -419,7 +459,8 @@ async fn ssh_environments_of_a_dead_worker_are_swept_after_their_lease() {
         "the lease still runs"
     );
     assert!(std::path::Path::new(&env_dir).exists());
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    // (A lease of 8 s: the steps above must fit in it on a loaded machine.)
+    tokio::time::sleep(Duration::from_secs(9)).await;
     // Sweeps run every minute in a worker; on a loaded machine one can find
     // the host briefly unreachable, so give it a few rounds.
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -496,6 +537,10 @@ async fn singularity_instances_of_a_dead_worker_are_swept_after_their_lease() {
         .create(&request("t-other", "otherworker01"))
         .await
         .unwrap();
+    // As if the dead worker's host watchdog died too (see
+    // `singularity_instances_end_themselves_when_their_lease_is_not_renewed`).
+    let name = sandbox.id().trim_start_matches("singularity:").to_owned();
+    assert_eq!(kill_watchdogs(&name), 1, "one watchdog per instance");
     drop(sandbox);
     drop(dead);
 
@@ -524,5 +569,86 @@ async fn singularity_instances_of_a_dead_worker_are_swept_after_their_lease() {
         "the leased instance stays: {left:?}"
     );
     other.destroy().await.unwrap();
+    assert_eq!(fake.instances(), Vec::<String>::new());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ssh_environments_end_themselves_when_their_lease_is_not_renewed() {
+    let Some(sshd) = Sshd::start("ssh_environments_end_themselves_when_their_lease_is_not_renewed")
+    else {
+        return;
+    };
+    // The worker dies: no renewal, no release, and no other worker sweeps.
+    let (_, env_dir) =
+        dead_ssh_environment(&sshd, Duration::from_secs(3), "expiring-worker", "3183").await;
+    assert!(std::path::Path::new(&env_dir).exists());
+    // Lease 3 s, looked at every second.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while (std::path::Path::new(&env_dir).exists() || count_host_processes("sleep 3183") > 0)
+        && Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        !std::path::Path::new(&env_dir).exists(),
+        "{env_dir} remains"
+    );
+    assert_eq!(
+        count_host_processes("sleep 3183"),
+        0,
+        "the process survived"
+    );
+    assert_eq!(
+        watchdogs(&env_dir),
+        Vec::<String>::new(),
+        "the watchdog exited"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn singularity_instances_end_themselves_when_their_lease_is_not_renewed() {
+    let Some(fake) =
+        FakeApptainer::find("singularity_instances_end_themselves_when_their_lease_is_not_renewed")
+    else {
+        return;
+    };
+    let dead = SingularityProvider::new(singularity_settings(&fake, Duration::from_secs(3)));
+    let sandbox = dead
+        .create(&request("t-expire", "expireworker1"))
+        .await
+        .unwrap();
+    let kept = SingularityProvider::new(singularity_settings(&fake, Duration::from_secs(3)));
+    let other = kept
+        .create(&request("t-kept", "keptworker001"))
+        .await
+        .unwrap();
+    // The first worker dies (no renewal, nobody sweeps); the second lives
+    // and keeps renewing its instance's lease.
+    drop(sandbox);
+    drop(dead);
+    assert_eq!(fake.instances().len(), 2);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while fake.instances().len() > 1 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let left = fake.instances();
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert!(
+        other.id().ends_with(&left[0]),
+        "the renewed instance stays: {left:?}"
+    );
+    // A released instance's watchdog exits with it.
+    other.destroy().await.unwrap();
+    drop(kept);
+    let name = other.id().trim_start_matches("singularity:").to_owned();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !watchdogs(&name).is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(
+        watchdogs(&name),
+        Vec::<String>::new(),
+        "the watchdog stayed"
+    );
     assert_eq!(fake.instances(), Vec::<String>::new());
 }

@@ -25,9 +25,10 @@ fn coordinator_worker_and_client_take_the_token_from_files() {
         "127.0.0.1:0",
         "--token-file",
         token_path,
-        "--heartbeat-ms",
-        "500",
     ]);
+    for (flag, value) in caduceus_tests::TEST_LIVENESS {
+        serve.args([flag, value]);
+    }
     let mut coordinator = Proc::spawn(serve, "coordinator");
     let line = coordinator.wait_for_stderr(
         "caduceus coordinator listening on ",

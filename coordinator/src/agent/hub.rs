@@ -1,9 +1,11 @@
 //! The `SessionHub`: starts sessions, finds live ones by id (cancel, clarify
-//! answers, status) and routes environment notices to the session that
-//! started the process.
+//! answers, status), routes environment notices to the session that
+//! started the process, resumes sessions a restart interrupted and
+//! reattaches clients to a session's stream.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use ractor::{Actor, ActorRef};
 use tokio::sync::mpsc;
@@ -13,9 +15,10 @@ use caduceus_llm::{ChatModel, LlmConfig, model_from_config};
 use caduceus_proto::{EnvironmentNotice, SessionEvent, SessionStatus};
 
 use super::AgentSettings;
-use super::events::EventStream;
+use super::events::{self, EventStream};
+use super::resume;
 use super::session::{SessionActor, SessionArgs, SessionMsg, SessionShared, SessionSpec};
-use super::store::SessionStore;
+use super::store::{self, SessionEnd, SessionStore, StoredSession};
 use crate::dispatch::Dispatcher;
 use crate::registry::ToolFilter;
 
@@ -34,6 +37,14 @@ pub enum SessionError {
     Toolsets(String),
     #[error("the session actor failed to start: {0}")]
     Spawn(String),
+    #[error("sessions are not recorded by this coordinator (no state database)")]
+    NotRecorded,
+    #[error("no session '{0}' is recorded")]
+    Unknown(String),
+    #[error("session '{0}' is running on another coordinator process")]
+    Elsewhere(String),
+    #[error("{0}")]
+    Store(#[from] store::StoreError),
 }
 
 /// What a client asks for (the `StartSession` request).
@@ -74,6 +85,8 @@ pub(crate) struct HubInner {
     /// Opened with the first session, so commands that start none leave no database behind.
     store: OnceLock<Option<SessionStore>>,
     live: Mutex<HashMap<String, LiveSession>>,
+    /// The event streams of running session trees, by root id.
+    streams: Mutex<HashMap<String, EventStream>>,
     child_model: OnceLock<Result<Arc<dyn ChatModel>, String>>,
 }
 
@@ -82,7 +95,7 @@ impl HubInner {
         self.store
             .get_or_init(|| {
                 let path = self.settings.state_db.as_ref()?;
-                match SessionStore::open(path) {
+                match SessionStore::open(path, self.settings.durable) {
                     Ok(store) => Some(store),
                     Err(err) => {
                         tracing::warn!("sessions will not be recorded: {err}");
@@ -114,6 +127,75 @@ impl HubInner {
     pub(crate) fn unregister(&self, session_id: &str) {
         let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
         live.remove(session_id);
+    }
+
+    /// A root's stream is no longer live (after its `final`).
+    pub(crate) fn stream_ended(&self, root_id: &str) {
+        let mut streams = self.streams.lock().unwrap_or_else(|e| e.into_inner());
+        streams.remove(root_id);
+    }
+
+    fn stream(&self, root_id: &str) -> Option<EventStream> {
+        let streams = self.streams.lock().unwrap_or_else(|e| e.into_inner());
+        streams.get(root_id).cloned()
+    }
+
+    /// A resumed session waits until the worker that last held its
+    /// environment is attached (or, with none recorded, any worker), at most
+    /// [`resume::WORKER_WAIT`]: its calls then find their environment again.
+    pub(crate) async fn wait_for_workers(&self, task_id: &str, cancel: &CancellationToken) {
+        let wanted = self
+            .store()
+            .and_then(|s| store::read_placement(s.path(), task_id).ok().flatten());
+        let deadline = Instant::now() + resume::WORKER_WAIT;
+        loop {
+            let workers = self.dispatcher.scheduler().status().await;
+            let back = workers
+                .iter()
+                .any(|w| w.state == "ready" && wanted.as_ref().is_none_or(|name| &w.name == name));
+            if back || cancel.is_cancelled() || Instant::now() >= deadline {
+                if !back {
+                    tracing::warn!(task = %task_id, worker = ?wanted, "resuming without the worker that held the environment");
+                }
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    fn register_stream(&self, root_id: &str, events: &EventStream) {
+        let mut streams = self.streams.lock().unwrap_or_else(|e| e.into_inner());
+        streams.insert(root_id.to_owned(), events.clone());
+    }
+
+    /// A session that cannot resume ends failed, saying why.
+    async fn resume_failed(&self, spec: &SessionSpec, stream: &EventStream, reason: &str) {
+        let message = format!("the session could not resume after a restart: {reason}");
+        tracing::warn!(session = %spec.session_id, "{message}");
+        if let Some(store) = self.store() {
+            store.session_ended(SessionEnd {
+                id: spec.session_id.clone(),
+                state: "failed".to_owned(),
+                api_calls: 0,
+                exit_reason: "error".to_owned(),
+                final_response: None,
+                error: Some(message.clone()),
+                input_tokens: 0,
+                output_tokens: 0,
+            });
+            store.flush().await;
+        }
+        stream.emit(
+            &spec.session_id,
+            events::ERROR,
+            &serde_json::json!({"message": message}),
+        );
+        stream.emit(
+            &spec.session_id,
+            events::FINAL,
+            &serde_json::json!({"text": null, "status": "failed", "exit_reason": "error", "error": message}),
+        );
+        self.stream_ended(&spec.session_id);
     }
 
     fn actor(&self, session_id: &str) -> Option<ActorRef<SessionMsg>> {
@@ -161,6 +243,7 @@ impl SessionHub {
                 settings,
                 store: OnceLock::new(),
                 live: Mutex::new(HashMap::new()),
+                streams: Mutex::new(HashMap::new()),
                 child_model: OnceLock::new(),
             }),
         }
@@ -173,6 +256,13 @@ impl SessionHub {
     /// The session database, when sessions are recorded.
     pub fn store(&self) -> Option<&SessionStore> {
         self.inner.store()
+    }
+
+    /// Waits until everything recorded so far is on disk (before a process exits).
+    pub async fn flush(&self) {
+        if let Some(Some(store)) = self.inner.store.get() {
+            store.flush().await;
+        }
     }
 
     /// The model a request names.
@@ -247,8 +337,13 @@ impl SessionHub {
             interactive: request.interactive,
             cancel: CancellationToken::new(),
             task_index: None,
+            parent_call_id: None,
         };
-        let (events, rx) = EventStream::new();
+        let (events, rx) = EventStream::recorded(
+            self.inner.store().map(|s| (s.clone(), session_id.clone())),
+            0,
+        );
+        self.inner.register_stream(&session_id, &events);
         if spec.interactive {
             self.forward_approvals(&spec, &events);
         }
@@ -258,6 +353,7 @@ impl SessionHub {
             model,
             events,
             report: None,
+            restored: None,
         };
         Actor::spawn(None, SessionActor, args)
             .await
@@ -366,6 +462,148 @@ impl SessionHub {
                 hub.route_notice(worker, notice);
             }
         });
+    }
+
+    /// Resumes every session a previous coordinator of this database was
+    /// running when it died (served coordinators' sessions only: see
+    /// `AgentSettings::durable`). Returns how many.
+    pub fn resume_orphans(&self) -> usize {
+        // No database yet: nothing to resume, and none is created for it.
+        if !self
+            .inner
+            .settings
+            .state_db
+            .as_ref()
+            .is_some_and(|db| db.exists())
+        {
+            return 0;
+        }
+        let Some(store) = self.inner.store() else {
+            return 0;
+        };
+        let orphans = match store::orphaned_roots(store.path()) {
+            Ok(orphans) => orphans,
+            Err(err) => {
+                tracing::warn!("cannot look for sessions to resume: {err}");
+                return 0;
+            }
+        };
+        let count = orphans.len();
+        for root in orphans {
+            tracing::info!(session = %root.id, "resuming a session interrupted by a restart");
+            self.adopt_root(root);
+        }
+        count
+    }
+
+    /// Takes over a stored, running root whose coordinator is gone: its
+    /// stream goes on from its last recorded event, and it resumes once its
+    /// workers are back.
+    fn adopt_root(&self, root: StoredSession) -> EventStream {
+        if let Some(stream) = self.inner.stream(&root.id) {
+            return stream;
+        }
+        let store = self.inner.store().cloned();
+        let last = store
+            .as_ref()
+            .and_then(|s| store::last_seq(s.path(), &root.id).ok())
+            .unwrap_or(0);
+        // No client started this stream: clarify questions get their
+        // "no one to ask" answer until one reattaches.
+        let (events, _) = EventStream::recorded(store.clone().map(|s| (s, root.id.clone())), last);
+        self.inner.register_stream(&root.id, &events);
+        let hub = self.inner.clone();
+        let stream = events.clone();
+        tokio::spawn(async move {
+            let spec = resume::spec_of(&root, CancellationToken::new());
+            let prepared = store
+                .as_ref()
+                .ok_or_else(|| "sessions are not recorded".to_owned())
+                .and_then(|s| resume::restore(s.path(), &root).map_err(|e| e.to_string()))
+                .and_then(|restored| {
+                    let model = SessionHub { inner: hub.clone() }
+                        .resolve_model(&root.model)
+                        .map_err(|e| e.to_string())?;
+                    Ok((restored, model.0))
+                });
+            let (restored, model) = match prepared {
+                Ok(prepared) => prepared,
+                Err(reason) => return hub.resume_failed(&spec, &stream, &reason).await,
+            };
+            let args = SessionArgs {
+                hub: hub.clone(),
+                spec: spec.clone(),
+                model,
+                events: stream.clone(),
+                report: None,
+                restored: Some(restored),
+            };
+            if let Err(err) = Actor::spawn(None, SessionActor, args).await {
+                hub.resume_failed(&spec, &stream, &err.to_string()).await;
+            }
+        });
+        events
+    }
+
+    /// Reattaches to a session tree's stream: the recorded events after
+    /// `after`, then the live ones, until the root's `final`. `session_id`
+    /// may name any session of the tree. A running tree whose coordinator
+    /// process is gone is resumed here.
+    pub async fn attach(
+        &self,
+        session_id: &str,
+        after: u64,
+    ) -> Result<mpsc::UnboundedReceiver<SessionEvent>, SessionError> {
+        let store = self.inner.store().ok_or(SessionError::NotRecorded)?.clone();
+        let db = store.path();
+        let session = store::read_session(db, session_id)?
+            .ok_or_else(|| SessionError::Unknown(session_id.to_owned()))?;
+        let root = match session.parent_id {
+            None => session,
+            Some(_) => store::read_session(db, &session.root_id)?
+                .ok_or_else(|| SessionError::Unknown(session.root_id.clone()))?,
+        };
+        let live = match self.inner.stream(&root.id) {
+            Some(stream) => Some(stream),
+            None if root.state == "running" => {
+                if store::owner_alive(db, root.owner.as_deref().unwrap_or_default()) {
+                    return Err(SessionError::Elsewhere(root.id));
+                }
+                Some(self.adopt_root(root.clone()))
+            }
+            None => None,
+        };
+        let (until, mut live) = match live.map(|s| s.observe()) {
+            Some((seq, rx)) => (Some(seq), Some(rx)),
+            None => (None, None),
+        };
+        store.flush().await;
+        let history = store::read_events(db, &root.id, after, until)?;
+        let (tx, rx) = mpsc::unbounded_channel();
+        let root_id = root.id;
+        tokio::spawn(async move {
+            let is_end = |e: &SessionEvent| e.session_id == root_id && e.kind == events::FINAL;
+            for event in history {
+                let event = SessionEvent {
+                    session_id: event.session_id,
+                    seq: event.seq,
+                    kind: event.kind,
+                    json: event.json,
+                };
+                let end = is_end(&event);
+                if tx.send(event).is_err() || end {
+                    return;
+                }
+            }
+            let Some(live) = live.as_mut() else { return };
+            while let Some(event) = live.recv().await {
+                let end = is_end(&event);
+                if tx.send(event).is_err() || end {
+                    return;
+                }
+            }
+        });
+        Ok(rx)
     }
 
     /// Cancels every live session (shutdown).

@@ -11,7 +11,8 @@
 //!   result budget, the summary request) and the agent-loop tools.
 //! - [`planner`]: which calls of one turn may run in parallel.
 //! - [`todo`], [`clarify`], [`delegate`]: the agent-loop tools' rules.
-//! - [`events`]: the event stream; [`store`]: SQLite storage.
+//! - [`events`]: the event stream; [`store`]: SQLite storage; `resume`:
+//!   carrying a session on after a coordinator restart.
 
 pub mod budget;
 pub mod clarify;
@@ -21,6 +22,7 @@ mod hub;
 pub mod messages;
 pub mod notices;
 pub mod planner;
+mod resume;
 mod session;
 pub mod store;
 pub mod todo;
@@ -51,6 +53,10 @@ pub struct AgentSettings {
     /// Where sessions and transcripts are recorded (`$CADUCEUS_HOME/state.db`);
     /// `None` records nothing.
     pub state_db: Option<PathBuf>,
+    /// Sessions of this coordinator resume on their own after it restarts
+    /// (a served coordinator; an embedded one's sessions resume only when a
+    /// client asks with `run --resume`).
+    pub durable: bool,
     /// How long a `clarify` question waits for its answer.
     pub clarify_timeout: Duration,
     /// After its final answer, how long a session waits for the background
@@ -65,6 +71,7 @@ impl Default for AgentSettings {
             max_iterations: DEFAULT_MAX_ITERATIONS,
             delegation: Arc::new(DelegationConfig::default()),
             state_db: None,
+            durable: false,
             clarify_timeout: Duration::from_secs(600),
             notice_wait: Duration::from_secs(1800),
         }

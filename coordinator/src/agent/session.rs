@@ -27,6 +27,7 @@ use caduceus_proto::EnvironmentNotice;
 use super::delegate::{Role, Tokens, TraceEntry};
 use super::events::{self, EventStream};
 use super::hub::HubInner;
+use super::resume::Restored;
 use super::store::SessionEnd;
 use super::turn::AgentLoop;
 use crate::registry::ToolFilter;
@@ -56,6 +57,8 @@ pub(crate) struct SessionSpec {
     pub cancel: CancellationToken,
     /// A child's position in its parent's batch.
     pub task_index: Option<usize>,
+    /// A child's `delegate_task` call in its parent.
+    pub parent_call_id: Option<String>,
 }
 
 /// How a session ended.
@@ -82,6 +85,17 @@ impl EndStatus {
             EndStatus::Interrupted => "interrupted",
             EndStatus::Failed => "failed",
             EndStatus::Crashed => "crashed",
+        }
+    }
+
+    /// The status a stored state names (an unknown one reads as failed).
+    pub fn parse(state: &str) -> Self {
+        match state {
+            "completed" => EndStatus::Completed,
+            "max_iterations" => EndStatus::MaxIterations,
+            "interrupted" => EndStatus::Interrupted,
+            "crashed" => EndStatus::Crashed,
+            _ => EndStatus::Failed,
         }
     }
 }
@@ -138,6 +152,8 @@ pub(crate) struct SessionArgs {
     pub events: EventStream,
     /// Where a child's outcome goes.
     pub report: Option<oneshot::Sender<SessionOutcome>>,
+    /// A session resumed after a restart: where it carries on.
+    pub restored: Option<Restored>,
 }
 
 pub(crate) struct SessionActor;
@@ -167,7 +183,7 @@ impl Actor for SessionActor {
         let shared = Arc::new(SessionShared::default());
         args.hub
             .register(&args.spec, myself.clone(), shared.clone());
-        let agent = AgentLoop::new(
+        let mut agent = AgentLoop::new(
             args.hub.clone(),
             args.spec.clone(),
             args.model,
@@ -176,6 +192,9 @@ impl Actor for SessionActor {
             notices_rx,
             shared.clone(),
         );
+        if let Some(restored) = args.restored {
+            agent.restore(restored);
+        }
         let handle = tokio::spawn(agent.run());
         let me = myself;
         tokio::spawn(async move {
@@ -335,4 +354,7 @@ pub(crate) async fn conclude(
             "workers": outcome.workers,
         }),
     );
+    if spec.parent_id.is_none() {
+        hub.stream_ended(&spec.session_id);
+    }
 }

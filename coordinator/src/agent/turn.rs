@@ -26,7 +26,7 @@
 //! concurrently (at most 8 at once); sequential calls run back to back with
 //! no pause between them.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -55,11 +55,12 @@ use super::messages::{
 };
 use super::notices::notice_message;
 use super::planner::{MAX_PARALLEL_CALLS, PlanCall, plan_batch};
+use super::resume::{self, Next, Recovered, Restored};
 use super::session::{
     EndStatus, SessionActor, SessionArgs, SessionMsg, SessionOutcome, SessionShared, SessionSpec,
     conclude,
 };
-use super::store::SessionRow;
+use super::store::{CallResult, CallStart, ResumeSpec, SessionRow, SessionStore};
 use super::todo::TodoStore;
 use crate::dispatch::coerce::coerce_arguments;
 use crate::dispatch::repair::repair_tool_name;
@@ -180,9 +181,71 @@ struct CallSite {
     filter: ToolFilter,
     iteration: u32,
     cancel: CancellationToken,
+    store: Option<SessionStore>,
+    /// Index of the assistant message whose calls these are.
+    turn: usize,
 }
 
 impl CallSite {
+    /// The write-ahead record: on disk before the call is dispatched.
+    async fn record_start(&self, call: &ToolCall) {
+        if let Some(store) = &self.store {
+            store
+                .call_started(CallStart {
+                    session_id: self.session_id.clone(),
+                    turn: self.turn,
+                    call_id: call.id.clone(),
+                    tool: call.name.clone(),
+                    arguments: call.arguments.clone(),
+                    task_id: self.task_id.clone(),
+                })
+                .await;
+        }
+    }
+
+    fn record_end(&self, call: &ToolCall, done: &Finished) {
+        if let Some(store) = &self.store {
+            store.call_finished(CallResult {
+                session_id: self.session_id.clone(),
+                turn: self.turn,
+                call_id: call.id.clone(),
+                result: done.content.clone(),
+                status: serde_json::to_value(done.status)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default(),
+                worker: done.worker.clone(),
+            });
+            if let Some(worker) = &done.worker {
+                store.placement(&self.task_id, worker);
+            }
+        }
+    }
+
+    /// A recovered call's answer, with the `tool_finished` it never got.
+    fn recovered(&self, call: &ToolCall, recovered: Recovered) -> Finished {
+        let status = recovered.status();
+        let done = match recovered {
+            Recovered::Done { result, worker } => Finished {
+                content: result,
+                status,
+                worker,
+            },
+            Recovered::Unknown | Recovered::Adopt => {
+                let done = Finished {
+                    content: resume::unknown_outcome(),
+                    status,
+                    worker: None,
+                };
+                // The record now says what the model was told.
+                self.record_end(call, &done);
+                done
+            }
+        };
+        self.finished(call, (Instant::now(), now_ms()), &done);
+        done
+    }
+
     fn started(
         &self,
         call: &ToolCall,
@@ -246,6 +309,7 @@ impl CallSite {
         parallel: bool,
     ) -> Finished {
         let started = self.started(call, parsed, parallel);
+        self.record_start(call).await;
         let request = CallRequest {
             tool: call.name.clone(),
             arguments: RawArguments::Text(call.arguments.clone()),
@@ -262,6 +326,7 @@ impl CallSite {
             _ = self.cancel.cancelled() => Finished { content: cancelled_content(&call.name), status: CallStatus::Cancelled, worker: None },
             outcome = self.dispatcher.call_streaming(request, None) => Finished { content: outcome.result, status: outcome.status, worker: outcome.worker },
         };
+        self.record_end(call, &done);
         self.finished(call, started, &done);
         done
     }
@@ -287,6 +352,10 @@ pub(crate) struct AgentLoop {
     invalid_turns: u32,
     questions: u32,
     started: Instant,
+    /// After a restart: where the conversation carries on.
+    resume_next: Option<Next>,
+    /// After a restart: the interrupted turn's calls, by id.
+    recovered: HashMap<String, Recovered>,
 }
 
 impl AgentLoop {
@@ -319,10 +388,133 @@ impl AgentLoop {
             invalid_turns: 0,
             questions: 0,
             started: Instant::now(),
+            resume_next: None,
+            recovered: HashMap::new(),
         }
     }
 
+    /// Carries on from the state a restart left in the store.
+    pub(crate) fn restore(&mut self, restored: Restored) {
+        for message in &restored.messages {
+            for call in message.tool_calls.iter().filter(|c| c.name == "todo") {
+                if let Some(args) = parse_arguments(&RawArguments::Text(call.arguments.clone())) {
+                    self.todo.call(&args);
+                }
+            }
+        }
+        for _ in 0..restored.api_calls {
+            self.budget.consume();
+        }
+        self.messages = restored.messages;
+        self.api_calls = restored.api_calls;
+        self.shared
+            .api_calls
+            .store(self.api_calls, Ordering::Relaxed);
+        self.tokens = restored.tokens;
+        self.trace = restored.trace;
+        self.workers = restored.workers;
+        self.resume_next = Some(restored.next);
+    }
+
+    fn record_row(&self) {
+        let Some(store) = self.hub.store() else {
+            return;
+        };
+        let spec = &self.spec;
+        store.session_started(SessionRow {
+            id: spec.session_id.clone(),
+            parent_id: spec.parent_id.clone(),
+            root_id: spec.root_id.clone(),
+            depth: spec.depth,
+            task_id: spec.task_id.clone(),
+            model: spec.model_label.clone(),
+            prompt: spec.prompt.clone(),
+            parent_call_id: spec.parent_call_id.clone(),
+            task_index: spec.task_index,
+            spec: ResumeSpec {
+                release_task: spec.release_task,
+                enabled_toolsets: spec.filter.enabled_toolsets.clone(),
+                disabled_toolsets: spec.filter.disabled_toolsets.clone(),
+                blocked_tools: spec.filter.blocked_tools.clone(),
+                max_iterations: spec.max_iterations,
+                role: spec.role.and_then(|r| {
+                    serde_json::to_value(r)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_owned))
+                }),
+                interactive: spec.interactive,
+            },
+        });
+    }
+
+    /// A session resumed after a restart: it says so, waits for its workers,
+    /// finishes the interrupted turn, and carries on.
+    async fn resume(&mut self, next: Next) -> Ending {
+        self.record_row();
+        let unknown: Vec<&String> = match &next {
+            Next::Calls { recovered, .. } => recovered
+                .iter()
+                .filter(|(_, r)| **r == Recovered::Unknown)
+                .map(|(id, _)| id)
+                .collect(),
+            _ => Vec::new(),
+        };
+        self.emit(
+            events::SESSION_RESUMED,
+            &json!({
+                "parent_id": self.spec.parent_id,
+                "depth": self.spec.depth,
+                "task_id": self.spec.task_id,
+                "messages": self.messages.len(),
+                "api_calls": self.api_calls,
+                "unknown_calls": unknown,
+            }),
+        );
+        self.hub
+            .wait_for_workers(&self.spec.task_id, &self.spec.cancel)
+            .await;
+        match next {
+            Next::Finished {
+                text,
+                max_iterations: false,
+            } => return Ending::completed(text),
+            Next::Finished { text, .. } => {
+                return Ending {
+                    status: EndStatus::MaxIterations,
+                    text: Some(text),
+                    error: None,
+                    exit_reason: "max_iterations",
+                };
+            }
+            Next::Request => {}
+            Next::Calls {
+                mut calls,
+                recovered,
+            } => {
+                self.recovered = recovered;
+                let snapshot = self.hub.dispatcher.registry().snapshot();
+                let available = snapshot
+                    .available_names(&self.spec.filter)
+                    .unwrap_or_default();
+                let routes = self.route(&mut calls, &snapshot, &available);
+                let contents = self.run_batch(&calls, &routes).await;
+                for (call, content) in calls.iter().zip(contents) {
+                    self.push(
+                        tool_message(&call.name, content, &call.id),
+                        Some(&call.name),
+                    );
+                }
+                self.recovered.clear();
+            }
+        }
+        self.converse().await
+    }
+
     pub(crate) async fn run(mut self) -> SessionOutcome {
+        if let Some(next) = self.resume_next.take() {
+            let ending = self.resume(next).await;
+            return self.finish(ending).await;
+        }
         let tool_names = self
             .hub
             .dispatcher
@@ -344,17 +536,7 @@ impl AgentLoop {
                 "max_iterations": self.spec.max_iterations,
             }),
         );
-        if let Some(store) = self.hub.store() {
-            store.session_started(SessionRow {
-                id: self.spec.session_id.clone(),
-                parent_id: self.spec.parent_id.clone(),
-                root_id: self.spec.root_id.clone(),
-                depth: self.spec.depth,
-                task_id: self.spec.task_id.clone(),
-                model: self.spec.model_label.clone(),
-                prompt: self.spec.prompt.clone(),
-            });
-        }
+        self.record_row();
         let system = self
             .spec
             .system_prompt
@@ -563,6 +745,8 @@ impl AgentLoop {
             filter: self.spec.filter.clone(),
             iteration: parallel_iteration,
             cancel: self.spec.cancel.clone(),
+            store: self.hub.store().cloned(),
+            turn: self.messages.len().saturating_sub(1),
         }
     }
 
@@ -574,7 +758,13 @@ impl AgentLoop {
             .collect();
         let mut results: Vec<Option<Finished>> = calls.iter().map(|_| None).collect();
         let mut runnable = Vec::new();
+        let site = self.call_site(self.api_calls);
         for (index, route) in routes.iter().enumerate() {
+            // After a restart, a call with a record is answered from it.
+            if let Some(recovered) = self.take_recovered(&calls[index].id) {
+                results[index] = Some(site.recovered(&calls[index], recovered));
+                continue;
+            }
             match route {
                 Route::Invalid(content) => {
                     results[index] = Some(Finished {
@@ -602,7 +792,6 @@ impl AgentLoop {
             None
         };
         let segments = plan_batch(&plan_input, cwd.as_deref());
-        let site = self.call_site(self.api_calls);
 
         for segment in &segments {
             if self.cancelled() {
@@ -653,6 +842,15 @@ impl AgentLoop {
         }
         self.enforce_turn_budget(calls, &mut contents).await;
         contents
+    }
+
+    /// The record of an interrupted call, unless it is a `delegate_task`
+    /// that runs again to adopt its children.
+    fn take_recovered(&mut self, call_id: &str) -> Option<Recovered> {
+        match self.recovered.get(call_id)? {
+            Recovered::Adopt => None,
+            _ => self.recovered.remove(call_id),
+        }
     }
 
     /// Bookkeeping of one result; returns the content the model reads.
@@ -734,6 +932,7 @@ impl AgentLoop {
         parsed: Option<&Map<String, Value>>,
     ) -> Finished {
         let started = site.started(call, parsed, false);
+        site.record_start(call).await;
         let content = match (route, self.loop_tool_args(&call.name, parsed)) {
             (Route::Refused(content), _) => content.clone(),
             (_, Err(content)) => content,
@@ -752,6 +951,7 @@ impl AgentLoop {
             status,
             worker: None,
         };
+        site.record_end(call, &done);
         site.finished(call, started, &done);
         done
     }
@@ -862,8 +1062,14 @@ impl AgentLoop {
         let child_depth = self.spec.depth + 1;
         let timeout = config.child_timeout();
 
+        let mut adopted = self.adopted_children(call_id);
         let mut waits = Vec::with_capacity(tasks.len());
         for task in tasks {
+            if let Some(child) = adopted.remove(&task.index) {
+                let (cancel, end) = self.adopt_child(&child, &child_model).await;
+                waits.push((task, child.id, child.task_id, cancel, end));
+                continue;
+            }
             let role = effective_role(task.role, child_depth, &config);
             let session_id = new_session_id();
             let task_id = if share_environment {
@@ -898,6 +1104,7 @@ impl AgentLoop {
                 interactive: false,
                 cancel: self.spec.cancel.child_token(),
                 task_index: Some(task.index),
+                parent_call_id: Some(call_id.to_owned()),
             };
             self.emit(
                 events::CHILD_STARTED,
@@ -912,20 +1119,7 @@ impl AgentLoop {
                 }),
             );
             let cancel = spec.cancel.clone();
-            let (report_tx, report_rx) = oneshot::channel();
-            let args = SessionArgs {
-                hub: self.hub.clone(),
-                spec,
-                model: child_model.clone(),
-                events: self.events.clone(),
-                report: Some(report_tx),
-            };
-            let spawned =
-                Actor::spawn_linked(None, SessionActor, args, self.myself.get_cell()).await;
-            let end = match spawned {
-                Ok(_) => ChildWait::Running(report_rx),
-                Err(err) => ChildWait::NotStarted(format!("the subagent could not start: {err}")),
-            };
+            let end = self.spawn_child(spec, &child_model, None).await;
             waits.push((task, session_id, task_id, cancel, end));
         }
 
@@ -951,6 +1145,82 @@ impl AgentLoop {
             self.workers.extend(entry.workers.iter().cloned());
         }
         delegate::results_json(&entries, started.elapsed())
+    }
+
+    /// Starts a child session actor linked to this session's.
+    async fn spawn_child(
+        &self,
+        spec: SessionSpec,
+        model: &Arc<dyn ChatModel>,
+        restored: Option<Restored>,
+    ) -> ChildWait {
+        let (report_tx, report_rx) = oneshot::channel();
+        let args = SessionArgs {
+            hub: self.hub.clone(),
+            spec,
+            model: model.clone(),
+            events: self.events.clone(),
+            report: Some(report_tx),
+            restored,
+        };
+        match Actor::spawn_linked(None, SessionActor, args, self.myself.get_cell()).await {
+            Ok(_) => ChildWait::Running(report_rx),
+            Err(err) => ChildWait::NotStarted(format!("the subagent could not start: {err}")),
+        }
+    }
+
+    /// After a restart, the children an interrupted `delegate_task` had
+    /// started, by their position in it.
+    fn adopted_children(&mut self, call_id: &str) -> HashMap<usize, super::store::StoredSession> {
+        if self.recovered.remove(call_id) != Some(Recovered::Adopt) {
+            return HashMap::new();
+        }
+        let Some(store) = self.hub.store() else {
+            return HashMap::new();
+        };
+        match super::store::read_children(store.path(), &self.spec.session_id, call_id) {
+            Ok(children) => children
+                .into_iter()
+                .filter_map(|c| c.task_index.map(|i| (i, c)))
+                .collect(),
+            Err(err) => {
+                tracing::warn!(session = %self.spec.session_id, "cannot read the children to adopt: {err}");
+                HashMap::new()
+            }
+        }
+    }
+
+    /// An adopted child: one that ended reports its stored outcome; one that
+    /// was running resumes and reports when it ends.
+    async fn adopt_child(
+        &self,
+        child: &super::store::StoredSession,
+        model: &Arc<dyn ChatModel>,
+    ) -> (CancellationToken, ChildWait) {
+        let cancel = self.spec.cancel.child_token();
+        let Some(store) = self.hub.store() else {
+            return (
+                cancel,
+                ChildWait::NotStarted("sessions are not recorded".to_owned()),
+            );
+        };
+        if child.state != "running" {
+            return (
+                cancel,
+                ChildWait::Ended(resume::outcome_of(store.path(), child)),
+            );
+        }
+        match resume::restore(store.path(), child) {
+            Ok(restored) => {
+                let spec = resume::spec_of(child, cancel.clone());
+                let wait = self.spawn_child(spec, model, Some(restored)).await;
+                (cancel, wait)
+            }
+            Err(err) => (
+                cancel,
+                ChildWait::NotStarted(format!("the subagent could not resume: {err}")),
+            ),
+        }
     }
 
     /// Trims summaries above `delegation.max_summary_chars`, saving the full
@@ -1082,6 +1352,8 @@ impl AgentLoop {
 /// A child being waited for.
 enum ChildWait {
     Running(oneshot::Receiver<SessionOutcome>),
+    /// Ended before a restart; its stored outcome.
+    Ended(SessionOutcome),
     NotStarted(String),
 }
 
@@ -1101,6 +1373,7 @@ impl ChildWait {
     async fn finish(self, timeout: Option<Duration>, cancel: &CancellationToken) -> ChildEnd {
         let mut report = match self {
             ChildWait::Running(report) => report,
+            ChildWait::Ended(outcome) => return ChildEnd::Finished(outcome),
             ChildWait::NotStarted(reason) => return ChildEnd::NotStarted(reason),
         };
         let Some(limit) = timeout else {

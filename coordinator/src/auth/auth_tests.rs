@@ -24,6 +24,7 @@ fn every_method_needs_the_role_of_its_table_row() {
         "ReleaseEnvironment",
         "StartSession",
         "CancelSession",
+        "AttachSession",
         "AnswerClarify",
     ] {
         assert_eq!(

@@ -38,6 +38,7 @@ const CLIENT_METHODS: &[&str] = &[
     "ReleaseEnvironment",
     "StartSession",
     "CancelSession",
+    "AttachSession",
     "AnswerClarify",
 ];
 

@@ -8,7 +8,7 @@ use serde_json::{Map, Value, json};
 use super::*;
 use crate::guard::OpenGate;
 use crate::registry::{Handler, LocalTool, ToolEntry, builtin};
-use crate::scheduler::SchedulerConfig;
+use crate::scheduler::{Liveness, SchedulerConfig};
 
 struct Echo;
 
@@ -102,7 +102,7 @@ async fn dispatcher(hook: Option<Arc<Recorder>>) -> Dispatcher {
     let (scheduler, _) = SchedulerHandle::start(
         registry.clone(),
         SchedulerConfig {
-            heartbeat_interval: Duration::from_secs(5),
+            liveness: Liveness::from_interval(Duration::from_secs(5)),
             notices: None,
         },
     )

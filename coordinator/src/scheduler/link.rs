@@ -240,10 +240,17 @@ pub struct LinkArgs {
     pub calls: Arc<CallTable>,
     /// The backends the worker offers, as last reported.
     pub backends: Vec<String>,
-    pub heartbeat_interval: Duration,
+    pub liveness: super::Liveness,
+    /// When the link last looked at the worker's silence.
+    pub last_check: Instant,
+    /// No worker is judged lost before this (see `CheckHeartbeat`).
+    pub judge_after: Instant,
     /// Tells the scheduler about backend changes and released environments.
     pub scheduler: ActorRef<super::SchedulerMsg>,
     pub notices: Option<NoticeSink>,
+    /// The scheduler's placements: notices are forwarded only for tasks
+    /// placed on this worker (a stale environment answers nothing).
+    pub placements: super::Placements,
 }
 
 impl LinkArgs {
@@ -267,7 +274,7 @@ impl Actor for WorkerLink {
         myself: ActorRef<LinkMsg>,
         args: LinkArgs,
     ) -> Result<LinkArgs, ActorProcessingErr> {
-        myself.send_interval(args.heartbeat_interval, || LinkMsg::CheckHeartbeat);
+        myself.send_interval(args.liveness.check_every(), || LinkMsg::CheckHeartbeat);
         Ok(args)
     }
 
@@ -302,8 +309,22 @@ impl Actor for WorkerLink {
                 myself.stop(Some(reason));
             }
             LinkMsg::CheckHeartbeat => {
+                let now = Instant::now();
+                let since_check = now.duration_since(state.last_check);
+                state.last_check = now;
+                if since_check > state.liveness.suspect_after {
+                    // The coordinator itself was not running (a loaded or
+                    // stopped host): heartbeats may sit unread in the stream,
+                    // and the checks missed meanwhile arrive in a burst.
+                    // Judge the worker only once its next heartbeat has had
+                    // time to be read.
+                    state.judge_after = now + state.liveness.suspect_after;
+                }
+                if now < state.judge_after {
+                    return Ok(());
+                }
                 let age = state.shared().heartbeat_age();
-                if age > state.heartbeat_interval * 3 {
+                if age > state.liveness.lost_after {
                     let reason = format!("no heartbeat for {:.1}s", age.as_secs_f64());
                     tracing::warn!(worker = %state.name, %reason, "worker presumed dead");
                     state.calls.close(&format!(
@@ -337,7 +358,17 @@ fn handle_event(state: &mut LinkArgs, event: WorkerEvent) {
             }
         }
         Some(worker_event::Event::Notice(notice)) => {
-            if let Some(sink) = &state.notices {
+            let placed_here = state
+                .placements
+                .read()
+                .map(|p| {
+                    p.get(&notice.task_id)
+                        .is_some_and(|p| p.worker_id == state.worker_id)
+                })
+                .unwrap_or(false);
+            if !placed_here {
+                tracing::debug!(worker = %state.name, task = %notice.task_id, kind = %notice.kind, "notice from an environment not placed here dropped");
+            } else if let Some(sink) = &state.notices {
                 let _ = sink.send((state.name.clone(), notice));
             }
         }

@@ -7,6 +7,10 @@
 //!   holds its environment — and least-loaded (running calls over capacity,
 //!   then pinned tasks) for a task seen for the first time. A task whose worker
 //!   went away is placed afresh and the caller learns its environment was reset.
+//! - Fencing: every fresh placement of a task gets a new, larger epoch. A
+//!   worker returning with an environment older than its task's latest epoch
+//!   is told (in its welcome) that it is stale and ends it; nothing is ever
+//!   answered from it, and a task has at most one live environment.
 
 pub mod link;
 
@@ -21,8 +25,8 @@ use tokio::sync::{mpsc, oneshot};
 use tonic::Status;
 
 use caduceus_proto::{
-    Drain, EnvironmentSpec, Hello, ReleaseEnvironment, RunCall, WorkerCommand, WorkerStatus,
-    worker_command,
+    Drain, EnvironmentSpec, Hello, ReleaseEnvironment, RunCall, StaleEnvironment, WorkerCommand,
+    WorkerStatus, worker_command,
 };
 
 use crate::ask;
@@ -67,6 +71,10 @@ pub enum ScheduleError {
     #[error("The worker '{worker}' is draining and takes no new calls; retry shortly.")]
     Draining { worker: String },
     #[error(
+        "The worker '{worker}' holding this task has not been heard from for {silent_secs:.1}s (suspect); the call was not sent. Retry shortly: it is either back or declared lost by then."
+    )]
+    Suspect { worker: String, silent_secs: f64 },
+    #[error(
         "The call did not finish within {after_secs}s on worker '{worker}'; it was cancelled there."
     )]
     Timeout { worker: String, after_secs: u64 },
@@ -79,6 +87,7 @@ impl ScheduleError {
         match self {
             ScheduleError::WorkerLost { worker, .. }
             | ScheduleError::Draining { worker }
+            | ScheduleError::Suspect { worker, .. }
             | ScheduleError::Timeout { worker, .. } => Some(worker),
             _ => None,
         }
@@ -105,6 +114,8 @@ pub struct Placement {
     pub worker_name: String,
     pub calls: Arc<CallTable>,
     pub reset_from: Option<String>,
+    /// The placement's epoch, carried by every call (see the module docs).
+    pub epoch: u64,
 }
 
 pub struct AttachedWorker {
@@ -112,11 +123,13 @@ pub struct AttachedWorker {
     pub link: ActorRef<LinkMsg>,
     /// The worker's calls in flight; the stream reader completes them.
     pub calls: Arc<CallTable>,
+    /// Environments of its hello that it must end (sent in the welcome).
+    pub stale: Vec<StaleEnvironment>,
 }
 
 /// task id -> its placement: the scheduler's placement table, read by callers
 /// without a message to the scheduler (written only by the scheduler actor).
-type Placements = Arc<RwLock<HashMap<String, Placement>>>;
+pub(crate) type Placements = Arc<RwLock<HashMap<String, Placement>>>;
 
 pub enum SchedulerMsg {
     Attach {
@@ -173,23 +186,72 @@ impl WorkerRecord {
         self.shared().draining.load(Ordering::Relaxed)
     }
 
-    /// Takes new tasks: not draining, and its link is still up.
+    /// Takes new tasks: not draining, and its link is still up (a suspect
+    /// worker is not excluded here: placement waits for it to recover or be
+    /// lost rather than failing).
     fn takes_new_tasks(&self) -> bool {
         !self.is_draining() && !self.calls.is_closed()
     }
 
-    fn placement(&self, reset_from: Option<String>) -> Placement {
+    fn suspect(&self, liveness: &Liveness) -> Option<ScheduleError> {
+        let silent = self.shared().heartbeat_age();
+        (silent > liveness.suspect_after).then(|| ScheduleError::Suspect {
+            worker: self.name.clone(),
+            silent_secs: silent.as_secs_f64(),
+        })
+    }
+
+    fn placement(&self, reset_from: Option<String>, epoch: u64) -> Placement {
         Placement {
             worker_id: self.worker_id.clone(),
             worker_name: self.name.clone(),
             calls: self.calls.clone(),
             reset_from,
+            epoch,
         }
     }
 }
 
-pub struct SchedulerConfig {
+/// When a silent worker is suspect and when it is lost: the one owner of
+/// these thresholds (the link applies them, placement and status read them,
+/// the welcome tells the worker).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Liveness {
+    /// How often workers heartbeat.
     pub heartbeat_interval: Duration,
+    /// Silent this long: `suspect` — shown in status, no new placements.
+    pub suspect_after: Duration,
+    /// Silent this long: lost — its calls are answered with an error, its
+    /// tasks are placed afresh.
+    pub lost_after: Duration,
+}
+
+impl Liveness {
+    /// Suspect after 1.5 intervals of silence, lost after 3.
+    pub fn from_interval(heartbeat_interval: Duration) -> Self {
+        Liveness {
+            heartbeat_interval,
+            suspect_after: heartbeat_interval * 3 / 2,
+            lost_after: heartbeat_interval * 3,
+        }
+    }
+
+    /// How often a link looks at its worker's silence: often enough that a
+    /// lost worker is noticed well within a heartbeat interval of the threshold.
+    pub fn check_every(&self) -> Duration {
+        (self.suspect_after / 6).clamp(Duration::from_millis(20), Duration::from_millis(250))
+    }
+}
+
+impl Default for Liveness {
+    /// Heartbeat every second; suspect after 1.5 s, lost after 3 s.
+    fn default() -> Self {
+        Liveness::from_interval(Duration::from_secs(1))
+    }
+}
+
+pub struct SchedulerConfig {
+    pub liveness: Liveness,
     pub notices: Option<NoticeSink>,
 }
 
@@ -210,6 +272,13 @@ pub struct SchedulerState {
     placements: Placements,
     /// task id -> name of the worker that held its environment when it was lost
     lost: HashMap<String, String>,
+    /// task id -> its latest epoch, kept after the task's worker is lost or
+    /// its environment released: an environment older than this is stale for
+    /// ever.
+    epochs: HashMap<String, u64>,
+    /// The last epoch handed out; starts at the wall clock (microseconds) so
+    /// that a restarted coordinator's epochs are newer than its predecessor's.
+    last_epoch: u64,
     next_worker: u64,
 }
 
@@ -219,6 +288,13 @@ fn write(placements: &Placements) -> RwLockWriteGuard<'_, HashMap<String, Placem
 }
 
 impl SchedulerState {
+    /// A new epoch for `task_id`, newer than every environment of it.
+    fn new_epoch(&mut self, task_id: &str) -> u64 {
+        self.last_epoch += 1;
+        self.epochs.insert(task_id.to_owned(), self.last_epoch);
+        self.last_epoch
+    }
+
     async fn publish_fleet(&self) {
         let backends: BTreeSet<String> = self
             .workers
@@ -259,6 +335,11 @@ impl SchedulerState {
                 });
             }
             if !record.calls.is_closed() {
+                // A suspect worker keeps its tasks; their calls wait until it
+                // is heard from again or declared lost.
+                if let Some(suspect) = record.suspect(&self.config.liveness) {
+                    return Err(suspect);
+                }
                 return Ok(placed.clone());
             }
             // The worker's link is gone (the scheduler has not heard yet): so
@@ -277,10 +358,16 @@ impl SchedulerState {
         for placed in placements.values() {
             *pinned.entry(placed.worker_id.as_str()).or_default() += 1;
         }
-        let chosen = self
+        let liveness = self.config.liveness;
+        let candidates: Vec<&WorkerRecord> = self
             .workers
             .values()
             .filter(|w| w.takes_new_tasks() && w.backends.iter().any(|b| b == backend))
+            .collect();
+        let chosen = candidates
+            .iter()
+            .copied()
+            .filter(|w| w.suspect(&liveness).is_none())
             .min_by(|a, b| {
                 let load = |w: &WorkerRecord| {
                     f64::from(w.shared().running.load(Ordering::Relaxed))
@@ -294,12 +381,32 @@ impl SchedulerState {
                             .cmp(&pinned.get(b.worker_id.as_str()))
                     })
                     .then_with(|| a.name.cmp(&b.name))
-            })
-            .ok_or_else(|| ScheduleError::NoWorker {
-                backend: backend.to_owned(),
-            })?;
-        placements.insert(task_id.to_owned(), chosen.placement(None));
-        Ok(chosen.placement(self.lost.remove(task_id)))
+            });
+        let Some(chosen) = chosen else {
+            // Only suspect workers offer the backend: the caller waits for
+            // one of them to be heard from or lost.
+            return Err(candidates
+                .iter()
+                .find_map(|w| w.suspect(&liveness))
+                .unwrap_or_else(|| ScheduleError::NoWorker {
+                    backend: backend.to_owned(),
+                }));
+        };
+        let placed = chosen.placement(None, 0);
+        drop(placements);
+        let epoch = self.new_epoch(task_id);
+        write(&self.placements).insert(
+            task_id.to_owned(),
+            Placement {
+                epoch,
+                ..placed.clone()
+            },
+        );
+        Ok(Placement {
+            epoch,
+            reset_from: self.lost.remove(task_id),
+            ..placed
+        })
     }
 
     fn status(&self) -> Vec<WorkerStatus> {
@@ -314,7 +421,14 @@ impl SchedulerState {
                 backends: w.backends.clone(),
                 capacity: w.capacity,
                 running_calls: w.shared().running.load(Ordering::Relaxed),
-                state: if w.is_draining() { "draining" } else { "ready" }.to_owned(),
+                state: if w.is_draining() {
+                    "draining"
+                } else if w.suspect(&self.config.liveness).is_some() {
+                    "suspect"
+                } else {
+                    "ready"
+                }
+                .to_owned(),
                 attached_ms: u64::try_from(w.attached_at.elapsed().as_millis()).unwrap_or(u64::MAX),
                 last_heartbeat_ms: u64::try_from(w.shared().heartbeat_age().as_millis())
                     .unwrap_or(u64::MAX),
@@ -343,6 +457,11 @@ impl Actor for Scheduler {
             workers: HashMap::new(),
             placements: args.placements,
             lost: HashMap::new(),
+            epochs: HashMap::new(),
+            last_epoch: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX / 2))
+                .unwrap_or(1),
             next_worker: 0,
         })
     }
@@ -383,6 +502,9 @@ impl Actor for Scheduler {
                         }));
                 }
                 state.lost.remove(&task_id);
+                // An environment of it that a disconnected worker still holds
+                // is stale from now on.
+                state.new_epoch(&task_id);
                 let _ = reply.send(placed.is_some());
             }
             SchedulerMsg::Status { reply } => {
@@ -502,9 +624,12 @@ async fn attach(
         name: name.clone(),
         calls: calls.clone(),
         backends: hello.backends.clone(),
-        heartbeat_interval: state.config.heartbeat_interval,
+        liveness: state.config.liveness,
+        last_check: Instant::now(),
+        judge_after: Instant::now(),
         scheduler: myself.clone(),
         notices: state.config.notices.clone(),
+        placements: state.placements.clone(),
     };
     let (link, _join) = Actor::spawn_linked(None, WorkerLink, args, myself.get_cell())
         .await
@@ -523,21 +648,61 @@ async fn attach(
         link: link.clone(),
         calls: calls.clone(),
     };
-    // Environments that survived a reconnect stay pinned to this worker.
-    {
-        let mut placements = write(&state.placements);
-        for env in &hello.environments {
-            state.lost.remove(&env.task_id);
-            placements.insert(env.task_id.clone(), record.placement(None));
-        }
-    }
+    let stale = adopt_environments(state, &record, &hello.environments);
     state.workers.insert(worker_id.clone(), record);
     state.publish_fleet().await;
     Ok(AttachedWorker {
         worker_id,
         link,
         calls,
+        stale,
     })
+}
+
+/// Environments that survived a reconnect stay pinned to their worker if
+/// they are their task's latest (nothing placed it elsewhere or released it
+/// meanwhile); the others are stale. Returns the stale ones.
+fn adopt_environments(
+    state: &mut SchedulerState,
+    record: &WorkerRecord,
+    environments: &[caduceus_proto::EnvironmentInfo],
+) -> Vec<StaleEnvironment> {
+    let mut stale = Vec::new();
+    for env in environments {
+        let task = &env.task_id;
+        let placed = write(&state.placements).get(task).cloned();
+        let newest = match &placed {
+            Some(placed) => env.epoch > placed.epoch,
+            None => state
+                .epochs
+                .get(task)
+                .is_none_or(|latest| env.epoch >= *latest),
+        };
+        if !newest {
+            tracing::info!(task = %task, worker = %record.name, epoch = env.epoch, "stale environment: the task was placed elsewhere or released meanwhile");
+            stale.push(StaleEnvironment {
+                task_id: task.clone(),
+                epoch: env.epoch,
+            });
+            continue;
+        }
+        if let Some(placed) = placed
+            && let Some(other) = state.workers.get(&placed.worker_id)
+        {
+            // Only after a coordinator restart can two workers hold one
+            // task; the older environment goes.
+            other
+                .calls
+                .send(worker_command::Command::Release(ReleaseEnvironment {
+                    task_id: task.clone(),
+                }));
+        }
+        state.lost.remove(task);
+        state.epochs.insert(task.clone(), env.epoch);
+        state.last_epoch = state.last_epoch.max(env.epoch);
+        write(&state.placements).insert(task.clone(), record.placement(None, env.epoch));
+    }
+    stale
 }
 
 /// Handle for the rest of the coordinator.
@@ -545,6 +710,7 @@ async fn attach(
 pub struct SchedulerHandle {
     actor: ActorRef<SchedulerMsg>,
     placements: Placements,
+    liveness: Liveness,
 }
 
 impl SchedulerHandle {
@@ -553,13 +719,21 @@ impl SchedulerHandle {
         config: SchedulerConfig,
     ) -> Result<(Self, tokio::task::JoinHandle<()>), ractor::SpawnErr> {
         let placements = Placements::default();
+        let liveness = config.liveness;
         let args = SchedulerArgs {
             registry,
             config,
             placements: placements.clone(),
         };
         let (actor, join) = Actor::spawn(None, Scheduler, args).await?;
-        Ok((SchedulerHandle { actor, placements }, join))
+        Ok((
+            SchedulerHandle {
+                actor,
+                placements,
+                liveness,
+            },
+            join,
+        ))
     }
 
     pub async fn attach(
@@ -589,6 +763,7 @@ impl SchedulerHandle {
         if let Some(placement) = known
             && !placement.calls.is_closed()
             && !placement.calls.shared().draining.load(Ordering::Relaxed)
+            && placement.calls.shared().heartbeat_age() <= self.liveness.suspect_after
         {
             return Ok(placement);
         }
@@ -605,7 +780,17 @@ impl SchedulerHandle {
     /// task's environment. Cancelled on the worker when the returned future is
     /// dropped or the deadline passes.
     pub async fn run_call(&self, call: WorkerCall) -> Result<WorkerCallDone, ScheduleError> {
-        let mut placement = self.place(&call.task_id, &call.backend).await?;
+        // A suspect worker is either heard from again or lost within
+        // `lost_after`; the margin covers a coordinator that was itself slow.
+        let wait_until = Instant::now() + self.liveness.lost_after + self.liveness.suspect_after;
+        let mut placement = loop {
+            match self.place(&call.task_id, &call.backend).await {
+                Err(ScheduleError::Suspect { .. }) if Instant::now() < wait_until => {
+                    tokio::time::sleep(self.liveness.check_every()).await;
+                }
+                placed => break placed?,
+            }
+        };
         if placement.calls.is_closed() {
             // The worker left between the placement and now: placing again
             // records the loss and picks another worker.
@@ -626,6 +811,7 @@ impl SchedulerHandle {
             result_cap_chars: call.result_cap_chars,
             stream_output: call.output.is_some(),
             session_id: call.session_id,
+            epoch: placement.epoch,
         };
         let (reply, result) = oneshot::channel();
         placement.calls.run(run, call.output, reply);

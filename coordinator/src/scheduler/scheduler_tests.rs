@@ -9,13 +9,17 @@ use super::*;
 use crate::registry::builtin;
 
 async fn scheduler() -> (SchedulerHandle, RegistryHandle) {
+    scheduler_with(Liveness::from_interval(Duration::from_secs(5))).await
+}
+
+async fn scheduler_with(liveness: Liveness) -> (SchedulerHandle, RegistryHandle) {
     let (registry, _) = RegistryHandle::start(builtin::builtin_registry("local").unwrap())
         .await
         .unwrap();
     let (scheduler, _) = SchedulerHandle::start(
         registry.clone(),
         SchedulerConfig {
-            heartbeat_interval: Duration::from_secs(5),
+            liveness,
             notices: None,
         },
     )
@@ -32,6 +36,15 @@ struct FakeWorker {
 }
 
 async fn attach(scheduler: &SchedulerHandle, name: &str) -> FakeWorker {
+    attach_with(scheduler, name, Vec::new()).await
+}
+
+/// A fake worker whose hello lists `environments` (task id, epoch).
+async fn attach_with(
+    scheduler: &SchedulerHandle,
+    name: &str,
+    environments: Vec<(&str, u64)>,
+) -> FakeWorker {
     let (commands, mut rx) = mpsc::channel(64);
     let attached = scheduler
         .attach(
@@ -39,6 +52,15 @@ async fn attach(scheduler: &SchedulerHandle, name: &str) -> FakeWorker {
                 name: name.to_owned(),
                 backends: vec!["local".to_owned()],
                 capacity: 4,
+                environments: environments
+                    .into_iter()
+                    .map(|(task, epoch)| caduceus_proto::EnvironmentInfo {
+                        task_id: task.to_owned(),
+                        backend: "local".to_owned(),
+                        epoch,
+                        ..Default::default()
+                    })
+                    .collect(),
                 ..Hello::default()
             },
             "test".to_owned(),
@@ -53,7 +75,8 @@ async fn attach(scheduler: &SchedulerHandle, name: &str) -> FakeWorker {
         while let Some(Ok(command)) = rx.recv().await {
             match command.command {
                 Some(worker_command::Command::Run(run)) => calls.complete(CallResult {
-                    result: json!({"worker": worker, "task": run.task_id}).to_string(),
+                    result: json!({"worker": worker, "task": run.task_id, "epoch": run.epoch})
+                        .to_string(),
                     call_id: run.call_id,
                     ..CallResult::default()
                 }),
@@ -184,4 +207,143 @@ async fn release_forgets_the_placement_and_tells_the_worker() {
         Some(worker_command::Command::Release(release)) => assert_eq!(release.task_id, "t"),
         other => panic!("expected a release, got {other:?}"),
     }
+}
+
+/// The epoch the fake worker saw with a call.
+fn epoch_of(done: &WorkerCallDone) -> u64 {
+    let result: Value = serde_json::from_str(&done.result).unwrap();
+    result["epoch"].as_u64().unwrap()
+}
+
+/// Stops a fake worker's link and waits until the scheduler has let it go.
+async fn lose(scheduler: &SchedulerHandle, worker: FakeWorker) {
+    let name = worker.attached.worker_id.clone();
+    worker.attached.link.stop(Some("test: lost".to_owned()));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while scheduler.status().await.iter().any(|w| w.worker_id == name) {
+        assert!(tokio::time::Instant::now() < deadline, "{name} never left");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_returning_environment_of_a_task_placed_elsewhere_is_stale() {
+    let (scheduler, _registry) = scheduler().await;
+    let w1 = attach(&scheduler, "w1").await;
+    let first = run(&scheduler, "r").await;
+    let old_epoch = epoch_of(&first);
+    assert!(old_epoch > 0, "calls carry their placement's epoch");
+    lose(&scheduler, w1).await;
+    let _w2 = attach(&scheduler, "w2").await;
+    let moved = run(&scheduler, "r").await;
+    assert_eq!(
+        (moved.worker.as_str(), moved.reset_from.as_deref()),
+        ("w2", Some("w1"))
+    );
+    assert!(
+        epoch_of(&moved) > old_epoch,
+        "a new placement, a newer epoch"
+    );
+
+    // w1 comes back with r's old environment: it is told to end it, and r
+    // stays where it is now.
+    let back = attach_with(&scheduler, "w1", vec![("r", old_epoch)]).await;
+    assert_eq!(
+        back.attached.stale,
+        [StaleEnvironment {
+            task_id: "r".to_owned(),
+            epoch: old_epoch
+        }]
+    );
+    let after = run(&scheduler, "r").await;
+    assert_eq!(
+        (after.worker.as_str(), after.reset_from.as_deref()),
+        ("w2", None)
+    );
+    assert_eq!(epoch_of(&after), epoch_of(&moved));
+}
+
+#[tokio::test]
+async fn a_returning_environment_nobody_replaced_is_adopted() {
+    let (scheduler, _registry) = scheduler().await;
+    let w1 = attach(&scheduler, "w1").await;
+    let epoch = epoch_of(&run(&scheduler, "r").await);
+    lose(&scheduler, w1).await;
+    let _w2 = attach(&scheduler, "w2").await;
+    let back = attach_with(&scheduler, "w1", vec![("r", epoch)]).await;
+    assert!(back.attached.stale.is_empty(), "{:?}", back.attached.stale);
+    let again = run(&scheduler, "r").await;
+    assert_eq!(
+        (again.worker.as_str(), again.reset_from.as_deref()),
+        ("w1", None)
+    );
+    assert_eq!(epoch_of(&again), epoch);
+}
+
+#[tokio::test]
+async fn an_environment_released_while_its_worker_was_away_is_stale() {
+    let (scheduler, _registry) = scheduler().await;
+    let w1 = attach(&scheduler, "w1").await;
+    let epoch = epoch_of(&run(&scheduler, "r").await);
+    lose(&scheduler, w1).await;
+    scheduler.release("r").await;
+    let back = attach_with(&scheduler, "w1", vec![("r", epoch)]).await;
+    assert_eq!(back.attached.stale.len(), 1);
+    // The next call starts a fresh placement (a newer epoch).
+    assert!(epoch_of(&run(&scheduler, "r").await) > epoch);
+}
+
+#[tokio::test]
+async fn a_silent_worker_is_suspect_gets_no_new_tasks_and_is_then_lost() {
+    let liveness = Liveness::from_interval(Duration::from_millis(200));
+    let (scheduler, _registry) = scheduler_with(liveness).await;
+    let silent = attach(&scheduler, "silent").await;
+    let alive = attach(&scheduler, "alive").await;
+    // Only "alive" heartbeats.
+    let shared = alive.attached.calls.shared().clone();
+    let beating = tokio::spawn(async move {
+        loop {
+            shared.touch();
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
+    // "silent" is placed a task before it falls silent.
+    let held = loop {
+        let done = run(&scheduler, &format!("held-{}", uuid::Uuid::new_v4())).await;
+        if done.worker == "silent" {
+            break done;
+        }
+    };
+    tokio::time::sleep(liveness.suspect_after + Duration::from_millis(50)).await;
+    let states: Vec<(String, String)> = scheduler
+        .status()
+        .await
+        .into_iter()
+        .map(|w| (w.name, w.state))
+        .collect();
+    assert!(
+        states.contains(&("silent".to_owned(), "suspect".to_owned()))
+            && states.contains(&("alive".to_owned(), "ready".to_owned())),
+        "{states:?}"
+    );
+    for t in 0..4 {
+        assert_eq!(run(&scheduler, &format!("new-{t}")).await.worker, "alive");
+    }
+    // A call of the suspect worker's task waits; once the worker is lost it
+    // runs afresh elsewhere and says so.
+    let task: String = serde_json::from_str::<Value>(&held.result).unwrap()["task"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let moved = run(&scheduler, &task).await;
+    assert_eq!(
+        (moved.worker.as_str(), moved.reset_from.as_deref()),
+        ("alive", Some("silent"))
+    );
+    assert!(
+        scheduler.status().await.iter().all(|w| w.name != "silent"),
+        "the silent worker was lost"
+    );
+    drop(silent);
+    beating.abort();
 }

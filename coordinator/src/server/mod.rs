@@ -253,6 +253,31 @@ impl Control for ControlService {
         Ok(Response::new(ReceiverStream::new(rx)))
     }
 
+    type AttachSessionStream = ReceiverStream<Result<SessionEvent, Status>>;
+
+    async fn attach_session(
+        &self,
+        request: Request<AttachSessionRequest>,
+    ) -> Result<Response<Self::AttachSessionStream>, Status> {
+        let req = request.into_inner();
+        let mut events = self
+            .coordinator
+            .sessions()
+            .attach(&req.session_id, req.after_seq)
+            .await
+            .map_err(|e| session_status(&e))?;
+        let (tx, rx) = mpsc::channel(256);
+        // An observer: going away leaves the session running.
+        tokio::spawn(async move {
+            while let Some(event) = events.recv().await {
+                if tx.send(Ok(event)).await.is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
     async fn cancel_session(
         &self,
         request: Request<CancelSessionRequest>,
@@ -425,7 +450,11 @@ fn approval_message(pending: PendingApproval) -> Approval {
 /// The gRPC status for a session that could not start.
 fn session_status(err: &SessionError) -> Status {
     match err {
-        SessionError::Spawn(_) => Status::internal(err.to_string()),
+        SessionError::Spawn(_) | SessionError::Store(_) => Status::internal(err.to_string()),
+        SessionError::Unknown(_) => Status::not_found(err.to_string()),
+        SessionError::NotRecorded | SessionError::Elsewhere(_) => {
+            Status::failed_precondition(err.to_string())
+        }
         SessionError::NoModel | SessionError::Model { .. } => {
             Status::failed_precondition(err.to_string())
         }

@@ -87,6 +87,7 @@ async fn echo(worker: &Worker, backend: &str, task: &str) -> f64 {
                 result_cap_chars: 0,
                 stream_output: false,
                 session_id: String::new(),
+                ..RunCall::default()
             },
             None,
         )

@@ -22,6 +22,13 @@
 //!   files); one sample = the whole session. `agent_fanout3_warm`: the same after one
 //!   untimed fan-out (login state cached)
 //! - `loopback_rpc_floor`: one gRPC round trip to the coordinator that reaches no worker
+//! - `sigstop_answer`: a loopback fleet with the product's heartbeat settings
+//!   (1 s; suspect 1.5 s; lost 3 s); one sample = from SIGSTOP of the worker
+//!   running a `sleep 60` call to that call's answer (an error naming the
+//!   worker); the worker is resumed and reattaches before the next sample
+//! - `state_write_ahead`: what durability adds to each agent-loop call: the
+//!   write-ahead record of a call (on disk before it is dispatched) in a fresh
+//!   session database under `workdir`
 
 #![allow(
     clippy::unwrap_used,
@@ -78,6 +85,7 @@ async fn run(mode: &str, n: usize, work: &Path) -> Value {
         ),
         "persistent_bash" => samples(mode, &persistent_bash(n)),
         "agent_batch8_sleep" => samples(mode, &agent_batch8(n).await),
+        "state_write_ahead" => samples(mode, &state_write_ahead(n, work).await),
         "agent_fanout3" => samples(mode, &agent_fanout3(n, false).await),
         "agent_fanout3_warm" => samples(mode, &agent_fanout3(n, true).await),
         m if m.starts_with("embedded_") => {
@@ -114,6 +122,7 @@ async fn run(mode: &str, n: usize, work: &Path) -> Value {
             }
             samples(mode, &xs)
         }
+        "sigstop_answer" => samples(mode, &sigstop_answer(n).await),
         m if m.starts_with("loopback_clients_") => {
             let k: usize = m["loopback_clients_".len()..].parse().unwrap();
             let fleet = Loopback::start(1);
@@ -147,6 +156,40 @@ async fn run(mode: &str, n: usize, work: &Path) -> Value {
         }
         other => panic!("unknown mode {other}"),
     }
+}
+
+/// One sample: `call_started` (which returns once the record is on disk),
+/// then the result record, as the agent loop writes them around every call.
+async fn state_write_ahead(n: usize, work: &Path) -> Vec<f64> {
+    use caduceus_coordinator::agent::store::{CallResult, CallStart, SessionStore};
+    std::fs::create_dir_all(work).unwrap();
+    let dir = tempfile::tempdir_in(work).unwrap();
+    let store = SessionStore::open(dir.path().join("state.db"), true).unwrap();
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        let t = Instant::now();
+        store
+            .call_started(CallStart {
+                session_id: "bench".into(),
+                turn: i,
+                call_id: format!("c{i}"),
+                tool: "terminal".into(),
+                arguments: r#"{"command":"echo hi"}"#.into(),
+                task_id: "bench".into(),
+            })
+            .await;
+        out.push(t.elapsed().as_secs_f64() * 1000.0);
+        store.call_finished(CallResult {
+            session_id: "bench".into(),
+            turn: i,
+            call_id: format!("c{i}"),
+            result: r#"{"output": "hi", "exit_code": 0, "error": null}"#.into(),
+            status: "ok".into(),
+            worker: Some("w1".into()),
+        });
+    }
+    store.flush().await;
+    out
 }
 
 fn samples(mode: &str, xs: &[f64]) -> Value {
@@ -374,19 +417,7 @@ impl Loopback {
         let mut client =
             ControlClient::with_interceptor(channel, Auth(bearer(&self.token).parse().unwrap()));
         // Wait for a worker to offer the terminal.
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let status = client
-                .status(caduceus_proto::StatusRequest {})
-                .await
-                .unwrap()
-                .into_inner();
-            if !status.workers.is_empty() {
-                break;
-            }
-            assert!(Instant::now() < deadline, "no worker attached");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        wait_status(&mut client, "no worker attached", |s| !s.workers.is_empty()).await;
         client
     }
 }
@@ -402,6 +433,90 @@ impl Drop for Loopback {
         let _ = self.coordinator.kill();
         let _ = self.coordinator.wait();
     }
+}
+
+/// Polls the coordinator's status until `done` holds (30 s at most).
+async fn wait_status(
+    client: &mut Client,
+    what: &str,
+    done: impl Fn(&caduceus_proto::StatusResponse) -> bool,
+) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let status = client
+            .status(caduceus_proto::StatusRequest {})
+            .await
+            .unwrap()
+            .into_inner();
+        if done(&status) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// From SIGSTOP of the worker running a call to the call's answer, `n` times.
+async fn sigstop_answer(n: usize) -> Vec<f64> {
+    let fleet = Loopback::start(1);
+    let mut client = fleet.client().await;
+    let worker = fleet.workers[0].id().to_string();
+    let kill = |signal: &str| {
+        let status = Command::new("kill")
+            .args([signal, &worker])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    };
+    let mut xs = Vec::with_capacity(n);
+    for i in 0..n {
+        // The task's shell is up before the timed call starts.
+        let warm = client
+            .call_tool(CallToolRequest {
+                tool: "terminal".into(),
+                arguments_json: json!({"command": "echo warm"}).to_string(),
+                task_id: format!("stopped-{i}"),
+                session_id: String::new(),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .result;
+        assert!(warm.contains("warm"), "{warm}");
+        let mut caller = client.clone();
+        let call = tokio::spawn(async move {
+            caller
+                .call_tool(CallToolRequest {
+                    tool: "terminal".into(),
+                    arguments_json: json!({"command": "sleep 60"}).to_string(),
+                    task_id: format!("stopped-{i}"),
+                    session_id: String::new(),
+                })
+                .await
+                .unwrap()
+                .into_inner()
+                .result
+        });
+        // Wait until the call runs on the worker.
+        wait_status(&mut client, "the call never ran", |s| {
+            s.workers.iter().any(|w| w.running_calls > 0)
+        })
+        .await;
+        // Let the call reach its shell.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        kill("-STOP");
+        let t = Instant::now();
+        let result = call.await.unwrap();
+        xs.push(t.elapsed().as_secs_f64() * 1e3);
+        assert!(result.contains("was lost"), "{result}");
+        kill("-CONT");
+        // The resumed worker reattaches before the next sample.
+        wait_status(&mut client, "the worker never came back", |s| {
+            s.workers.iter().any(|w| w.state == "ready")
+        })
+        .await;
+    }
+    xs
 }
 
 /// `k` clients, each on its own connection and task, `n` calls each.

@@ -21,7 +21,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use caduceus_tests::conformance::{BackendUnderTest, DOCKER_IMAGE, containers_with_label};
-use caduceus_tests::{Fleet, Proc, process_alive_with};
+use caduceus_tests::{Fleet, process_alive_with};
 use serde_json::json;
 
 const ENVIRONMENTS: usize = 20;
@@ -75,7 +75,7 @@ fn once(backend: &str, run: usize) -> f64 {
     let coordinator = fleet.serve(&[]);
     let name = format!("bench-{backend}-{}-{run}", std::process::id());
     let mut worker = fleet.worker(&coordinator, &name, &fleet.token, &["--backends", backend]);
-    wait_for_backend(&fleet, &coordinator, &name, backend);
+    fleet.wait_for_backend(&coordinator, &name, backend, Duration::from_secs(60));
     let mark = format!("caduceus-lcbench-{}-{run}", std::process::id());
     let url = coordinator.url();
     std::thread::scope(|scope| {
@@ -118,25 +118,4 @@ fn once(backend: &str, run: usize) -> f64 {
     }
     drop(coordinator);
     elapsed
-}
-
-fn wait_for_backend(fleet: &Fleet, coordinator: &Proc, name: &str, backend: &str) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let status = fleet.status(coordinator);
-        let ready = status["workers"].as_array().unwrap().iter().any(|w| {
-            w["name"] == name
-                && w["backends"]
-                    .as_array()
-                    .is_some_and(|b| b.iter().any(|b| b == backend))
-        });
-        if ready {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{backend} never became available"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }

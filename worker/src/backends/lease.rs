@@ -238,3 +238,32 @@ pub fn judge(candidate: &SweepCandidate, context: &SweepContext, now: SystemTime
         Verdict::Keep
     }
 }
+
+/// A bash watchdog that ends a sandbox whose lease is not renewed, whether or
+/// not any worker is left to sweep it (SSH: on the remote host; Singularity:
+/// on the worker's host). `$1` is the lease file (a line beginning
+/// `expires=<epoch seconds>`), `$2` the seconds between looks; `on_expiry`
+/// runs once the expiry has passed. The watchdog exits quietly when the lease
+/// file is gone (the sandbox was released or swept).
+pub fn lease_watchdog(on_expiry: &str) -> String {
+    format!(
+        r#"trap '' HUP INT
+lease=$1 step=$2
+while :; do
+  sleep "$step"
+  l=
+  IFS= read -r l < "$lease" 2>/dev/null || [ -n "$l" ] || exit 0
+  e=${{l#expires=}}; e=${{e%% *}}
+  case $e in ''|*[!0-9]*) continue;; esac
+  [ "$(date +%s)" -gt "$e" ] && break
+done
+{on_expiry}
+"#
+    )
+}
+
+/// How often a watchdog looks: a tenth of the lease, 1–30 s, so a sandbox
+/// outlives its last renewal by at most 1.1 leases.
+pub fn watchdog_step(lease: Duration) -> u64 {
+    (lease.as_secs() / 10).clamp(1, 30)
+}

@@ -20,9 +20,9 @@
 //! Two things act on a ledger, with one script ([`SWEEP_SCRIPT`]):
 //! - the worker's **guardian**, a small bash started with the worker in its
 //!   own session, blocked reading a pipe only the worker holds. When the
-//!   worker dies the pipe closes: the guardian kills every process carrying
-//!   the tag (and whatever shares a session with one), removes the listed
-//!   directories and the ledger, and exits. A graceful stop ends everything
+//!   worker dies the pipe closes: the guardian stops every process carrying
+//!   the tag (and whatever shares a session with one; TERM, then KILL a
+//!   second later), removes the listed directories and the ledger, and exits. A graceful stop ends everything
 //!   first and removes the ledger itself; the guardian then finds nothing.
 //! - the **sweep** of any worker starting on the host (and every sweep
 //!   interval): a ledger whose worker is gone (pid dead or reused) is swept
@@ -40,30 +40,38 @@ use crate::sandbox::SYSTEM_PATH;
 /// The environment variable that marks a worker's local processes.
 pub const TAG_VAR: &str = "CADUCEUS_LEDGER";
 
-/// `$1` ledger file, `$2` the tag's value. Kills (SIGKILL: the worker is
-/// gone, nobody waits for a graceful end) every process whose environment
-/// holds the tag and every member of their sessions, twice (a process
-/// forked while the first round ran), then removes the listed directories
-/// and the ledger. Builtins and grep only.
+/// `$1` ledger file, `$2` the tag's value. Signals every process whose
+/// environment holds the tag and every member of their sessions: TERM first
+/// (a process killed outright cannot clean up: pyenv's rehash lock, a half
+/// written file), KILL a second later, and KILL again for what was forked
+/// meanwhile; then removes the listed directories and the ledger. Builtins
+/// and grep only.
 pub const SWEEP_SCRIPT: &str = r#"
 ledger=$1 tag="CADUCEUS_LEDGER=$2"
-for round in 1 2; do
-  sids=" "
+signal_all() {
+  local sig=$1 sids=" " e p s line
   for e in $(grep -lzxF -- "$tag" /proc/[0-9]*/environ 2>/dev/null); do
     p=${e#/proc/}; p=${p%/environ}
     [ "$p" = "$$" ] && continue
     IFS= read -r line < "/proc/$p/stat" 2>/dev/null || continue
     set -- ${line##*) }
     sids="$sids$4 "
-    kill -KILL "$p" 2>/dev/null
+    kill -"$sig" "$p" 2>/dev/null
   done
+  [ "$sids" = " " ] && return 1
   for s in /proc/[0-9]*/stat; do
     IFS= read -r line < "$s" 2>/dev/null || continue
     set -- ${line##*) }
     p=${s#/proc/}; p=${p%/stat}
-    case "$sids" in *" $4 "*) [ "$p" != "$$" ] && kill -KILL "$p" 2>/dev/null;; esac
+    case "$sids" in *" $4 "*) [ "$p" != "$$" ] && kill -"$sig" "$p" 2>/dev/null;; esac
   done
-done
+  return 0
+}
+if signal_all TERM; then
+  sleep 1
+  signal_all KILL
+  signal_all KILL
+fi
 if [ -f "$ledger" ]; then
   while IFS= read -r line; do
     case $line in "dir /"?*) rm -rf -- "${line#dir }";; esac

@@ -155,3 +155,46 @@ async fn init_files_run_once_and_later_shells_restore_their_state() {
     );
     manager.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_newer_placement_ends_the_stale_environment_and_older_calls_are_refused() {
+    let (manager, _notices) = test_manager();
+    manager.fence("t", 5).await.unwrap();
+    let old = test_env(&manager, "t").await;
+    assert_eq!(old.info().epoch, 5);
+    let mark = format!("caduceus-fence-test-{}", uuid::Uuid::new_v4().simple());
+    start(&old, &format!("sleep 300; : {mark}")).await;
+    assert!(process_alive(&mark));
+
+    // The same placement keeps its environment.
+    manager.fence("t", 5).await.unwrap();
+    assert!(Arc::ptr_eq(&manager.get("t").unwrap(), &old));
+    // A newer one ends it (with what it started) and gets a fresh one.
+    manager.fence("t", 9).await.unwrap();
+    assert!(manager.get("t").is_none());
+    assert!(
+        !process_alive(&mark),
+        "the stale environment's processes live"
+    );
+    assert_eq!(test_env(&manager, "t").await.info().epoch, 9);
+    // A call of an older placement does not run.
+    let refused = manager.fence("t", 5).await.unwrap_err();
+    assert!(refused.to_string().contains("was not run"), "{refused}");
+}
+
+#[tokio::test]
+async fn an_environment_the_coordinator_calls_stale_is_taken_out_at_once() {
+    let (manager, _notices) = test_manager();
+    manager.fence("t", 3).await.unwrap();
+    test_env(&manager, "t").await;
+    // Only the environment of that epoch (or older) goes.
+    assert!(manager.take_stale("t", 2).is_none());
+    let taken = manager.take_stale("t", 3).unwrap();
+    taken.end().await;
+    assert!(manager.get("t").is_none());
+    assert!(
+        manager.fence("t", 3).await.is_err(),
+        "its placement is over"
+    );
+    manager.fence("t", 4).await.unwrap();
+}

@@ -39,6 +39,8 @@ pub struct Environment {
     pub base_env: Vec<(String, String)>,
     /// Read-loop and staleness state of the file tools for this task.
     pub reads: caduceus_files::ReadTracker,
+    /// The placement epoch it was created for (see [`EnvManager::fence`]).
+    pub epoch: u64,
     created: Instant,
     last_used: std::sync::Mutex<Instant>,
     running: AtomicU32,
@@ -93,6 +95,7 @@ impl Environment {
             idle_ms: u64::try_from(self.idle_for().as_millis()).unwrap_or(u64::MAX),
             sandbox_id: self.sandbox.id().to_owned(),
             cwd: self.shell.cwd(),
+            epoch: self.epoch,
         }
     }
 
@@ -199,6 +202,21 @@ pub struct EnvManager {
     /// Login state shared by this host's local shells (see
     /// `ShellConfig::login_cache`), in a private directory removed at shutdown.
     login_cache: Option<(Arc<crate::shell::LoginCache>, std::path::PathBuf)>,
+    /// task id -> the latest placement epoch a call or the coordinator
+    /// announced; new environments are created for it.
+    epochs: std::sync::Mutex<HashMap<String, u64>>,
+}
+
+/// A call from an older placement of its task than the task's environment
+/// here: it must not run (its coordinator has moved on).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error(
+    "This call belongs to an older placement of task '{task}' (epoch {call}) than its environment on this worker (epoch {env}); it was not run."
+)]
+pub struct StaleCall {
+    pub task: String,
+    pub call: u64,
+    pub env: u64,
 }
 
 impl EnvManager {
@@ -223,7 +241,69 @@ impl EnvManager {
             envs: std::sync::Mutex::new(HashMap::new()),
             creating: AsyncMutex::new(HashMap::new()),
             login_cache,
+            epochs: std::sync::Mutex::new(HashMap::new()),
         }
+    }
+
+    fn known_epoch(&self, task_id: &str) -> u64 {
+        self.epochs
+            .lock()
+            .ok()
+            .and_then(|e| e.get(task_id).copied())
+            .unwrap_or(0)
+    }
+
+    /// Admits a call of placement `epoch` (0 = unfenced): an environment of
+    /// the task from an older placement is stale and is ended first (the
+    /// call then gets a fresh one); a call older than what this worker knows
+    /// of the task is refused.
+    pub async fn fence(&self, task_id: &str, epoch: u64) -> Result<(), StaleCall> {
+        if epoch == 0 {
+            return Ok(());
+        }
+        let stale = {
+            let Ok(mut epochs) = self.epochs.lock() else {
+                return Ok(());
+            };
+            let known = epochs.entry(task_id.to_owned()).or_insert(0);
+            if epoch < *known {
+                return Err(StaleCall {
+                    task: task_id.to_owned(),
+                    call: epoch,
+                    env: *known,
+                });
+            }
+            *known = epoch;
+            self.envs.lock().ok().and_then(|mut envs| {
+                if envs.get(task_id).is_some_and(|env| env.epoch < epoch) {
+                    envs.remove(task_id)
+                } else {
+                    None
+                }
+            })
+        };
+        if let Some(env) = stale {
+            tracing::info!(task = %task_id, old = env.epoch, new = epoch, "stale environment ended: the task was placed afresh");
+            env.end().await;
+        }
+        Ok(())
+    }
+
+    /// Takes the task's environment of placement `epoch` out of service at
+    /// once (the coordinator says it is stale) and refuses calls of that
+    /// placement from now on; the caller ends it.
+    pub fn take_stale(&self, task_id: &str, epoch: u64) -> Option<Arc<Environment>> {
+        if let Ok(mut epochs) = self.epochs.lock() {
+            let known = epochs.entry(task_id.to_owned()).or_insert(0);
+            *known = (*known).max(epoch.saturating_add(1));
+        }
+        self.envs.lock().ok().and_then(|mut envs| {
+            if envs.get(task_id).is_some_and(|env| env.epoch <= epoch) {
+                envs.remove(task_id)
+            } else {
+                None
+            }
+        })
     }
 
     pub fn backends(&self) -> &Backends {
@@ -310,6 +390,7 @@ impl EnvManager {
             processes,
             base_env,
             reads: caduceus_files::ReadTracker::new(),
+            epoch: self.known_epoch(task_id),
             created: Instant::now(),
             last_used: std::sync::Mutex::new(Instant::now()),
             running: AtomicU32::new(0),

@@ -27,6 +27,7 @@ fn run_call(call_id: &str, args: &Value) -> Result<WorkerCommand, tonic::Status>
             result_cap_chars: 0,
             stream_output: false,
             session_id: "session-7".to_owned(),
+            ..RunCall::default()
         })),
     })
 }
@@ -48,6 +49,7 @@ async fn background_process_notices_reach_the_coordinator_for_the_starting_sessi
         worker_id: "w".into(),
         coordinator_id: "c".into(),
         heartbeat_interval_ms: 60_000,
+        ..Welcome::default()
     };
     commands
         .send(Ok(WorkerCommand {

@@ -4,6 +4,12 @@
 //! matches) as `WorkerEvent::Notice`. The connection logic is transport-agnostic
 //! ([`serve_connection`]) so an embedded worker uses it over in-process
 //! channels and a remote worker over gRPC ([`run_grpc`]).
+//!
+//! Heartbeats and the gRPC connection run on a thread of their own
+//! ([`pulse`]), so tool work never delays them; a worker that finds itself
+//! frozen past the coordinator's patience fences its connection.
+
+mod pulse;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -18,10 +24,11 @@ use tonic::metadata::MetadataValue;
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
 use tonic::{Code, Request, Status};
 
+use caduceus_common::result::tool_error;
 use caduceus_proto::worker_gateway_client::WorkerGatewayClient;
 use caduceus_proto::{
-    CallOutput, EnvironmentReleased, WorkerCommand, WorkerEvent, bearer, worker_command,
-    worker_event,
+    CallOutput, CallResult, EnvironmentReleased, WorkerCommand, WorkerEvent, bearer,
+    worker_command, worker_event,
 };
 
 use crate::Worker;
@@ -65,9 +72,37 @@ fn event(e: worker_event::Event) -> WorkerEvent {
 /// the coordinator's welcome (the caller has already sent the hello).
 pub async fn serve_connection<S>(
     worker: Arc<Worker>,
+    commands: S,
+    events: mpsc::Sender<WorkerEvent>,
+    shutdown: CancellationToken,
+) -> Disconnect
+where
+    S: Stream<Item = Result<WorkerCommand, Status>> + Unpin,
+{
+    serve(worker, commands, events, shutdown, true).await
+}
+
+/// [`serve_connection`] for a worker in its coordinator's process (embedded
+/// mode): a freeze (Ctrl-Z, SIGSTOP) stops both alike, so it is no loss and
+/// does not fence the connection.
+pub async fn serve_in_process<S>(
+    worker: Arc<Worker>,
+    commands: S,
+    events: mpsc::Sender<WorkerEvent>,
+    shutdown: CancellationToken,
+) -> Disconnect
+where
+    S: Stream<Item = Result<WorkerCommand, Status>> + Unpin,
+{
+    serve(worker, commands, events, shutdown, false).await
+}
+
+async fn serve<S>(
+    worker: Arc<Worker>,
     mut commands: S,
     events: mpsc::Sender<WorkerEvent>,
     shutdown: CancellationToken,
+    fence_freezes: bool,
 ) -> Disconnect
 where
     S: Stream<Item = Result<WorkerCommand, Status>> + Unpin,
@@ -76,12 +111,12 @@ where
         first = tokio::time::timeout(Duration::from_secs(15), commands.next()) => first,
         () = shutdown.cancelled() => return Disconnect::Shutdown,
     };
-    let heartbeat_every = match welcome {
+    let welcome = match welcome {
         Ok(Some(Ok(WorkerCommand {
             command: Some(worker_command::Command::Welcome(welcome)),
         }))) => {
             tracing::info!(worker = %worker.name(), coordinator = %welcome.coordinator_id, id = %welcome.worker_id, "attached");
-            Duration::from_millis(u64::from(welcome.heartbeat_interval_ms.max(100)))
+            welcome
         }
         Ok(Some(Ok(_))) => {
             return Disconnect::Lost("the coordinator did not start with a welcome".to_owned());
@@ -90,12 +125,41 @@ where
         Ok(None) => return Disconnect::Lost("the coordinator closed the stream".to_owned()),
         Err(_) => return Disconnect::Lost("no welcome within 15s".to_owned()),
     };
+    let heartbeat_every = Duration::from_millis(u64::from(welcome.heartbeat_interval_ms.max(100)));
+    let lost_after = match welcome.lost_after_ms {
+        0 => heartbeat_every * 3,
+        ms => Duration::from_millis(u64::from(ms)),
+    };
+    // Stale environments go before any call is read: none of them answers
+    // again. Ending them (processes, sandbox) happens in the background.
+    for stale in &welcome.stale {
+        if let Some(env) = worker
+            .environments()
+            .take_stale(&stale.task_id, stale.epoch)
+        {
+            tracing::info!(task = %stale.task_id, epoch = stale.epoch, "ending a stale environment: its task was placed elsewhere meanwhile");
+            tokio::spawn(async move { env.end().await });
+        }
+    }
+    let stop_pulse = shutdown.child_token();
+    let _stop_pulse = stop_pulse.clone().drop_guard();
+    let pulse = pulse::Pulse::start(
+        worker.clone(),
+        events.clone(),
+        heartbeat_every,
+        lost_after,
+        stop_pulse,
+    );
+    // Drain completion is checked on this tick (heartbeats go out from the pulse).
     let mut heartbeat = tokio::time::interval(heartbeat_every);
     heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut reaper = tokio::time::interval(worker.reap_interval());
     reaper.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     reaper.tick().await;
     let in_flight = Arc::new(AtomicUsize::new(0));
+    // Cancelled when this connection is lost: a call received on it that has
+    // not started yet does not start.
+    let lost = CancellationToken::new();
     let mut draining = false;
     // Background-process notices raised while no link was up wait in this
     // queue; this connection delivers them (one connection holds it at a time).
@@ -105,7 +169,10 @@ where
         tokio::select! {
             command = commands.next() => match command {
                 Some(Ok(WorkerCommand { command: Some(command) })) => {
-                    if handle_command(&worker, command, &events, &in_flight) {
+                    if let (true, worker_command::Command::Run(_), Some(frozen)) = (fence_freezes, &command, pulse.frozen_for()) {
+                        break frozen_disconnect(frozen, lost_after);
+                    }
+                    if handle_command(&worker, command, &events, &in_flight, &lost) {
                         draining = true;
                         worker.set_draining();
                         let _ = events.try_send(event(worker_event::Event::Heartbeat(worker.heartbeat())));
@@ -118,8 +185,10 @@ where
             () = worker.heartbeat_due() => {
                 let _ = events.try_send(event(worker_event::Event::Heartbeat(worker.heartbeat())));
             }
+            () = pulse.frozen(), if fence_freezes => {
+                break frozen_disconnect(pulse.frozen_for().unwrap_or(lost_after), lost_after);
+            }
             _ = heartbeat.tick() => {
-                let _ = events.try_send(event(worker_event::Event::Heartbeat(worker.heartbeat())));
                 if draining && in_flight.load(Ordering::Relaxed) == 0 {
                     break Disconnect::Drained;
                 }
@@ -158,9 +227,23 @@ where
     if matches!(end, Disconnect::Lost(_)) {
         // The coordinator already answered these calls with an error; stop
         // them rather than let unobserved commands carry on.
+        lost.cancel();
         worker.cancel_all();
     }
     end
+}
+
+/// The connection of a worker that was frozen longer than its coordinator
+/// waits is over: the coordinator has answered its calls and may have placed
+/// its tasks elsewhere. Nothing received on it runs.
+fn frozen_disconnect(frozen: Duration, lost_after: Duration) -> Disconnect {
+    let reason = format!(
+        "this worker was frozen for {:.1}s, longer than the coordinator waits ({:.1}s); it has been declared lost, so nothing received meanwhile runs",
+        frozen.as_secs_f64(),
+        lost_after.as_secs_f64()
+    );
+    tracing::warn!("{reason}");
+    Disconnect::Lost(reason)
 }
 
 /// Handles one command; returns true when it asks us to drain.
@@ -169,12 +252,14 @@ fn handle_command(
     command: worker_command::Command,
     events: &mpsc::Sender<WorkerEvent>,
     in_flight: &Arc<AtomicUsize>,
+    lost: &CancellationToken,
 ) -> bool {
     match command {
         worker_command::Command::Run(call) => {
             let worker = worker.clone();
             let events = events.clone();
             let in_flight = in_flight.clone();
+            let lost = lost.clone();
             in_flight.fetch_add(1, Ordering::Relaxed);
             tokio::spawn(async move {
                 let output: Option<OutputSink> = call.stream_output.then(|| {
@@ -193,7 +278,21 @@ fn handle_command(
                         }
                     }) as OutputSink
                 });
-                let result = worker.run_call(call, output).await;
+                let result = match worker.environments().fence(&call.task_id, call.epoch).await {
+                    // Nobody waits for it any more (see `lost`); run_call
+                    // registers its cancel token before its first await, so
+                    // a later loss cancels it.
+                    Ok(()) if lost.is_cancelled() => {
+                        in_flight.fetch_sub(1, Ordering::Relaxed);
+                        return;
+                    }
+                    Ok(()) => worker.run_call(call, output).await,
+                    Err(stale) => CallResult {
+                        call_id: call.call_id,
+                        result: tool_error(stale.to_string()),
+                        ..CallResult::default()
+                    },
+                };
                 let _ = events
                     .send(event(worker_event::Event::Result(result)))
                     .await;
@@ -331,35 +430,42 @@ async fn connect_once(
     token: &str,
     shutdown: &CancellationToken,
 ) -> Result<Disconnect, Status> {
-    let channel = tokio::select! {
-        connected = endpoint.connect() => connected.map_err(|e| Status::unavailable(format!("cannot connect: {e}")))?,
-        () = shutdown.cancelled() => return Ok(Disconnect::Shutdown),
-    };
     let auth: MetadataValue<_> = bearer(token)
         .parse()
         .map_err(|_| Status::invalid_argument("the token is not valid in a header"))?;
-    let mut client =
-        WorkerGatewayClient::with_interceptor(channel, move |mut request: Request<()>| {
-            request
-                .metadata_mut()
-                .insert(caduceus_proto::AUTHORIZATION, auth.clone());
-            Ok(request)
-        })
-        .max_decoding_message_size(64 * 1024 * 1024)
-        .max_encoding_message_size(64 * 1024 * 1024);
     let (events, outbound) = mpsc::channel(256);
     events
         .send(event(worker_event::Event::Hello(worker.hello())))
         .await
         .map_err(|_| Status::internal("event channel closed"))?;
-    let response = client.attach(ReceiverStream::new(outbound)).await?;
-    Ok(serve_connection(
-        worker.clone(),
-        response.into_inner(),
-        events,
-        shutdown.clone(),
-    )
-    .await)
+    let endpoint = endpoint.clone();
+    // Made on the link thread, the connection's I/O tasks run there too, so
+    // heartbeats reach the socket however busy the main runtime is.
+    let mut attach = pulse::spawn(async move {
+        let channel = endpoint
+            .connect()
+            .await
+            .map_err(|e| Status::unavailable(format!("cannot connect: {e}")))?;
+        let mut client =
+            WorkerGatewayClient::with_interceptor(channel, move |mut request: Request<()>| {
+                request
+                    .metadata_mut()
+                    .insert(caduceus_proto::AUTHORIZATION, auth.clone());
+                Ok(request)
+            })
+            .max_decoding_message_size(64 * 1024 * 1024)
+            .max_encoding_message_size(64 * 1024 * 1024);
+        let response = client.attach(ReceiverStream::new(outbound)).await?;
+        Ok::<_, Status>((client, response.into_inner()))
+    });
+    let (_client, commands) = tokio::select! {
+        joined = &mut attach => joined.map_err(|e| Status::internal(format!("the link thread failed: {e}")))??,
+        () = shutdown.cancelled() => {
+            attach.abort();
+            return Ok(Disconnect::Shutdown);
+        }
+    };
+    Ok(serve_connection(worker.clone(), commands, events, shutdown.clone()).await)
 }
 
 #[cfg(test)]

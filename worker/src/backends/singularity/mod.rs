@@ -276,6 +276,40 @@ impl Drop for SingularityProvider {
     }
 }
 
+/// Starts the instance's host watchdog (`lease::lease_watchdog`), detached
+/// in its own session so that it outlives the worker: when the lease file is
+/// not renewed, it stops the instance and removes the lease.
+async fn start_watchdog(
+    exe: &std::path::Path,
+    name: &str,
+    lease: &std::path::Path,
+    length: Duration,
+) {
+    let script = super::lease::lease_watchdog(
+        "\"$3\" instance stop --timeout 5 \"$4\" >/dev/null 2>&1\nrm -f -- \"$lease\"",
+    );
+    let started = tokio::process::Command::new("setsid")
+        .arg("-f")
+        .arg("bash")
+        .arg("-c")
+        .arg(script)
+        .arg("caduceus-watchdog")
+        .arg(lease)
+        .arg(super::lease::watchdog_step(length).to_string())
+        .arg(exe)
+        .arg(name)
+        .env_clear()
+        .env("PATH", crate::sandbox::SYSTEM_PATH)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .await;
+    if !started.is_ok_and(|status| status.success()) {
+        tracing::warn!(instance = %name, "no lease watchdog (setsid failed); only sweepers will stop this instance if its worker dies");
+    }
+}
+
 async fn renew_loop(leases: Weak<LeaseFiles>, every: Duration) {
     loop {
         tokio::time::sleep(every).await;
@@ -442,6 +476,7 @@ impl Provider for SingularityProvider {
             )));
         }
         self.ensure_renewer();
+        start_watchdog(&cli.exe, &name, &self.leases.dir.join(&name), s.lease).await;
 
         // Where is home, and may we write there?
         let probe = "printf '%s\\n' \"$HOME\"; if [ -d \"$HOME\" ] && [ -w \"$HOME\" ]; then echo writable; fi";

@@ -201,7 +201,12 @@ impl Provider for SshProvider {
         // Registered before the directory exists, so that a sweep running
         // meanwhile counts it as live.
         self.leases.insert(&env_id, owner.clone());
-        let script = scripts::create_env(&env_id, &owner, settings.lease.as_secs().max(1));
+        let lease_secs = settings.lease.as_secs().max(1);
+        let script = format!(
+            "{}{}",
+            scripts::create_env(&env_id, &owner, lease_secs),
+            scripts::start_watchdog(&env_id, lease_secs)
+        );
         let out = match self.host.run(&script, b"", Duration::from_secs(60)).await {
             Ok(out) if out.success() => out,
             Ok(out) => {

@@ -17,6 +17,7 @@
 #[path = "scripts_tests.rs"]
 mod tests;
 
+use crate::backends::lease::{lease_watchdog, watchdog_step};
 use crate::sandbox::{SIGNAL_TREE_SCRIPT, StopSignal};
 use crate::shell::shell_quote;
 
@@ -73,6 +74,24 @@ pub fn create_env(env_id: &str, owner: &LeaseOwner, lease_secs: u64) -> String {
          exp=$(( $(date +%s) + {lease_secs} ))\nprintf '%s\\n' \"{line}\" > \"$tmp/lease\"\n\
          mv -T \"$tmp\" \"$base/\"{id}\nprintf '%s\\n' \"$HOME\"\n",
         line = lease_line(owner),
+    )
+}
+
+/// Starts the environment's remote watchdog, detached (`setsid -f`) so that
+/// it outlives the SSH channel and the worker: when the lease is not renewed
+/// it kills everything the environment started and removes its directory,
+/// with no worker needed. Prints nothing; never fails the script.
+pub fn start_watchdog(env_id: &str, lease_secs: u64) -> String {
+    let watchdog = format!(
+        "{}{}",
+        kill_env_function(),
+        lease_watchdog("kill_env \"${lease%/lease}\"")
+    );
+    format!(
+        "setsid -f bash -c {watchdog} caduceus-watchdog \"$HOME/{ENVS_DIR}/\"{id}/lease {step} </dev/null >/dev/null 2>&1 || true\n",
+        watchdog = shell_quote(&watchdog),
+        id = shell_quote(env_id),
+        step = watchdog_step(std::time::Duration::from_secs(lease_secs)),
     )
 }
 

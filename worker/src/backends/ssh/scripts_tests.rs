@@ -192,3 +192,33 @@ fn sweep_never_kills_a_process_that_reused_a_recorded_pid() {
     bystander.kill().unwrap();
     bystander.wait().unwrap();
 }
+
+#[test]
+fn the_watchdog_ends_an_environment_whose_lease_is_not_renewed() {
+    let home = tempfile::tempdir().unwrap();
+    let (code, _) = bash(
+        home.path(),
+        &format!(
+            "{}{}",
+            create_env("doomed", &owner("other"), 1),
+            start_watchdog("doomed", 1)
+        ),
+    );
+    assert_eq!(code, 0);
+    bash(home.path(), &create_env("renewed", &owner("other"), 600));
+    let (code, _) = bash(home.path(), &start_watchdog("renewed", 600));
+    assert_eq!(code, 0);
+    let envs = home.path().join(".caduceus/envs");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while envs.join("doomed").exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        !envs.join("doomed").exists(),
+        "the expired environment stayed"
+    );
+    assert!(envs.join("renewed").exists());
+    // Its watchdog exits once the directory is gone (it looks every 30 s
+    // with a 600 s lease, so only the removal is checked here).
+    std::fs::remove_dir_all(envs.join("renewed")).unwrap();
+}
