@@ -221,8 +221,34 @@ fn a_confined_environment_sees_no_worker_process_and_writes_only_its_workspace()
                 .args(["-9", &inits[0].to_string()])
                 .status()
                 .unwrap();
-            let again = run(&fleet, &coordinator, mode, "echo back-again");
-            assert!(again.contains("back-again"), "{again}");
+            // Killed is dead or a zombie (`unshare` reaps it a moment later).
+            let dead = |pid: u32| {
+                std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| {
+                    s.rsplit(')')
+                        .next()
+                        .is_some_and(|r| r.trim_start().starts_with('Z'))
+                })
+            };
+            for _ in 0..100 {
+                if dead(inits[0]) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let again = fleet.call(
+                &coordinator,
+                "terminal",
+                &json!({ "command": "echo back-again" }),
+                mode,
+            );
+            assert!(
+                again["output"].as_str().unwrap().contains("back-again"),
+                "{again}"
+            );
+            assert!(
+                again["environment_reset"].is_string(),
+                "the model is told: {again}"
+            );
             assert_eq!(inits_of(worker_pid).len(), 1);
         }
         drop(w);

@@ -268,9 +268,16 @@ impl Namespaces {
     }
 
     /// Is the environment's init still there? Without it nothing can enter.
+    /// A dead init stays a zombie until `unshare` reaps it, so its state is
+    /// read, not just its existence.
     pub fn alive(&self) -> bool {
-        i32::try_from(self.init)
-            .is_ok_and(|pid| nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok())
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{}/stat", self.init)) else {
+            return false;
+        };
+        let state = stat
+            .rfind(')')
+            .and_then(|i| stat[i + 1..].split_whitespace().next());
+        !matches!(state, None | Some("Z" | "X"))
     }
 
     /// Ends every process of the environment.
