@@ -6,6 +6,10 @@
 //! environment and memory through `/proc` whatever the worker does. Such a
 //! sandbox's file tools then go through its shell too ([`ShellFs`]), so they
 //! see exactly what its commands see, with the same user's rights.
+//!
+//! With `terminal.local_isolation` a sandbox's processes also run inside its
+//! own namespaces ([`Confinement`], `isolation.rs`); its pids are then those
+//! of its PID namespace, and it is signalled from inside.
 
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
