@@ -83,7 +83,11 @@ pub struct Confinement {
 /// Mounts the file policy inside the new mount namespace, then becomes the
 /// environment's init. `$@` are the writable directories. The init is bash:
 /// it reaps the orphans the environment leaves behind.
+///
+/// A mount that cannot be made read-only ends the setup: the environment is
+/// not made rather than made half-confined.
 const SETUP_SCRIPT: &str = r#"
+set -f
 mount --make-rprivate / || exit 1
 for d in "$@"; do mount --bind "$d" "$d" || exit 1; done
 mounts=$(cut -d' ' -f5 /proc/self/mountinfo)
@@ -92,7 +96,7 @@ for mp in $mounts; do
   skip=0
   for d in "$@"; do case "$mp" in "$d"|"$d"/*) skip=1;; esac; done
   [ "$skip" = 1 ] && continue
-  mount -o remount,bind,ro "$mp" 2>/dev/null
+  mount -o remount,bind,ro "$mp" 2>/dev/null || { echo "caduceus-writable $mp"; exit 1; }
 done
 if [ "$CADUCEUS_ISOLATION_NET" = 1 ] && command -v ip >/dev/null; then ip link set lo up 2>/dev/null; fi
 echo caduceus-confined
@@ -214,6 +218,11 @@ impl Confinement {
             BufReader::new(stdout).read_line(&mut line),
         )
         .await;
+        if let Some(mount) = line.trim().strip_prefix("caduceus-writable ") {
+            return Err(IsolationError::Start(format!(
+                "the mount {mount} cannot be made read-only"
+            )));
+        }
         if !matches!(ready, Ok(Ok(_))) || line.trim() != "caduceus-confined" {
             return Err(IsolationError::Start(
                 "the namespaces' setup did not finish (mount refused?)".into(),
