@@ -538,7 +538,7 @@ impl SessionHub {
                 report: None,
                 restored: Some(restored),
             };
-            if let Err(err) = Actor::spawn(None, SessionActor, args).await {
+            if let Err(err) = start_session(args, None).await {
                 hub.resume_failed(&spec, &stream, &err.to_string()).await;
             }
         });

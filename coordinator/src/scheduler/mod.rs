@@ -26,8 +26,7 @@ use tonic::Status;
 
 use caduceus_proto::{
     Drain, EnvironmentSpec, Hello, PersistResult, ReleaseEnvironment, RunCall, StaleEnvironment,
-    WorkerCommand,
-    WorkerStatus, worker_command,
+    WorkerCommand, WorkerStatus, worker_command,
 };
 
 use crate::ask;

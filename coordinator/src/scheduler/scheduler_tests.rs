@@ -212,7 +212,7 @@ async fn release_forgets_the_placement_and_tells_the_worker() {
 
 /// The epoch the fake worker saw with a call.
 fn epoch_of(done: &WorkerCallDone) -> u64 {
-    let result: Value = serde_json::from_str(&done.result).unwrap();
+    let result: Value = serde_json::from_str(&done.reply.body).unwrap();
     result["epoch"].as_u64().unwrap()
 }
 
@@ -332,7 +332,7 @@ async fn a_silent_worker_is_suspect_gets_no_new_tasks_and_is_then_lost() {
     }
     // A call of the suspect worker's task waits; once the worker is lost it
     // runs afresh elsewhere and says so.
-    let task: String = serde_json::from_str::<Value>(&held.result).unwrap()["task"]
+    let task: String = serde_json::from_str::<Value>(&held.reply.body).unwrap()["task"]
         .as_str()
         .unwrap()
         .to_owned();

@@ -289,7 +289,8 @@ fn handle_command(
                     Ok(()) => worker.run_call(call, output).await,
                     Err(stale) => CallResult {
                         call_id: call.call_id,
-                        result: tool_error(stale.to_string()),
+                        body: tool_error(stale.to_string()),
+                        status: caduceus_proto::CallStatus::Error.into(),
                         ..CallResult::default()
                     },
                 };

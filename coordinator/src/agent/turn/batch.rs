@@ -74,7 +74,7 @@ impl CallSite {
     pub(super) fn recovered(&self, call: &ToolCall, recovered: Recovered) -> Finished {
         let status = recovered.status();
         let done = match recovered {
-            Recovered::Done { result, worker } => Finished {
+            Recovered::Done { result, worker, .. } => Finished {
                 content: result,
                 status,
                 worker,

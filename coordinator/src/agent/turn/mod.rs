@@ -61,10 +61,10 @@ use super::messages::{
 };
 use super::notices::notice_message;
 use super::planner::{MAX_PARALLEL_CALLS, PlanCall, plan_batch};
+use super::resume::{Next, Recovered, Restored};
 use super::session::{
     EndStatus, SessionArgs, SessionMsg, SessionOutcome, SessionShared, SessionSpec, conclude,
 };
-use super::resume::{Next, Recovered, Restored};
 use super::store::{ResumeSpec, SessionRow};
 use super::todo::TodoStore;
 use crate::call::ToolFilter;
