@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 use serde::Deserialize;
 
 use caduceus_common::process_env;
-use caduceus_coordinator::guard::{ApprovalMode, ApprovalSettings, ContainerApprovals};
+use caduceus_coordinator::gate::{ApprovalMode, ApprovalSettings, ContainerApprovals};
 use caduceus_worker::backends::docker::settings::DockerSettings;
 use caduceus_worker::backends::lease::LeasePolicy;
 use caduceus_worker::backends::pool::PoolSpec;

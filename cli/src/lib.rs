@@ -29,8 +29,8 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
 use caduceus_common::redact;
-use caduceus_coordinator::guard::{CommandGate, Gate};
-use caduceus_coordinator::registry::ToolFilter;
+use caduceus_coordinator::call::ToolFilter;
+use caduceus_coordinator::gate::{CommandGate, Gate};
 use caduceus_coordinator::scheduler::Liveness;
 use caduceus_coordinator::server::TlsFiles;
 use caduceus_coordinator::{Coordinator, CoordinatorConfig};
@@ -475,6 +475,7 @@ pub(crate) fn coordinator_config(config: &Config, token: String) -> Result<Coord
         token,
         terminal_backend: config.terminal.backend.clone(),
         terminal_timeout_secs: config.terminal.timeout,
+        max_foreground_timeout_secs: config.terminal.max_foreground_timeout,
         environment_settings: config.terminal.environment_settings(),
         agent,
         ..CoordinatorConfig::default()
@@ -560,8 +561,6 @@ pub(crate) fn worker_config(
         local_cwd,
         backend_options,
         tools: ToolSettings {
-            terminal_timeout_secs: config.terminal.timeout,
-            max_foreground_timeout_secs: config.terminal.max_foreground_timeout,
             max_output_chars: config.tool_output.max_bytes,
             files: caduceus_files::FileToolsConfig {
                 write_safe_root: std::env::var("CADUCEUS_WRITE_SAFE_ROOT")

@@ -27,7 +27,7 @@ use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
 
 use caduceus_coordinator::agent::StartRequest;
-use caduceus_coordinator::guard::{Decision, Scope};
+use caduceus_coordinator::gate::{Decision, Scope};
 use caduceus_proto::{
     AnswerApprovalRequest, AnswerClarifyRequest, AttachSessionRequest, CancelSessionRequest,
     SessionEvent, StartSessionRequest,

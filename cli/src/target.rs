@@ -13,13 +13,13 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tonic::metadata::MetadataValue;
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
+use tonic::transport::Channel;
 use tonic::{Request, Status};
 
 use caduceus_coordinator::Coordinator;
+use caduceus_coordinator::call::ToolFilter;
 use caduceus_coordinator::dispatch::RawArguments;
-use caduceus_coordinator::guard::Gate;
-use caduceus_coordinator::registry::ToolFilter;
+use caduceus_coordinator::gate::Gate;
 use caduceus_proto::control_client::ControlClient;
 use caduceus_proto::{
     CallToolRequest, ListToolsRequest, StatusRequest, StatusResponse, bearer, worker_event,
@@ -148,7 +148,7 @@ impl Target {
                     )
                     .await;
                 Ok(CallReply {
-                    result: outcome.result,
+                    result: outcome.render(),
                     worker: outcome.worker.unwrap_or_default(),
                 })
             }
@@ -299,34 +299,11 @@ async fn attach_in_process(
 
 /// A Control client that presents the token on every request.
 pub async fn connect(url: &str, token: &str, ca: Option<&std::path::Path>) -> Result<Client> {
-    let url = if url.contains("://") {
-        url.to_owned()
-    } else {
-        format!("http://{url}")
-    };
-    let mut endpoint = Endpoint::from_shared(url.clone())
-        .with_context(|| format!("invalid coordinator address '{url}'"))?
-        .connect_timeout(Duration::from_secs(10))
-        .tcp_nodelay(true)
-        // A coordinator that vanishes without closing the connection (a
-        // network cut, a frozen host) is noticed instead of waited on.
-        .http2_keep_alive_interval(Duration::from_secs(10))
-        .keep_alive_timeout(Duration::from_secs(20))
-        .keep_alive_while_idle(true);
-    if url.starts_with("https://") {
-        let mut tls = ClientTlsConfig::new();
-        tls = match ca {
-            Some(path) => tls.ca_certificate(Certificate::from_pem(
-                std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?,
-            )),
-            None => tls.with_webpki_roots(),
-        };
-        endpoint = endpoint.tls_config(tls)?;
-    }
+    let endpoint = caduceus_proto::coordinator_endpoint(url, ca, None, Duration::from_secs(10))?;
     let channel = endpoint
         .connect()
         .await
-        .with_context(|| format!("cannot reach the coordinator at {url}"))?;
+        .with_context(|| format!("cannot reach the coordinator at {}", endpoint.uri()))?;
     let value: MetadataValue<_> = bearer(token)
         .parse()
         .map_err(|_| anyhow!("the token contains characters not allowed in a header"))?;
@@ -337,8 +314,8 @@ pub async fn connect(url: &str, token: &str, ca: Option<&std::path::Path>) -> Re
         Ok(request)
     });
     Ok(ControlClient::with_interceptor(channel, auth)
-        .max_decoding_message_size(64 * 1024 * 1024)
-        .max_encoding_message_size(64 * 1024 * 1024))
+        .max_decoding_message_size(caduceus_proto::MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(caduceus_proto::MAX_MESSAGE_BYTES))
 }
 
 fn status_error(status: &Status) -> anyhow::Error {

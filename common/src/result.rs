@@ -6,10 +6,82 @@
 
 use std::io;
 
-use serde::Serialize;
 use serde::ser::{SerializeMap, Serializer};
+use serde::{Deserialize, Serialize};
 use serde_json::ser::Formatter;
 use serde_json::{Map, Value};
+
+/// How a call ended. Decided where it is known (the tool, the gate, the
+/// scheduler), carried as a value to where it is used (hooks, events, the
+/// wire), never read back out of the result text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CallStatus {
+    Ok,
+    Error,
+    Blocked,
+    PendingApproval,
+    Cancelled,
+    Timeout,
+}
+
+impl CallStatus {
+    /// The snake_case name (`"pending_approval"`), as events and hooks show it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CallStatus::Ok => "ok",
+            CallStatus::Error => "error",
+            CallStatus::Blocked => "blocked",
+            CallStatus::PendingApproval => "pending_approval",
+            CallStatus::Cancelled => "cancelled",
+            CallStatus::Timeout => "timeout",
+        }
+    }
+}
+
+/// A tool's answer: how the call ended and the document the model reads
+/// (a JSON object in hermes' spelling, or a persisted-output preview).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolReply {
+    pub status: CallStatus,
+    pub body: String,
+}
+
+impl ToolReply {
+    pub fn new(status: CallStatus, body: impl Into<String>) -> Self {
+        ToolReply {
+            status,
+            body: body.into(),
+        }
+    }
+
+    /// A successful call whose document is already written.
+    pub fn ok(body: impl Into<String>) -> Self {
+        Self::new(CallStatus::Ok, body)
+    }
+
+    /// A successful call: `value` in hermes' spelling.
+    pub fn json<T: Serialize + ?Sized>(value: &T) -> Self {
+        Self::ok(to_json(value))
+    }
+
+    /// A failed call: `value` (a document with an `error` field) in hermes'
+    /// spelling.
+    pub fn failed_json<T: Serialize + ?Sized>(value: &T) -> Self {
+        Self::new(CallStatus::Error, to_json(value))
+    }
+
+    /// A failed call: `{"error": message}`.
+    pub fn error(message: impl Into<String>) -> Self {
+        Self::new(CallStatus::Error, tool_error(message))
+    }
+
+    /// True for a document that fields can be added to (a JSON object).
+    pub fn is_object(&self) -> bool {
+        let body = self.body.trim();
+        body.starts_with('{') && body.ends_with('}')
+    }
+}
 
 /// `{"error": msg}` — the shape of every failure a model reads.
 ///
@@ -43,6 +115,26 @@ pub fn tool_error_with(message: impl Into<String>, extra: Map<String, Value>) ->
         }
     }
     to_json(&ErrorDoc { error, others })
+}
+
+/// Python's type name of a JSON value as `json.loads` would build it, for
+/// hermes' type errors (`"got list"`, `'str' and 'int'`).
+///
+/// ```
+/// use caduceus_common::result::python_type;
+/// assert_eq!(python_type(&serde_json::json!(1.5)), "float");
+/// assert_eq!(python_type(&serde_json::json!(null)), "NoneType");
+/// ```
+pub fn python_type(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "NoneType",
+        Value::Bool(_) => "bool",
+        Value::Number(n) if n.is_f64() => "float",
+        Value::Number(_) => "int",
+        Value::String(_) => "str",
+        Value::Array(_) => "list",
+        Value::Object(_) => "dict",
+    }
 }
 
 /// Serializes `value` in hermes' JSON spelling (see the module docs).

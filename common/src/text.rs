@@ -11,3 +11,13 @@ pub use ansi::strip_ansi;
 pub use head_tail::HeadTailBuffer;
 pub use tool_error::sanitize_tool_error;
 pub use truncate::{group_thousands, truncate_head_tail, truncate_head_tail_with_suffix};
+
+/// Single-quotes a string for a POSIX shell (an embedded `'` becomes `'\''`).
+///
+/// ```
+/// use caduceus_common::text::shell_quote;
+/// assert_eq!(shell_quote("it's"), r"'it'\''s'");
+/// ```
+pub fn shell_quote(text: &str) -> String {
+    format!("'{}'", text.replace('\'', r"'\''"))
+}

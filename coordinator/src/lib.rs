@@ -4,8 +4,9 @@
 
 pub mod agent;
 pub mod auth;
+pub mod call;
 pub mod dispatch;
-pub mod guard;
+pub mod gate;
 pub mod registry;
 pub mod scheduler;
 pub mod server;
@@ -26,10 +27,12 @@ use caduceus_proto::{
 
 use agent::{AgentSettings, SessionHub};
 use auth::{Authenticator, TokenError, TokenInfo, TokenStore};
-use dispatch::{CallContext, CallOutcome, CallRequest, DispatchConfig, Dispatcher, RawArguments};
-use guard::Gate;
+use call::ToolFilter;
+use call::{CallContext, ToolResult};
+use dispatch::{CallRequest, DispatchConfig, Dispatcher, RawArguments};
+use gate::Gate;
+use registry::RegistryError;
 use registry::actor::RegistryHandle;
-use registry::{RegistryError, ToolFilter};
 use scheduler::{AttachError, SchedulerConfig, SchedulerHandle};
 
 /// Everything a coordinator needs to start.
@@ -47,6 +50,8 @@ pub struct CoordinatorConfig {
     /// Heartbeat interval and the silences after which a worker is suspect
     /// and lost.
     pub liveness: scheduler::Liveness,
+    /// Longest foreground `terminal` timeout, seconds (hermes: 600).
+    pub max_foreground_timeout_secs: u64,
     /// Backend settings sent with every call (image, cwd, …).
     pub environment_settings: Value,
     /// Results above this many characters are persisted (hermes: 100,000).
@@ -63,6 +68,7 @@ impl Default for CoordinatorConfig {
             terminal_backend: "local".to_owned(),
             terminal_timeout_secs: 180,
             liveness: scheduler::Liveness::default(),
+            max_foreground_timeout_secs: 600,
             environment_settings: Value::Object(serde_json::Map::new()),
             result_cap: 100_000,
             agent: AgentSettings::default(),
@@ -147,6 +153,7 @@ impl Coordinator {
             owner: config.id.clone(),
             default_result_cap: config.result_cap,
             terminal_timeout_secs: config.terminal_timeout_secs,
+            max_foreground_timeout_secs: config.max_foreground_timeout_secs,
             environment_settings: config.environment_settings.clone(),
             ..DispatchConfig::default()
         };
@@ -269,7 +276,7 @@ impl Coordinator {
 
     /// Approval state of the command guard; `None` when the coordinator runs
     /// without one (an open gate).
-    pub fn approvals(&self) -> Option<Arc<guard::Approvals>> {
+    pub fn approvals(&self) -> Option<Arc<gate::Approvals>> {
         self.dispatcher.gate().approvals()
     }
 
@@ -297,7 +304,7 @@ impl Coordinator {
         arguments: RawArguments,
         task_id: &str,
         session_id: Option<String>,
-    ) -> CallOutcome {
+    ) -> ToolResult {
         let task_id = if task_id.is_empty() {
             "default"
         } else {

@@ -106,7 +106,7 @@ async fn main() {
             tracker.reset_dedup();
             tracker.note_other_tool();
             let out = read_file(&ctx, &args(json!({"path": "thousand.txt"}))).await;
-            assert!(out.contains("500|line 0500"));
+            assert!(out.body.contains("500|line 0500"));
         },
     )
     .await;
@@ -116,7 +116,7 @@ async fn main() {
             tracker.reset_dedup();
             tracker.note_other_tool();
             let out = read_file(&ctx, &args(json!({"path": "thousand.txt", "offset": 501}))).await;
-            assert!(out.contains("1000|line 1000"));
+            assert!(out.body.contains("1000|line 1000"));
         },
     )
     .await;
@@ -124,7 +124,7 @@ async fn main() {
     measure("read_file unchanged region (dedup stub)", |_| async {
         tracker.note_other_tool();
         let out = read_file(&ctx, &args(json!({"path": "thousand.txt", "limit": 7}))).await;
-        assert!(out.contains("unchanged"));
+        assert!(out.body.contains("unchanged"));
     })
     .await;
     let documents = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/documents");
@@ -135,7 +135,11 @@ async fn main() {
             tracker.reset_dedup();
             tracker.note_other_tool();
             let out = read_file(ctx, &args(json!({"path": name}))).await;
-            assert!(out.contains("\"extracted_document\":true"), "{out}");
+            assert!(
+                out.body.contains("\"extracted_document\": true"),
+                "{}",
+                out.body
+            );
         })
         .await;
     }
@@ -149,7 +153,7 @@ async fn main() {
                 &args(json!({"path": "out/small.py", "content": content})),
             )
             .await;
-            assert!(out.contains("\"status\":\"ok\""), "{out}");
+            assert!(out.body.contains("\"status\": \"ok\""), "{}", out.body);
         }
     })
     .await;
@@ -168,7 +172,7 @@ async fn main() {
             let ctx = &ctx;
             async move {
                 let out = write_file(ctx, &args(json!({"path": path, "content": content}))).await;
-                assert!(out.contains("bytes_written"));
+                assert!(out.body.contains("bytes_written"));
             }
         })
         .await;
@@ -201,7 +205,7 @@ async fn main() {
                     &args(json!({"path": "thousand.txt", "old_string": old, "new_string": new})),
                 )
                 .await;
-                assert!(out.contains("\"success\":true"), "{out}");
+                assert!(out.body.contains("\"success\": true"), "{}", out.body);
             }
         })
         .await;
@@ -223,7 +227,7 @@ async fn main() {
             let ctx = &ctx;
             async move {
                 let out = patch(ctx, &args(json!({"mode": "patch", "patch": body}))).await;
-                assert!(out.contains("\"success\":true"), "{out}");
+                assert!(out.body.contains("\"success\": true"), "{}", out.body);
             }
         },
     )
@@ -237,7 +241,7 @@ async fn main() {
                 &args(json!({"pattern": "TODO_FIXME", "path": "tree"})),
             )
             .await;
-            assert!(out.contains("\"total_count\":25"), "{out}");
+            assert!(out.body.contains("\"total_count\": 25"), "{}", out.body);
         },
     )
     .await;
@@ -248,7 +252,7 @@ async fn main() {
             &args(json!({"pattern": "TODO_FIXME", "path": "tree", "output_mode": "files_only"})),
         )
         .await;
-        assert!(out.contains("\"total_count\":25"), "{out}");
+        assert!(out.body.contains("\"total_count\": 25"), "{}", out.body);
     })
     .await;
     measure(
@@ -260,7 +264,7 @@ async fn main() {
                 &args(json!({"pattern": "*.rs", "target": "files", "path": "tree"})),
             )
             .await;
-            assert!(out.contains("\"total_count\":500"), "{out}");
+            assert!(out.body.contains("\"total_count\": 500"), "{}", out.body);
         },
     )
     .await;

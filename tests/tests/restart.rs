@@ -32,7 +32,7 @@ fn tool_call(id: &str, name: &str, args: Value) -> Value {
 fn replay_file(fleet: &Fleet) -> String {
     let turns = [
         json!({"content": "Handing the slow step to a subagent.", "tool_calls": [tool_call("p1", "delegate_task", json!({"tasks": [{"goal": "Run the slow step"}]}))]}),
-        json!({"content": "The subagent reported back.", "expect_contains": "\"status\":\"completed\""}),
+        json!({"content": "The subagent reported back.", "expect_contains": "\"status\": \"completed\""}),
         json!({"match": "slow step", "content": "Sleeping.", "tool_calls": [tool_call("s1", "terminal", json!({"command": "sleep 30 && echo slept"}))]}),
         json!({"match": "slow step", "content": "The sleep may or may not have finished; its outcome is unknown.", "expect_contains": "its outcome is unknown"}),
     ];

@@ -219,6 +219,26 @@ fn exit_code_meaning_and_the_foreground_guard() {
         result["error"],
         "Foreground timeout 900s exceeds the maximum of 600s. Use background=true with notify_on_complete=true for long-running commands."
     );
+    // A timeout that is no number is hermes' TypeError, not the default.
+    let result = terminal(
+        &fleet,
+        &c,
+        "hints",
+        &json!({"command": "echo ran", "timeout": "abc"}),
+    );
+    assert_eq!(
+        result,
+        json!({"error": "[TOOL_ERROR] Tool execution failed: TypeError: '>' not supported between instances of 'str' and 'int'"})
+    );
+    // A float timeout is obeyed as given (the coordinator used to cut it
+    // at the default while the worker allowed it).
+    let result = terminal(
+        &fleet,
+        &c,
+        "hints",
+        &json!({"command": "sleep 3", "timeout": 1.5}),
+    );
+    assert_eq!(result["exit_code"], 124, "{result}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -565,10 +585,7 @@ mod remote {
                 manager,
                 env,
                 notices,
-                settings: ToolSettings {
-                    terminal_timeout_secs: 20,
-                    ..ToolSettings::default()
-                },
+                settings: ToolSettings::default(),
             }
         }
 
@@ -583,8 +600,12 @@ mod remote {
                 cancel: &cancel,
                 output: None,
                 session_id: "remote-session",
+                // What the coordinator would decide: the argument, else 20 s.
+                timeout: Some(Duration::from_secs(
+                    args.get("timeout").and_then(Value::as_u64).unwrap_or(20),
+                )),
             };
-            serde_json::from_str(&terminal::run(&self.settings, call).await).unwrap()
+            serde_json::from_str(&terminal::run(&self.settings, call).await.body).unwrap()
         }
 
         async fn process(&self, args: Value) -> Value {
@@ -598,8 +619,9 @@ mod remote {
                 session_id: "remote-session",
                 args: &args,
                 cancel: &cancel,
+                max_wait: Duration::from_secs(20),
             };
-            serde_json::from_str(&process::run(&self.settings, call).await).unwrap()
+            serde_json::from_str(&process::run(call).await.body).unwrap()
         }
 
         /// Processes in the sandbox whose command line starts with `needle`

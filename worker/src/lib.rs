@@ -6,6 +6,7 @@ pub mod backends;
 pub mod env;
 pub mod link;
 pub mod process;
+mod recovery;
 pub mod sandbox;
 pub mod shell;
 pub mod tools;
@@ -18,18 +19,14 @@ use std::time::{Duration, Instant};
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
-use caduceus_common::result::tool_error;
-use caduceus_proto::{CallResult, EnvironmentNotice, Heartbeat, Hello, RunCall};
+use caduceus_common::result::ToolReply;
+use caduceus_proto::{CallResult, EnvironmentNotice, Heartbeat, Hello, PersistResult, RunCall};
 
 use backends::Backends;
 use env::{EnvManager, EnvSettings};
 use process::notice::NoticeHub;
 use shell::Secret;
 use tools::{OutputSink, ToolCall, ToolSettings};
-
-/// How the reset notice says when the sandbox was lost.
-const VANISHED_BEFORE: &str = "this call ran in a fresh environment";
-const VANISHED_DURING: &str = "it vanished during this call, whose command may not have completed; the next call runs in a fresh environment";
 
 /// How long the pool waits after handing out a sandbox before starting its
 /// replacement (starting a container loads the engine for a few hundred ms).
@@ -261,9 +258,7 @@ impl Worker {
     }
 
     pub fn heartbeat(&self) -> Heartbeat {
-        let running = self.calls.lock().map(|c| c.len()).unwrap_or(0);
         Heartbeat {
-            running_calls: u32::try_from(running).unwrap_or(u32::MAX),
             environments: self.envs.infos(),
             backends: if self.draining.load(Ordering::Relaxed) {
                 Vec::new()
@@ -313,23 +308,30 @@ impl Worker {
         if let Ok(mut calls) = self.calls.lock() {
             calls.insert(call.call_id.clone(), cancel.clone());
         }
-        let (result, reset) = self.execute(&call, cancel, output).await;
+        let (reply, reset) = self.execute(&call, cancel, output).await;
         if let Ok(mut calls) = self.calls.lock() {
             calls.remove(&call.call_id);
         }
-        let environment_reset = reset.is_some();
-        let result = match reset {
-            Some(notice) => with_reset_notice(&result, &notice),
-            None => result,
+        call_result(call.call_id, reply, reset, started)
+    }
+
+    /// Saves a coordinator-side result in the task's existing environment;
+    /// the answer's body is the file's path there.
+    pub async fn persist_result(&self, persist: PersistResult) -> CallResult {
+        let started = Instant::now();
+        let reply = match self.envs.get(&persist.task_id) {
+            Some(env) => {
+                match tools::persist_in_sandbox(&env, &persist.result_id, &persist.content).await {
+                    Ok(path) => ToolReply::ok(path),
+                    Err(err) => ToolReply::error(err),
+                }
+            }
+            None => ToolReply::error(format!(
+                "task '{}' has no environment on worker '{}'",
+                persist.task_id, self.config.name
+            )),
         };
-        // Whatever the tool printed, no secret this worker knows leaves it.
-        let result = caduceus_common::redact::mask_known_secrets(&result).into_owned();
-        CallResult {
-            call_id: call.call_id,
-            result,
-            environment_reset,
-            duration_us: u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
-        }
+        call_result(persist.call_id, reply, None, started)
     }
 
     /// Runs the call; the second value is the notice when the environment
@@ -339,10 +341,10 @@ impl Worker {
         call: &RunCall,
         cancel: CancellationToken,
         output: Option<OutputSink>,
-    ) -> (String, Option<String>) {
+    ) -> (ToolReply, Option<String>) {
         if self.draining.load(Ordering::Relaxed) {
             return (
-                tool_error(format!(
+                ToolReply::error(format!(
                     "worker '{}' is draining and takes no new calls",
                     self.config.name
                 )),
@@ -353,7 +355,7 @@ impl Worker {
             Ok(Value::Object(map)) => map,
             _ => {
                 return (
-                    tool_error(
+                    ToolReply::error(
                         "Invalid tool arguments: the worker received arguments that are not a JSON object",
                     ),
                     None,
@@ -361,96 +363,68 @@ impl Worker {
             }
         };
         if call.tool == "process" {
-            // The process tool never creates an environment: it finds the
-            // process (or lists the task's processes) where they are.
-            let process_call = tools::process::ProcessCall {
-                envs: &self.envs,
-                task_id: &call.task_id,
-                session_id: &call.session_id,
-                args: &args,
-                cancel: &cancel,
-            };
-            let result = tools::process::run(&self.config.tools, process_call).await;
-            let env = self.envs.get(&call.task_id);
-            let capped =
-                tools::cap_if_needed(env.as_deref(), &call.call_id, result, call.result_cap_chars)
-                    .await;
-            return (capped, None);
+            return (self.run_process(call, &args, &cancel).await, None);
         }
-        let spec = call.environment.clone().unwrap_or_default();
-        let env = if spec.backend.is_empty() {
-            // Only an existing environment (result persistence must not create one).
-            match self.envs.get(&call.task_id) {
-                Some(env) => env,
-                None => {
-                    return (
-                        tool_error(format!(
-                            "task '{}' has no environment on worker '{}'",
-                            call.task_id, self.config.name
-                        )),
-                        None,
-                    );
-                }
-            }
-        } else {
-            let request = backends::CreateRequest {
-                task_id: call.task_id.clone(),
-                owner: spec.owner.clone(),
-                worker: self.config.name.clone(),
-                worker_instance: self.instance_id.clone(),
-                settings: serde_json::from_str(&spec.settings_json).unwrap_or(Value::Null),
-            };
-            match self.envs.get_or_create(&spec.backend, &request).await {
-                Ok(env) => env,
-                Err(err) => {
-                    return (
-                        tool_error(format!(
-                            "Could not create the environment for task '{}': {err}",
-                            call.task_id
-                        )),
-                        None,
-                    );
-                }
-            }
+        let env = match self.environment_for(call).await {
+            Ok(env) => env,
+            Err(reply) => return (reply, None),
         };
-        // A container that was killed, OOM-killed or removed under the
-        // environment: recreate it once and say so.
-        let (env, mut reset) = match self.envs.ensure_live(env).await {
+        let (env, reset) = match recovery::live(&self.envs, env, &call.task_id).await {
             Ok(found) => found,
-            Err(err) => {
-                return (
-                    tool_error(format!(
-                        "The environment of task '{}' was lost and could not be recreated: {err}",
-                        call.task_id
-                    )),
-                    None,
-                );
-            }
+            Err(reply) => return (reply, None),
         };
         let started = std::time::SystemTime::now();
-        let mut result = self
+        let reply = self
             .run_tool(call, args.clone(), env.clone(), cancel.clone(), output)
             .await;
-        // The sandbox turned out to be gone. If it died before this call
-        // began (the watcher had not told us yet), the call cannot have run:
-        // run it in the fresh environment. If it died during the call, say
-        // so; the next call gets the fresh environment.
-        if reset.is_none() && env.sandbox.vanished() {
-            let died_before = env.sandbox.gone_before(started).await;
-            match self.envs.ensure_live(env).await {
-                Ok((fresh, notice)) if died_before => {
-                    result = self.run_tool(call, args, fresh, cancel, None).await;
-                    reset = notice;
-                }
-                Ok((_, notice)) => {
-                    reset = notice.map(|n| n.replace(VANISHED_BEFORE, VANISHED_DURING));
-                }
-                Err(err) => {
-                    tracing::warn!(task = %call.task_id, "cannot recreate the environment: {err}")
-                }
+        match recovery::after_call(&self.envs, env, started, reset).await {
+            recovery::AfterCall::Done(reset) => (reply, reset),
+            recovery::AfterCall::Rerun(fresh, reset) => {
+                (self.run_tool(call, args, fresh, cancel, None).await, reset)
             }
         }
-        (result, reset)
+    }
+
+    /// The process tool never creates an environment: it finds the process
+    /// (or lists the task's processes) where they are.
+    async fn run_process(
+        &self,
+        call: &RunCall,
+        args: &Map<String, Value>,
+        cancel: &CancellationToken,
+    ) -> ToolReply {
+        let process_call = tools::process::ProcessCall {
+            envs: &self.envs,
+            task_id: &call.task_id,
+            session_id: &call.session_id,
+            args,
+            cancel,
+            max_wait: call_timeout(call).unwrap_or(Duration::ZERO),
+        };
+        let reply = tools::process::run(process_call).await;
+        let env = self.envs.get(&call.task_id);
+        tools::cap_if_needed(env.as_deref(), &call.call_id, reply, call.result_cap_chars).await
+    }
+
+    /// The task's environment, created on the call's backend when it has none.
+    async fn environment_for(&self, call: &RunCall) -> Result<Arc<env::Environment>, ToolReply> {
+        let spec = call.environment.clone().unwrap_or_default();
+        let request = backends::CreateRequest {
+            task_id: call.task_id.clone(),
+            owner: spec.owner.clone(),
+            worker: self.config.name.clone(),
+            worker_instance: self.instance_id.clone(),
+            settings: serde_json::from_str(&spec.settings_json).unwrap_or(Value::Null),
+        };
+        self.envs
+            .get_or_create(&spec.backend, &request)
+            .await
+            .map_err(|err| {
+                ToolReply::error(format!(
+                    "Could not create the environment for task '{}': {err}",
+                    call.task_id
+                ))
+            })
     }
 
     async fn run_tool(
@@ -460,7 +434,7 @@ impl Worker {
         env: Arc<env::Environment>,
         cancel: CancellationToken,
         output: Option<OutputSink>,
-    ) -> String {
+    ) -> ToolReply {
         let _running = env.begin_call();
         tools::run(
             &self.config.tools,
@@ -473,6 +447,7 @@ impl Worker {
                 cancel,
                 output,
                 result_cap: call.result_cap_chars,
+                timeout: call_timeout(call),
             },
         )
         .await
@@ -521,17 +496,27 @@ impl Worker {
     }
 }
 
-/// Adds the reset notice to a result: an `environment_reset` field of a JSON
-/// object (as the coordinator does for a lost worker), else a leading line.
-fn with_reset_notice(result: &str, notice: &str) -> String {
-    match serde_json::from_str::<Value>(result) {
-        Ok(Value::Object(mut map)) => {
-            map.insert(
-                "environment_reset".to_owned(),
-                Value::String(notice.to_owned()),
-            );
-            Value::Object(map).to_string()
-        }
-        _ => format!("[{notice}]\n{result}"),
+/// The command timeout the coordinator decided; `None` when it sent none.
+fn call_timeout(call: &RunCall) -> Option<Duration> {
+    (call.timeout_ms > 0).then(|| Duration::from_millis(call.timeout_ms))
+}
+
+/// The wire form of a finished call.
+fn call_result(
+    call_id: String,
+    reply: ToolReply,
+    reset: Option<String>,
+    started: Instant,
+) -> CallResult {
+    CallResult {
+        call_id,
+        // Whatever the tool printed, no secret this worker knows leaves it.
+        body: match caduceus_common::redact::mask_known_secrets(&reply.body) {
+            std::borrow::Cow::Owned(masked) => masked,
+            std::borrow::Cow::Borrowed(_) => reply.body,
+        },
+        status: caduceus_proto::CallStatus::from(reply.status) as i32,
+        environment_reset: reset.unwrap_or_default(),
+        duration_us: u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
     }
 }

@@ -6,7 +6,7 @@
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use caduceus_common::result::tool_error;
+use caduceus_common::result::ToolReply;
 
 /// Choices the model may offer; the UI adds an "Other" option.
 pub const MAX_CHOICES: usize = 4;
@@ -23,14 +23,14 @@ pub struct Question {
 }
 
 /// Validates the arguments; the error is the result the model reads.
-pub fn parse(args: &Map<String, Value>) -> Result<Question, String> {
+pub fn parse(args: &Map<String, Value>) -> Result<Question, ToolReply> {
     let question = args
         .get("question")
         .and_then(Value::as_str)
         .map(str::trim)
         .unwrap_or_default();
     if question.is_empty() {
-        return Err(tool_error("Question text is required."));
+        return Err(ToolReply::error("Question text is required."));
     }
     let choices = match args.get("choices") {
         None | Some(Value::Null) => None,
@@ -43,7 +43,7 @@ pub fn parse(args: &Map<String, Value>) -> Result<Question, String> {
             flat.truncate(MAX_CHOICES);
             (!flat.is_empty()).then_some(flat)
         }
-        Some(_) => return Err(tool_error("choices must be a list of strings.")),
+        Some(_) => return Err(ToolReply::error("choices must be a list of strings.")),
     };
     Ok(Question {
         question: question.to_owned(),
@@ -89,23 +89,22 @@ struct Answered<'a> {
 }
 
 /// The result once the user answered.
-pub fn answered(question: &Question, answer: &str) -> String {
-    serde_json::to_string(&Answered {
+pub fn answered(question: &Question, answer: &str) -> ToolReply {
+    ToolReply::json(&Answered {
         question: &question.question,
         choices_offered: &question.choices,
         user_response: answer.trim(),
     })
-    .unwrap_or_else(|err| tool_error(err.to_string()))
 }
 
 /// The result when the question could not be put to anyone.
-pub fn unavailable() -> String {
-    tool_error(NOT_AVAILABLE)
+pub fn unavailable() -> ToolReply {
+    ToolReply::error(NOT_AVAILABLE)
 }
 
 /// The result when the user did not answer in time.
-pub fn timed_out(seconds: u64) -> String {
-    tool_error(format!(
+pub fn timed_out(seconds: u64) -> ToolReply {
+    ToolReply::error(format!(
         "Failed to get user input: no answer within {seconds}s"
     ))
 }

@@ -37,11 +37,13 @@ fn empty_choices_mean_open_ended_and_bad_input_is_an_error() {
         None
     );
     assert_eq!(
-        parse(&args(json!({"question": " "}))).unwrap_err(),
+        parse(&args(json!({"question": " "}))).unwrap_err().body,
         r#"{"error": "Question text is required."}"#
     );
     assert_eq!(
-        parse(&args(json!({"question": "q", "choices": "a"}))).unwrap_err(),
+        parse(&args(json!({"question": "q", "choices": "a"})))
+            .unwrap_err()
+            .body,
         r#"{"error": "choices must be a list of strings."}"#
     );
 }
@@ -53,19 +55,19 @@ fn the_answer_has_hermes_shape() {
         choices: Some(vec!["a".to_owned()]),
     };
     assert_eq!(
-        answered(&q, " a \n"),
-        r#"{"question":"Which?","choices_offered":["a"],"user_response":"a"}"#
+        answered(&q, " a \n").body,
+        r#"{"question": "Which?", "choices_offered": ["a"], "user_response": "a"}"#
     );
     let open = Question {
         question: "Why?".to_owned(),
         choices: None,
     };
     assert_eq!(
-        answered(&open, "because"),
-        r#"{"question":"Why?","choices_offered":null,"user_response":"because"}"#
+        answered(&open, "because").body,
+        r#"{"question": "Why?", "choices_offered": null, "user_response": "because"}"#
     );
     assert_eq!(
-        unavailable(),
+        unavailable().body,
         r#"{"error": "Clarify tool is not available in this execution context."}"#
     );
 }

@@ -16,9 +16,10 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use caduceus_common::result::tool_error;
+use caduceus_common::result::{ToolReply, python_type};
 
-use crate::registry::{Handler, ParallelClass, ToolEntry, ToolFilter};
+use crate::call::ToolFilter;
+use crate::registry::{Handler, ParallelClass, ToolEntry};
 
 /// Tools a child never gets (hermes `DELEGATE_BLOCKED_TOOLS`). An
 /// orchestrator child keeps `delegate_task`.
@@ -167,20 +168,17 @@ pub struct DelegateRequest {
 }
 
 /// hermes' refusal for a session at or past the depth limit.
-pub fn depth_limit_error(depth: u32, max_spawn_depth: u32) -> String {
-    json!({
-        "error": format!(
-            "Delegation depth limit reached (depth={depth}, max_spawn_depth={max_spawn_depth}). Raise delegation.max_spawn_depth in config.yaml if deeper nesting is required (no hard ceiling, but each level multiplies API cost)."
-        )
-    })
-    .to_string()
+pub fn depth_limit_error(depth: u32, max_spawn_depth: u32) -> ToolReply {
+    ToolReply::error(format!(
+        "Delegation depth limit reached (depth={depth}, max_spawn_depth={max_spawn_depth}). Raise delegation.max_spawn_depth in config.yaml if deeper nesting is required (no hard ceiling, but each level multiplies API cost)."
+    ))
 }
 
 /// Checks the arguments; the error is the result the model reads.
 pub fn parse_request(
     args: &Map<String, Value>,
     max_children: usize,
-) -> Result<DelegateRequest, String> {
+) -> Result<DelegateRequest, ToolReply> {
     let top_role = Role::parse(args.get("role"));
     let share_environment = args
         .get("share_environment")
@@ -190,20 +188,20 @@ pub fn parse_request(
         Some(Value::String(text)) => {
             let raw = text.trim();
             if raw.is_empty() {
-                return Err(tool_error(
+                return Err(ToolReply::error(
                     "Provide either 'goal' (single task) or 'tasks' (batch).",
                 ));
             }
             match serde_json::from_str::<Value>(raw) {
                 Ok(Value::Array(list)) => Some(list),
                 Ok(other) => {
-                    return Err(tool_error(format!(
+                    return Err(ToolReply::error(format!(
                         "tasks must be a JSON array of task objects; parsed {} instead.",
                         python_type(&other)
                     )));
                 }
                 Err(err) => {
-                    return Err(tool_error(format!(
+                    return Err(ToolReply::error(format!(
                         "tasks must be a JSON array of task objects; received a string that could not be parsed as JSON ({err})."
                     )));
                 }
@@ -215,7 +213,7 @@ pub fn parse_request(
     let raw_tasks: Vec<Value> = match tasks {
         Some(list) if !list.is_empty() => {
             if list.len() > max_children {
-                return Err(tool_error(format!(
+                return Err(ToolReply::error(format!(
                     "Too many tasks: {} provided, but max_concurrent_children is {max_children}. Either reduce the task count, split into multiple delegate_task calls, or increase delegation.max_concurrent_children in config.yaml.",
                     list.len()
                 )));
@@ -240,7 +238,7 @@ pub fn parse_request(
                 vec![Value::Object(task)]
             }
             None => {
-                return Err(tool_error(
+                return Err(ToolReply::error(
                     "Provide either 'goal' (single task) or 'tasks' (batch).",
                 ));
             }
@@ -249,7 +247,7 @@ pub fn parse_request(
     let mut tasks = Vec::with_capacity(raw_tasks.len());
     for (index, task) in raw_tasks.iter().enumerate() {
         let Some(object) = task.as_object() else {
-            return Err(tool_error(format!(
+            return Err(ToolReply::error(format!(
                 "Task {index} must be an object, got {}.",
                 python_type(task)
             )));
@@ -260,7 +258,9 @@ pub fn parse_request(
             .map(str::trim)
             .unwrap_or_default();
         if goal.is_empty() {
-            return Err(tool_error(format!("Task {index} is missing a 'goal'.")));
+            return Err(ToolReply::error(format!(
+                "Task {index} is missing a 'goal'."
+            )));
         }
         let context = object
             .get("context")
@@ -416,17 +416,16 @@ pub struct ChildEntry {
 }
 
 /// The whole result of a `delegate_task` call.
-pub fn results_json(entries: &[ChildEntry], total_duration: Duration) -> String {
+pub fn results_json(entries: &[ChildEntry], total_duration: Duration) -> ToolReply {
     #[derive(Serialize)]
     struct Results<'a> {
         results: &'a [ChildEntry],
         total_duration_seconds: f64,
     }
-    serde_json::to_string(&Results {
+    ToolReply::json(&Results {
         results: entries,
         total_duration_seconds: round2(total_duration.as_secs_f64()),
     })
-    .unwrap_or_else(|err| tool_error(err.to_string()))
 }
 
 /// Seconds rounded to hundredths, as hermes reports durations.
@@ -507,18 +506,6 @@ fn python_float(value: f64) -> String {
         format!("{value:.1}")
     } else {
         format!("{value}")
-    }
-}
-
-fn python_type(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "NoneType",
-        Value::Bool(_) => "bool",
-        Value::Number(n) if n.is_f64() => "float",
-        Value::Number(_) => "int",
-        Value::String(_) => "str",
-        Value::Array(_) => "list",
-        Value::Object(_) => "dict",
     }
 }
 

@@ -11,8 +11,9 @@ fn args(value: Value) -> Map<String, Value> {
     value.as_object().cloned().unwrap()
 }
 
-fn error_of(result: &str) -> String {
-    serde_json::from_str::<Value>(result).unwrap()["error"]
+fn error_of(result: &caduceus_common::result::ToolReply) -> String {
+    assert_eq!(result.status, caduceus_common::result::CallStatus::Error);
+    serde_json::from_str::<Value>(&result.body).unwrap()["error"]
         .as_str()
         .unwrap()
         .to_owned()
@@ -84,8 +85,8 @@ fn hermes_error_texts() {
             .contains("parsed dict instead")
     );
     assert_eq!(
-        depth_limit_error(1, 1),
-        r#"{"error":"Delegation depth limit reached (depth=1, max_spawn_depth=1). Raise delegation.max_spawn_depth in config.yaml if deeper nesting is required (no hard ceiling, but each level multiplies API cost)."}"#
+        depth_limit_error(1, 1).body,
+        r#"{"error": "Delegation depth limit reached (depth=1, max_spawn_depth=1). Raise delegation.max_spawn_depth in config.yaml if deeper nesting is required (no hard ceiling, but each level multiplies API cost)."}"#
     );
 }
 
@@ -287,10 +288,10 @@ fn entries_serialize_with_hermes_fields_first() {
         task_id: "t".into(),
         workers: vec!["w1".into()],
     };
-    let text = results_json(&[entry], Duration::from_millis(1234));
-    assert!(text.starts_with(r#"{"results":[{"task_index":0,"status":"completed","summary":"done","api_calls":2,"duration_seconds":1.25,"#), "{text}");
+    let text = results_json(&[entry], Duration::from_millis(1234)).body;
+    assert!(text.starts_with(r#"{"results": [{"task_index": 0, "status": "completed", "summary": "done", "api_calls": 2, "duration_seconds": 1.25, "#), "{text}");
     assert!(
-        text.ends_with(r#""total_duration_seconds":1.23}"#),
+        text.ends_with(r#""total_duration_seconds": 1.23}"#),
         "{text}"
     );
 }

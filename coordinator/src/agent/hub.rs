@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use ractor::{Actor, ActorRef};
+use ractor::ActorRef;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -17,10 +17,10 @@ use caduceus_proto::{EnvironmentNotice, SessionEvent, SessionStatus};
 use super::AgentSettings;
 use super::events::{self, EventStream};
 use super::resume;
-use super::session::{SessionActor, SessionArgs, SessionMsg, SessionShared, SessionSpec};
+use super::session::{SessionArgs, SessionMsg, SessionShared, SessionSpec, start_session};
 use super::store::{self, SessionEnd, SessionStore, StoredSession};
+use crate::call::ToolFilter;
 use crate::dispatch::Dispatcher;
-use crate::registry::ToolFilter;
 
 /// Why a session could not start.
 #[derive(Debug, thiserror::Error)]
@@ -355,7 +355,7 @@ impl SessionHub {
             report: None,
             restored: None,
         };
-        Actor::spawn(None, SessionActor, args)
+        start_session(args, None)
             .await
             .map_err(|e| SessionError::Spawn(e.to_string()))?;
         Ok(SessionStream {
@@ -538,7 +538,7 @@ impl SessionHub {
                 report: None,
                 restored: Some(restored),
             };
-            if let Err(err) = Actor::spawn(None, SessionActor, args).await {
+            if let Err(err) = start_session(args, None).await {
                 hub.resume_failed(&spec, &stream, &err.to_string()).await;
             }
         });

@@ -27,8 +27,8 @@ use caduceus_llm::{ChatMessage, Role as MessageRole, ToolCall};
 use super::delegate::{Role, Tokens, TraceEntry};
 use super::session::{EndStatus, SessionOutcome, SessionSpec};
 use super::store::{self, StoreError, StoredSession};
-use crate::dispatch::{CallStatus, status_of};
-use crate::registry::ToolFilter;
+use crate::call::CallStatus;
+use crate::call::ToolFilter;
 
 /// What the model reads for a call that was running when the coordinator
 /// died: its effect may or may not have happened.
@@ -49,6 +49,9 @@ pub(crate) enum Recovered {
     /// Its result was recorded before the restart.
     Done {
         result: String,
+        /// As the pipeline decided it when the call ended (recorded, never
+        /// read back out of the result).
+        status: CallStatus,
         worker: Option<String>,
     },
     /// Dispatched, no result recorded.
@@ -60,7 +63,7 @@ pub(crate) enum Recovered {
 impl Recovered {
     pub fn status(&self) -> CallStatus {
         match self {
-            Recovered::Done { result, .. } => status_of(result),
+            Recovered::Done { status, .. } => *status,
             _ => CallStatus::Error,
         }
     }
@@ -114,7 +117,7 @@ pub(crate) fn restore(db: &Path, session: &StoredSession) -> Result<Restored, St
             tool: call.tool.clone(),
             args_bytes: call.arguments.len(),
             result_bytes: Some(result.len()),
-            status: Some(if status_of(result) == CallStatus::Ok {
+            status: Some(if recorded_status(call) == CallStatus::Ok {
                 "ok"
             } else {
                 "error"
@@ -182,6 +185,7 @@ fn recovered_of(record: &store::StoredCall) -> Recovered {
     match (record.state.as_str(), record.tool.as_str()) {
         ("done", _) => Recovered::Done {
             result: record.result.clone().unwrap_or_default(),
+            status: recorded_status(record),
             worker: record.worker.clone(),
         },
         (_, "delegate_task") => Recovered::Adopt,
@@ -245,3 +249,13 @@ pub(crate) fn outcome_of(db: &Path, session: &StoredSession) -> SessionOutcome {
 #[cfg(test)]
 #[path = "resume_tests.rs"]
 mod tests;
+
+/// The status recorded with a finished call (`ok`, `error`, …); a record
+/// without one counts as an error.
+fn recorded_status(record: &store::StoredCall) -> CallStatus {
+    record
+        .status
+        .as_deref()
+        .and_then(|s| serde_json::from_value(Value::String(s.to_owned())).ok())
+        .unwrap_or(CallStatus::Error)
+}

@@ -118,6 +118,7 @@ async fn an_interrupted_turn_is_answered_from_its_records() {
         recovered.get("c1"),
         Some(&Recovered::Done {
             result: "{\"content\": \"x\"}".into(),
+            status: CallStatus::Ok,
             worker: Some("w1".into())
         })
     );

@@ -30,7 +30,7 @@ use super::hub::HubInner;
 use super::resume::Restored;
 use super::store::SessionEnd;
 use super::turn::AgentLoop;
-use crate::registry::ToolFilter;
+use crate::call::ToolFilter;
 
 /// Everything that defines one session.
 #[derive(Debug, Clone)]
@@ -157,6 +157,20 @@ pub(crate) struct SessionArgs {
 }
 
 pub(crate) struct SessionActor;
+
+/// Starts a session actor: the one way sessions start. A child is linked to
+/// its parent's actor (the parent outlives it and sees it stop); a root
+/// session has no supervisor.
+pub(crate) async fn start_session(
+    args: SessionArgs,
+    parent: Option<ractor::ActorCell>,
+) -> Result<(), ractor::SpawnErr> {
+    match parent {
+        Some(parent) => Actor::spawn_linked(None, SessionActor, args, parent).await,
+        None => Actor::spawn(None, SessionActor, args).await,
+    }
+    .map(|_| ())
+}
 
 pub(crate) struct SessionState {
     hub: Arc<HubInner>,

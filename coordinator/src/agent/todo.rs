@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use caduceus_common::result::tool_error;
+use caduceus_common::result::{ToolReply, python_type};
 
 pub const MAX_TODO_ITEMS: usize = 256;
 pub const MAX_TODO_CONTENT_CHARS: usize = 4000;
@@ -89,7 +89,7 @@ impl TodoStore {
     }
 
     /// The tool: reads or writes depending on `todos`, returns the list as JSON.
-    pub fn call(&mut self, args: &Map<String, Value>) -> String {
+    pub fn call(&mut self, args: &Map<String, Value>) -> ToolReply {
         let merge = args.get("merge").is_some_and(truthy);
         match args.get("todos") {
             None | Some(Value::Null) => {}
@@ -98,26 +98,31 @@ impl TodoStore {
                     self.write(&list, merge);
                 }
                 Ok(other) => {
-                    return tool_error(format!(
+                    return ToolReply::error(format!(
                         "todos must be a list, got {}",
                         python_type(&other)
                     ));
                 }
                 Err(_) => {
-                    return tool_error("todos must be a list of objects, got unparseable string");
+                    return ToolReply::error(
+                        "todos must be a list of objects, got unparseable string",
+                    );
                 }
             },
             Some(Value::Array(list)) => {
                 self.write(list, merge);
             }
             Some(other) => {
-                return tool_error(format!("todos must be a list, got {}", python_type(other)));
+                return ToolReply::error(format!(
+                    "todos must be a list, got {}",
+                    python_type(other)
+                ));
             }
         }
         self.reply()
     }
 
-    fn reply(&self) -> String {
+    fn reply(&self) -> ToolReply {
         let count = |status: &str| self.items.iter().filter(|i| i.status == status).count();
         let reply = Reply {
             todos: &self.items,
@@ -129,7 +134,7 @@ impl TodoStore {
                 cancelled: count("cancelled"),
             },
         };
-        serde_json::to_string(&reply).unwrap_or_else(|err| tool_error(err.to_string()))
+        ToolReply::json(&reply)
     }
 }
 
@@ -226,18 +231,6 @@ fn truthy(value: &Value) -> bool {
         Value::String(s) => !s.is_empty(),
         Value::Array(a) => !a.is_empty(),
         Value::Object(o) => !o.is_empty(),
-    }
-}
-
-fn python_type(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "NoneType",
-        Value::Bool(_) => "bool",
-        Value::Number(n) if n.is_f64() => "float",
-        Value::Number(_) => "int",
-        Value::String(_) => "str",
-        Value::Array(_) => "list",
-        Value::Object(_) => "dict",
     }
 }
 

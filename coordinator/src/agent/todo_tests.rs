@@ -7,7 +7,7 @@ use super::*;
 
 fn call(store: &mut TodoStore, args: Value) -> Value {
     let args = args.as_object().cloned().unwrap();
-    serde_json::from_str(&store.call(&args)).unwrap()
+    serde_json::from_str(&store.call(&args).body).unwrap()
 }
 
 #[test]
@@ -32,10 +32,10 @@ fn write_then_read_returns_the_list_and_a_summary() {
     let read = call(&mut store, json!({}));
     assert_eq!(read, written);
     // hermes' key order: todos, then summary; items id, content, status.
-    let raw = store.call(&serde_json::Map::new());
+    let raw = store.call(&serde_json::Map::new()).body;
     assert!(
         raw.starts_with(
-            "{\"todos\":[{\"id\":\"1\",\"content\":\"Read the code\",\"status\":\"completed\"}"
+            "{\"todos\": [{\"id\": \"1\", \"content\": \"Read the code\", \"status\": \"completed\"}"
         ),
         "{raw}"
     );

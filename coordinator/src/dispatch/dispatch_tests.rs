@@ -6,7 +6,8 @@ use async_trait::async_trait;
 use serde_json::{Map, Value, json};
 
 use super::*;
-use crate::guard::OpenGate;
+use crate::call::{CallContext, CallStatus, ToolReply};
+use crate::gate::OpenGate;
 use crate::registry::{Handler, LocalTool, ToolEntry, builtin};
 use crate::scheduler::{Liveness, SchedulerConfig};
 
@@ -14,8 +15,14 @@ struct Echo;
 
 #[async_trait]
 impl LocalTool for Echo {
-    async fn call(&self, _ctx: &CallContext, args: Map<String, Value>) -> String {
-        Value::Object(args).to_string()
+    async fn call(&self, _ctx: &CallContext, args: Map<String, Value>) -> ToolReply {
+        // An `error` argument makes the echo a failure.
+        let status = if args.contains_key("error") {
+            CallStatus::Error
+        } else {
+            CallStatus::Ok
+        };
+        ToolReply::new(status, Value::Object(args).to_string())
     }
 }
 
@@ -23,7 +30,7 @@ struct Panics;
 
 #[async_trait]
 impl LocalTool for Panics {
-    async fn call(&self, _ctx: &CallContext, _args: Map<String, Value>) -> String {
+    async fn call(&self, _ctx: &CallContext, _args: Map<String, Value>) -> ToolReply {
         panic!("kaboom")
     }
 }
@@ -32,8 +39,9 @@ struct Big;
 
 #[async_trait]
 impl LocalTool for Big {
-    async fn call(&self, _ctx: &CallContext, _args: Map<String, Value>) -> String {
-        "x".repeat(150_000)
+    async fn call(&self, _ctx: &CallContext, _args: Map<String, Value>) -> ToolReply {
+        let body: String = { "x".repeat(150_000) };
+        ToolReply::new(CallStatus::Ok, body)
     }
 }
 
@@ -58,7 +66,7 @@ impl ToolHook for Recorder {
         self.seen
             .lock()
             .unwrap()
-            .push((call.tool.to_owned(), call.status));
+            .push((call.result.tool.clone(), call.result.status));
     }
 }
 
@@ -141,7 +149,7 @@ async fn invalid_arguments_run_nothing() {
     for bad in ["{not json", "[1,2]", "\"text\"", "42"] {
         let out = d.call(request("echo_args", bad)).await;
         assert_eq!(
-            parsed(&out.result),
+            parsed(&out.body),
             json!({"error": "Invalid tool arguments", "message": "Tool arguments must be a valid JSON object; tool was not executed."}),
             "{bad}"
         );
@@ -158,7 +166,7 @@ async fn arguments_are_coerced_before_the_tool_runs() {
             r#"{"n": "7", "flag": "TRUE", "opt": null}"#,
         ))
         .await;
-    assert_eq!(parsed(&out.result), json!({"n": 7, "flag": true}));
+    assert_eq!(parsed(&out.body), json!({"n": 7, "flag": true}));
     assert_eq!(out.status, CallStatus::Ok);
 }
 
@@ -167,14 +175,14 @@ async fn near_miss_names_are_repaired() {
     let d = dispatcher(None).await;
     let out = d.call(request("EchoArgs_tool", r#"{"n": 1}"#)).await;
     assert_eq!(out.tool, "echo_args");
-    assert_eq!(parsed(&out.result), json!({"n": 1}));
+    assert_eq!(parsed(&out.body), json!({"n": 1}));
 }
 
 #[tokio::test]
 async fn unknown_tools_list_the_available_ones() {
     let d = dispatcher(None).await;
     let out = d.call(request("launch_rocket", "{}")).await;
-    let error = parsed(&out.result)["error"].as_str().unwrap().to_owned();
+    let error = parsed(&out.body)["error"].as_str().unwrap().to_owned();
     assert!(
         error.starts_with("Tool 'launch_rocket' does not exist. Available tools: "),
         "{error}"
@@ -193,7 +201,7 @@ async fn worker_tools_without_a_worker_say_how_to_fix_it() {
     let out = d
         .call(request("terminal", r#"{"command": "echo hi"}"#))
         .await;
-    let error = parsed(&out.result)["error"].as_str().unwrap().to_owned();
+    let error = parsed(&out.body)["error"].as_str().unwrap().to_owned();
     assert!(
         error.contains("no attached worker offers the 'local' backend"),
         "{error}"
@@ -205,7 +213,7 @@ async fn agent_loop_tools_are_intercepted() {
     let d = dispatcher(None).await;
     let out = d.call(request("todo", "{}")).await;
     assert_eq!(
-        parsed(&out.result),
+        parsed(&out.body),
         json!({"error": "todo must be handled by the agent loop"})
     );
 }
@@ -214,12 +222,12 @@ async fn agent_loop_tools_are_intercepted() {
 async fn a_panicking_tool_becomes_a_sanitized_error() {
     let d = dispatcher(None).await;
     let out = d.call(request("explode", "{}")).await;
-    let error = parsed(&out.result)["error"].as_str().unwrap().to_owned();
+    let error = parsed(&out.body)["error"].as_str().unwrap().to_owned();
     assert!(error.starts_with("[TOOL_ERROR] "), "{error}");
     assert_eq!(out.status, CallStatus::Error);
     // The pipeline survives.
     assert_eq!(
-        parsed(&d.call(request("echo_args", r#"{"n": 2}"#)).await.result),
+        parsed(&d.call(request("echo_args", r#"{"n": 2}"#)).await.body),
         json!({"n": 2})
     );
 }
@@ -233,7 +241,7 @@ async fn hooks_block_and_observe() {
     let d = dispatcher(Some(hook.clone())).await;
     let out = d.call(request("echo_args", r#"{"n": 1}"#)).await;
     assert_eq!(
-        parsed(&out.result),
+        parsed(&out.body),
         json!({"error": "echo_args is not allowed here"})
     );
     assert_eq!(out.status, CallStatus::Blocked);
@@ -253,70 +261,15 @@ async fn large_local_results_without_an_environment_are_previewed() {
     let d = dispatcher(None).await;
     let out = d.call(request("big", "{}")).await;
     assert!(
-        out.result.len() < 5_000,
+        out.body.len() < 5_000,
         "the model gets a preview, not 150,000 chars"
     );
     assert!(
-        out.result
+        out.body
             .contains("Full output could not be saved to sandbox"),
         "{}",
-        &out.result[..200]
+        &out.body[..200]
     );
-}
-
-#[test]
-fn status_classification() {
-    assert_eq!(
-        status_of(r#"{"output": "x", "error": null}"#),
-        CallStatus::Ok
-    );
-    assert_eq!(status_of(r#"{"error": "boom"}"#), CallStatus::Error);
-    assert_eq!(
-        status_of(r#"{"error": "x", "status": "blocked"}"#),
-        CallStatus::Blocked
-    );
-    assert_eq!(
-        status_of(r#"{"status": "pending_approval", "error": null}"#),
-        CallStatus::PendingApproval
-    );
-    assert_eq!(status_of("plain text"), CallStatus::Ok);
-}
-
-#[test]
-fn status_reads_only_the_top_level_fields_as_a_parsed_object_would() {
-    let cases = [
-        // An "error" inside the output is not the result's error.
-        (
-            r#"{"output": "{\"error\": \"x\"}", "error": null}"#,
-            CallStatus::Ok,
-        ),
-        (r#"{"output": {"error": "nested"}}"#, CallStatus::Ok),
-        (
-            r#"{"\u0065rror": "escaped key", "status": "done"}"#,
-            CallStatus::Error,
-        ),
-        // A repeated key keeps its last value.
-        (r#"{"error": "x", "error": null}"#, CallStatus::Ok),
-        (r#"{"error": null, "error": "boom"}"#, CallStatus::Error),
-        (r#"{"error": "x", "status": 500}"#, CallStatus::Error),
-        (r#"{"error": ""}"#, CallStatus::Ok),
-        (r#"{"error": "", "status": "blocked"}"#, CallStatus::Ok),
-        (
-            r#"{"error": false, "status": "blocked"}"#,
-            CallStatus::Blocked,
-        ),
-        (r#"{"error": 0}"#, CallStatus::Error),
-        (
-            r#"{"error": {"code": 1}, "output": [1, 2]}"#,
-            CallStatus::Error,
-        ),
-        // Not JSON after all.
-        (r#"{"error": "x""#, CallStatus::Ok),
-        (r#"{"error": "x"} trailing"#, CallStatus::Ok),
-    ];
-    for (result, expected) in cases {
-        assert_eq!(status_of(result), expected, "{result}");
-    }
 }
 
 #[tokio::test]
@@ -329,8 +282,68 @@ async fn a_large_error_result_keeps_its_status_after_the_preview() {
         ))
         .await;
     assert!(
-        out.result
+        out.body
             .contains("Full output could not be saved to sandbox")
     );
     assert_eq!(out.status, CallStatus::Error);
+}
+
+/// The coordinator decides every command timeout; the worker obeys it.
+#[tokio::test]
+async fn the_command_timeout_is_decided_here() {
+    let d = dispatcher(None).await;
+    let snapshot = d.registry().snapshot();
+    let terminal = snapshot.get("terminal").unwrap().clone();
+    let process = snapshot.get("process").unwrap().clone();
+    let decide = |entry: &ToolEntry, args: Value| {
+        d.command_timeout(entry, args.as_object().unwrap())
+            .map_err(|reply| (reply.status, reply.body))
+    };
+    let secs = |s: u64| Ok(Some(Duration::from_secs(s)));
+    assert_eq!(decide(&terminal, json!({"command": "x"})), secs(180));
+    assert_eq!(
+        decide(&terminal, json!({"command": "x", "timeout": 300})),
+        secs(300)
+    );
+    // A float is a timeout too (the worker used to accept it and the
+    // coordinator to cut it at the default).
+    assert_eq!(
+        decide(&terminal, json!({"command": "x", "timeout": 300.0})),
+        secs(300)
+    );
+    assert_eq!(
+        decide(&terminal, json!({"command": "x", "timeout": 1.5})),
+        secs(2)
+    );
+    assert_eq!(
+        decide(&terminal, json!({"command": "x", "timeout": 0})),
+        secs(180)
+    );
+    assert_eq!(
+        decide(&terminal, json!({"command": "x", "timeout": null})),
+        secs(180)
+    );
+    assert_eq!(
+        decide(&terminal, json!({"command": "x", "timeout": "abc"})),
+        Err((
+            CallStatus::Error,
+            r#"{"error": "[TOOL_ERROR] Tool execution failed: TypeError: '>' not supported between instances of 'str' and 'int'"}"#.to_owned()
+        ))
+    );
+    assert_eq!(
+        decide(&terminal, json!({"command": "x", "timeout": 601})),
+        Err((
+            CallStatus::Error,
+            r#"{"error": "Foreground timeout 601s exceeds the maximum of 600s. Use background=true with notify_on_complete=true for long-running commands."}"#.to_owned()
+        ))
+    );
+    // A background command has no timeout; `process wait` is bounded by the default.
+    assert_eq!(
+        decide(
+            &terminal,
+            json!({"command": "x", "background": true, "timeout": "abc"})
+        ),
+        Ok(None)
+    );
+    assert_eq!(decide(&process, json!({"action": "wait"})), secs(180));
 }

@@ -1,12 +1,10 @@
 //! In-process hooks around every tool call (hermes' `pre_tool_call` and
 //! `post_tool_call`). Plugins and shell hooks will be adapters onto this trait.
 
-use std::time::Duration;
-
 use async_trait::async_trait;
 use serde_json::{Map, Value};
 
-use super::{CallContext, CallStatus};
+use crate::call::{CallContext, ToolResult};
 
 /// What a pre-call hook decided.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,14 +23,10 @@ pub struct PreToolCall<'a> {
     pub ctx: &'a CallContext,
 }
 
-/// The finished call.
+/// The finished call: its tool, arguments, status, timing and document.
 pub struct PostToolCall<'a> {
-    pub tool: &'a str,
-    pub args: &'a Map<String, Value>,
+    pub result: &'a ToolResult,
     pub ctx: &'a CallContext,
-    pub result: &'a str,
-    pub duration: Duration,
-    pub status: CallStatus,
 }
 
 #[async_trait]

@@ -12,7 +12,6 @@
 pub mod coerce;
 pub mod hooks;
 pub mod repair;
-mod status;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,28 +20,15 @@ use bytes::Bytes;
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 
-use caduceus_common::result::tool_error;
+use caduceus_common::result::{python_type, tool_error};
 use caduceus_common::text::sanitize_tool_error;
 
-use crate::guard::{Gate, GateCall};
+use crate::call::{CallContext, CallStatus, ToolFilter, ToolReply, ToolResult};
+use crate::gate::{Gate, GateCall};
 use crate::registry::actor::RegistryHandle;
-use crate::registry::{Handler, ToolEntry, ToolFilter, ToolRegistry};
+use crate::registry::{Handler, ToolEntry, ToolRegistry};
 use crate::scheduler::{ScheduleError, SchedulerHandle, WorkerCall};
 pub use hooks::{HookDecision, PostToolCall, PreToolCall, ToolHook};
-pub use status::status_of;
-
-/// Who is calling and on behalf of which task.
-#[derive(Debug, Clone, Default)]
-pub struct CallContext {
-    /// The environment key: all worker tools of a task run in one environment.
-    pub task_id: String,
-    pub session_id: Option<String>,
-    pub tool_call_id: Option<String>,
-    /// True when the agent loop makes the call (it handles agent-loop tools itself).
-    pub from_agent_loop: bool,
-    /// The tools this caller may use (a session's toolsets, a child's blocked tools).
-    pub filter: ToolFilter,
-}
 
 /// Raw arguments: text straight from a model, or an already-parsed value.
 #[derive(Debug, Clone)]
@@ -58,32 +44,6 @@ pub struct CallRequest {
     pub ctx: CallContext,
 }
 
-/// How a call ended, for hooks, events and the agent loop's bookkeeping.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum CallStatus {
-    Ok,
-    Error,
-    Blocked,
-    PendingApproval,
-    Cancelled,
-    Timeout,
-}
-
-#[derive(Debug, Clone)]
-pub struct CallOutcome {
-    /// The tool that ran (after name repair), or the name as given.
-    pub tool: String,
-    /// Exactly what the model reads.
-    pub result: String,
-    pub status: CallStatus,
-    /// Worker that ran the call, for worker tools.
-    pub worker: Option<String>,
-    pub duration: Duration,
-    /// Arguments after coercion (for traces), when they parsed.
-    pub arguments: Option<Map<String, Value>>,
-}
-
 /// Pipeline settings.
 #[derive(Debug, Clone)]
 pub struct DispatchConfig {
@@ -91,8 +51,12 @@ pub struct DispatchConfig {
     pub owner: String,
     /// Result size above which results are persisted (hermes: 100,000).
     pub default_result_cap: u64,
-    /// Default `terminal` timeout in seconds (hermes: 180, `TERMINAL_TIMEOUT`).
+    /// Default `terminal` timeout in seconds (hermes: 180, `TERMINAL_TIMEOUT`),
+    /// also the longest `process wait`.
     pub terminal_timeout_secs: u64,
+    /// Longest foreground `terminal` timeout, seconds (hermes: 600,
+    /// `TERMINAL_MAX_FOREGROUND_TIMEOUT`).
+    pub max_foreground_timeout_secs: u64,
     /// Backend settings sent with every call (image, cwd, …), a JSON object.
     pub environment_settings: Value,
     /// Upper bound for calls without a timeout of their own.
@@ -105,32 +69,44 @@ impl Default for DispatchConfig {
             owner: String::new(),
             default_result_cap: 100_000,
             terminal_timeout_secs: 180,
+            max_foreground_timeout_secs: 600,
             environment_settings: Value::Object(Map::new()),
             default_call_deadline: Duration::from_secs(600),
         }
     }
 }
 
-/// The error text hermes returns for arguments that are not a JSON object.
-pub fn invalid_arguments_result() -> String {
-    json!({
+/// hermes' answer to arguments that are not a JSON object.
+pub fn invalid_arguments_result() -> ToolReply {
+    ToolReply::failed_json(&json!({
         "error": "Invalid tool arguments",
         "message": "Tool arguments must be a valid JSON object; tool was not executed."
-    })
-    .to_string()
+    }))
+}
+
+/// hermes' answer to an agent-loop tool called from outside a loop.
+fn agent_loop_only(name: &str) -> ToolReply {
+    ToolReply::error(format!("{name} must be handled by the agent loop"))
 }
 
 /// Parses raw arguments into an object. Empty text means no arguments.
-pub fn parse_arguments(raw: &RawArguments) -> Option<Map<String, Value>> {
+pub fn parse_arguments(raw: RawArguments) -> Option<Map<String, Value>> {
     match raw {
-        RawArguments::Text(text) if text.trim().is_empty() => Some(Map::new()),
-        RawArguments::Text(text) => match serde_json::from_str::<Value>(text) {
-            Ok(Value::Object(map)) => Some(map),
-            _ => None,
-        },
-        RawArguments::Value(Value::Object(map)) => Some(map.clone()),
+        RawArguments::Text(text) => parse_argument_text(&text),
+        RawArguments::Value(Value::Object(map)) => Some(map),
         RawArguments::Value(Value::Null) => Some(Map::new()),
         RawArguments::Value(_) => None,
+    }
+}
+
+/// Arguments as a model wrote them: a JSON object, or nothing at all.
+pub fn parse_argument_text(text: &str) -> Option<Map<String, Value>> {
+    if text.trim().is_empty() {
+        return Some(Map::new());
+    }
+    match serde_json::from_str::<Value>(text) {
+        Ok(Value::Object(map)) => Some(map),
+        _ => None,
     }
 }
 
@@ -183,7 +159,7 @@ impl Dispatcher {
     }
 
     /// Runs one call through the whole pipeline.
-    pub async fn call(&self, request: CallRequest) -> CallOutcome {
+    pub async fn call(&self, request: CallRequest) -> ToolResult {
         self.call_streaming(request, None).await
     }
 
@@ -192,7 +168,7 @@ impl Dispatcher {
         &self,
         request: CallRequest,
         output: Option<mpsc::Sender<Bytes>>,
-    ) -> CallOutcome {
+    ) -> ToolResult {
         let started = Instant::now();
         let snapshot = self.registry.snapshot();
         let CallRequest {
@@ -200,36 +176,29 @@ impl Dispatcher {
             arguments,
             ctx,
         } = request;
-        let finish = |tool: String,
-                      result: String,
-                      status: CallStatus,
-                      worker: Option<String>,
-                      args: Option<Map<String, Value>>| CallOutcome {
-            tool,
+        let finish = |tool: String, reply: ToolReply, args: Option<Map<String, Value>>| {
             // Every result leaves here: no secret this process knows reaches
             // the model or a client, whatever tool or worker printed it.
-            result: caduceus_common::redact::mask_known_secrets(&result).into_owned(),
-            status,
-            worker,
-            duration: started.elapsed(),
-            arguments: args,
+            let reply = match caduceus_common::redact::mask_known_secrets(&reply.body) {
+                std::borrow::Cow::Owned(body) => ToolReply { body, ..reply },
+                std::borrow::Cow::Borrowed(_) => reply,
+            };
+            ToolResult {
+                duration: started.elapsed(),
+                arguments: args,
+                ..ToolResult::new(tool, reply)
+            }
         };
 
         // 1. Arguments must be a JSON object; nothing runs otherwise.
-        let Some(mut args) = parse_arguments(&arguments) else {
-            return finish(
-                tool,
-                invalid_arguments_result(),
-                CallStatus::Error,
-                None,
-                None,
-            );
+        let Some(mut args) = parse_arguments(arguments) else {
+            return finish(tool, invalid_arguments_result(), None);
         };
 
         // 2. Resolve (and repair) the name among the tools this caller may use.
         let entry = match self.resolve(&snapshot, &tool, &ctx.filter) {
             Ok(entry) => entry,
-            Err(result) => return finish(tool, result, CallStatus::Error, None, Some(args)),
+            Err(reply) => return finish(tool, reply, Some(args)),
         };
         let name = entry.name.clone();
 
@@ -240,9 +209,7 @@ impl Dispatcher {
 
         // 4. Agent-loop tools are the loop's business.
         if matches!(entry.handler, Handler::AgentLoop) && !ctx.from_agent_loop {
-            let result =
-                json!({"error": format!("{name} must be handled by the agent loop")}).to_string();
-            return finish(name, result, CallStatus::Error, None, Some(args));
+            return finish(name.clone(), agent_loop_only(&name), Some(args));
         }
 
         // 5. pre_tool_call hooks: the first block wins.
@@ -255,21 +222,20 @@ impl Dispatcher {
                 })
                 .await;
             if let HookDecision::Block { message } = decision {
-                let result = tool_error(message);
-                self.post_hooks(
-                    &name,
-                    &args,
-                    &ctx,
-                    &result,
-                    started.elapsed(),
-                    CallStatus::Blocked,
-                )
-                .await;
-                return finish(name, result, CallStatus::Blocked, None, Some(args));
+                let reply = ToolReply::new(CallStatus::Blocked, tool_error(message));
+                let done = finish(name, reply, Some(args));
+                self.post_hooks(&done, &ctx).await;
+                return done;
             }
         }
 
-        // 6. The gate: command guard and approvals.
+        // 6. The command timeout is decided here, once, and sent to the worker.
+        let timeout = match self.command_timeout(&entry, &args) {
+            Ok(timeout) => timeout,
+            Err(reply) => return finish(name, reply, Some(args)),
+        };
+
+        // 7. The gate: command guard and approvals.
         let gate_call = GateCall {
             ctx: &ctx,
             entry: &entry,
@@ -279,21 +245,17 @@ impl Dispatcher {
         let admission = match self.gate.admit(&gate_call).await {
             Ok(admission) => admission,
             Err(refusal) => {
-                self.post_hooks(
-                    &name,
-                    &args,
-                    &ctx,
-                    &refusal.result,
-                    started.elapsed(),
-                    refusal.status,
-                )
-                .await;
-                return finish(name, refusal.result, refusal.status, None, Some(args));
+                let reply = ToolReply::new(refusal.status, refusal.result);
+                let done = finish(name, reply, Some(args));
+                self.post_hooks(&done, &ctx).await;
+                return done;
             }
         };
 
-        // 7. Route.
-        let (mut result, worker, status) = match &entry.handler {
+        // 8. Route.
+        let mut worker = None;
+        let mut environment_reset = None;
+        let mut reply = match &entry.handler {
             Handler::Local(tool_impl) => {
                 let tool_impl = tool_impl.clone();
                 let call_ctx = ctx.clone();
@@ -301,81 +263,63 @@ impl Dispatcher {
                 // A panicking tool must not take the pipeline with it.
                 let joined =
                     tokio::spawn(async move { tool_impl.call(&call_ctx, call_args).await }).await;
-                match joined {
-                    Ok(result) => {
-                        let status = status_of(&result);
-                        (result, None, status)
-                    }
-                    Err(err) => {
-                        let message = if err.is_panic() {
-                            "the tool panicked".to_owned()
-                        } else {
-                            "the tool was cancelled".to_owned()
-                        };
-                        let result = tool_error(sanitize_tool_error(&format!(
-                            "Tool execution failed: {message}"
-                        )));
-                        (result, None, CallStatus::Error)
-                    }
-                }
+                joined.unwrap_or_else(|err| {
+                    let message = if err.is_panic() {
+                        "the tool panicked"
+                    } else {
+                        "the tool was cancelled"
+                    };
+                    ToolReply::error(sanitize_tool_error(&format!(
+                        "Tool execution failed: {message}"
+                    )))
+                })
             }
             Handler::Worker => {
-                self.run_on_worker(&entry, &args, &ctx, snapshot.terminal_backend(), output)
-                    .await
+                let ran = self
+                    .run_on_worker(
+                        &entry,
+                        &args,
+                        &ctx,
+                        snapshot.terminal_backend(),
+                        timeout,
+                        output,
+                    )
+                    .await;
+                worker = ran.worker;
+                environment_reset = ran.environment_reset;
+                ran.reply
             }
-            Handler::Mcp { server, .. } => (
-                tool_error(format!("MCP server '{server}' is not connected")),
-                None,
-                CallStatus::Error,
-            ),
-            Handler::AgentLoop => (
-                // The agent loop intercepts these before routing; reaching here
-                // means a loop forwarded one by mistake.
-                json!({"error": format!("{name} must be handled by the agent loop")}).to_string(),
-                None,
-                CallStatus::Error,
-            ),
+            // The agent loop intercepts these before routing; reaching here
+            // means a loop forwarded one by mistake.
+            Handler::AgentLoop => agent_loop_only(&name),
         };
 
-        // 9. Cap coordinator-side results (worker tools are capped on the worker,
-        // next to the sandbox that stores the full text). The status stays the
-        // full result's: a preview is never an error of its own.
+        // 9. Cap coordinator-side results (worker tools are capped on the
+        // worker, next to the sandbox that stores the full text). The status
+        // stays the full result's: a preview is never an error of its own.
         if !matches!(entry.handler, Handler::Worker) {
             let cap = self.result_cap(&entry);
-            if cap > 0 && result.chars().count() as u64 > cap {
+            if cap > 0 && reply.body.chars().count() as u64 > cap {
                 let id = ctx.tool_call_id.clone().unwrap_or_else(new_result_id);
-                result = self.previewed(&ctx.task_id, &id, result).await;
+                let body = std::mem::take(&mut reply.body);
+                reply.body = self.previewed(&ctx.task_id, &id, body).await;
             }
         }
-        if let Some(note) = &admission.approval_note {
-            result = crate::guard::texts::with_approval_note(&result, note);
-        }
 
-        // 8. post_tool_call hooks observe the final result.
-        self.post_hooks(&name, &args, &ctx, &result, started.elapsed(), status)
-            .await;
-        finish(name, result, status, worker, Some(args))
+        // 10. post_tool_call hooks observe the finished call.
+        let done = ToolResult {
+            worker,
+            environment_reset,
+            approval: admission.approval_note,
+            ..finish(name, reply, Some(args))
+        };
+        self.post_hooks(&done, &ctx).await;
+        done
     }
 
-    async fn post_hooks(
-        &self,
-        tool: &str,
-        args: &Map<String, Value>,
-        ctx: &CallContext,
-        result: &str,
-        duration: Duration,
-        status: CallStatus,
-    ) {
+    async fn post_hooks(&self, result: &ToolResult, ctx: &CallContext) {
         for hook in &self.hooks {
-            hook.post_tool_call(&PostToolCall {
-                tool,
-                args,
-                ctx,
-                result,
-                duration,
-                status,
-            })
-            .await;
+            hook.post_tool_call(&PostToolCall { result, ctx }).await;
         }
     }
 
@@ -386,7 +330,7 @@ impl Dispatcher {
         snapshot: &ToolRegistry,
         tool: &str,
         filter: &ToolFilter,
-    ) -> Result<Arc<ToolEntry>, String> {
+    ) -> Result<Arc<ToolEntry>, ToolReply> {
         // The common case costs one lookup: an existing, available tool and a
         // caller without toolset restrictions.
         if filter.is_unrestricted()
@@ -397,7 +341,7 @@ impl Dispatcher {
         }
         let available = match snapshot.available_names(filter) {
             Ok(names) => names,
-            Err(err) => return Err(tool_error(err.to_string())),
+            Err(err) => return Err(ToolReply::error(err.to_string())),
         };
         if available.contains(tool)
             && let Some(entry) = snapshot.get(tool)
@@ -409,7 +353,7 @@ impl Dispatcher {
                 .selected_names(filter)
                 .is_ok_and(|s| s.contains(tool))
         {
-            return Err(tool_error(unavailable_reason(snapshot, entry)));
+            return Err(ToolReply::error(unavailable_reason(snapshot, entry)));
         }
         if let Some(repaired) = repair::repair_tool_name(tool, &available)
             && let Some(entry) = snapshot.get(&repaired)
@@ -422,7 +366,7 @@ impl Dispatcher {
             .map(String::as_str)
             .collect::<Vec<_>>()
             .join(", ");
-        Err(tool_error(format!(
+        Err(ToolReply::error(format!(
             "Tool '{tool}' does not exist. Available tools: {list}"
         )))
     }
@@ -443,8 +387,9 @@ impl Dispatcher {
         args: &Map<String, Value>,
         ctx: &CallContext,
         backend: &str,
+        timeout: Option<Duration>,
         output: Option<mpsc::Sender<Bytes>>,
-    ) -> (String, Option<String>, CallStatus) {
+    ) -> WorkerRun {
         let call = WorkerCall {
             task_id: ctx.task_id.clone(),
             session_id: ctx.session_id.clone().unwrap_or_default(),
@@ -455,77 +400,78 @@ impl Dispatcher {
             owner: self.config.owner.clone(),
             result_cap_chars: self.result_cap(entry),
             output,
-            deadline: self.deadline_for(&entry.name, args),
+            timeout,
+            // The worker's own timeout handling (which kills the process
+            // tree) always answers first.
+            deadline: timeout.map_or(self.config.default_call_deadline, |t| {
+                t + Duration::from_secs(30)
+            }),
         };
         match self.scheduler.run_call(call).await {
-            Ok(done) => {
-                let mut result = done.result;
-                if let Some(previous) = done.reset_from {
-                    result = with_reset_notice(&result, &previous);
-                }
-                let status = status_of(&result);
-                (result, Some(done.worker), status)
-            }
+            Ok(done) => WorkerRun {
+                reply: done.reply,
+                worker: Some(done.worker),
+                environment_reset: done.environment_reset,
+            },
             Err(err) => {
                 let status = match err {
                     ScheduleError::Timeout { .. } => CallStatus::Timeout,
                     _ => CallStatus::Error,
                 };
-                (
-                    tool_error(err.to_string()),
-                    err.worker().map(str::to_owned),
-                    status,
-                )
+                WorkerRun {
+                    reply: ToolReply::new(status, tool_error(err.to_string())),
+                    worker: err.worker().map(str::to_owned),
+                    environment_reset: None,
+                }
             }
         }
     }
 
-    /// How long the coordinator waits for a worker call before giving up on it:
-    /// the tool's own timeout plus a grace period, so the worker's timeout
-    /// handling (which kills the process tree) always answers first.
-    fn deadline_for(&self, tool: &str, args: &Map<String, Value>) -> Duration {
-        let waits_for_command = match tool {
-            "terminal" => args.get("background").and_then(Value::as_bool) != Some(true),
-            "process" => true,
-            _ => false,
-        };
-        if !waits_for_command {
-            return self.config.default_call_deadline;
+    /// The command timeout of a call, the one decision the worker obeys:
+    /// a foreground `terminal` command's `timeout` (integer or float seconds,
+    /// rounded up; missing or not positive = `terminal.timeout`, hermes'
+    /// `timeout or default`), refused above the foreground maximum or when it
+    /// is not a number (hermes' TypeError); `process` gets
+    /// `terminal.timeout` as the longest `wait`. `None`: the tool has none.
+    fn command_timeout(
+        &self,
+        entry: &ToolEntry,
+        args: &Map<String, Value>,
+    ) -> Result<Option<Duration>, ToolReply> {
+        let default = self.config.terminal_timeout_secs.max(1);
+        match entry.name.as_str() {
+            "process" => return Ok(Some(Duration::from_secs(default))),
+            "terminal" if args.get("background").and_then(Value::as_bool) != Some(true) => {}
+            _ => return Ok(None),
         }
-        let timeout = args
-            .get("timeout")
-            .and_then(Value::as_u64)
-            .filter(|t| *t > 0)
-            .unwrap_or(self.config.terminal_timeout_secs);
-        Duration::from_secs(timeout.min(86_400)) + Duration::from_secs(30)
-    }
-
-    /// Stores `content` inside the task's sandbox (the worker's internal
-    /// `__persist_result` tool) and returns its path there. Only where the
-    /// task already has an environment: persisting never creates one.
-    pub async fn persist_result(&self, task_id: &str, id: &str, content: &str) -> Option<String> {
-        let call = WorkerCall {
-            task_id: task_id.to_owned(),
-            session_id: String::new(),
-            tool: "__persist_result".to_owned(),
-            arguments_json: json!({"id": id, "content": content}).to_string(),
-            // Empty: only where the task already has an environment.
-            backend: String::new(),
-            settings_json: "{}".to_owned(),
-            owner: self.config.owner.clone(),
-            result_cap_chars: 0,
-            output: None,
-            deadline: Duration::from_secs(30),
+        let secs = match args.get("timeout") {
+            None | Some(Value::Null | Value::Bool(false)) => default,
+            Some(Value::Bool(true)) => 1,
+            Some(Value::Number(n)) => match n.as_f64() {
+                Some(f) if f.is_finite() && f > 0.0 => f.ceil().min(u64::MAX as f64) as u64,
+                _ => default,
+            },
+            Some(other) => {
+                // hermes compares `timeout > max` and raises.
+                return Err(ToolReply::error(sanitize_tool_error(&format!(
+                    "Tool execution failed: TypeError: '>' not supported between instances of '{}' and 'int'",
+                    python_type(other)
+                ))));
+            }
         };
-        let done = self.scheduler.run_call(call).await.ok()?;
-        let value: Value = serde_json::from_str(&done.result).ok()?;
-        value.get("path").and_then(Value::as_str).map(str::to_owned)
+        let max = self.config.max_foreground_timeout_secs;
+        if secs > max {
+            return Err(ToolReply::error(format!(
+                "Foreground timeout {secs}s exceeds the maximum of {max}s. Use background=true with notify_on_complete=true for long-running commands."
+            )));
+        }
+        Ok(Some(Duration::from_secs(secs)))
     }
 
     /// A too-large result saved inside the task's sandbox, as the model reads
     /// it: the persisted preview, or a truncated one when it could not be saved.
     pub async fn previewed(&self, task_id: &str, id: &str, result: String) -> String {
-        match self.persist_result(task_id, id, &result).await {
+        match self.scheduler.persist(task_id, id, &result).await {
             Some(path) => caduceus_common::persist::persisted_preview(&result, &path),
             None => caduceus_common::persist::unsaved_preview(&result),
         }
@@ -560,18 +506,11 @@ fn unavailable_reason(snapshot: &ToolRegistry, entry: &ToolEntry) -> String {
     }
 }
 
-/// Tells the model, inside the result, that its environment was recreated.
-fn with_reset_notice(result: &str, previous_worker: &str) -> String {
-    let notice = format!(
-        "The previous environment of this task was lost (worker '{previous_worker}' went away); this call ran in a fresh environment. Files, the working directory, variables and background processes from earlier calls are gone."
-    );
-    match serde_json::from_str::<Value>(result) {
-        Ok(Value::Object(mut map)) => {
-            map.insert("environment_reset".to_owned(), Value::String(notice));
-            Value::Object(map).to_string()
-        }
-        _ => format!("[{notice}]\n{result}"),
-    }
+/// What came back from a worker tool.
+struct WorkerRun {
+    reply: ToolReply,
+    worker: Option<String>,
+    environment_reset: Option<String>,
 }
 
 fn new_result_id() -> String {

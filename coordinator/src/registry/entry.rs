@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use serde_json::{Map, Value};
 
-use crate::dispatch::CallContext;
+use crate::call::{CallContext, ToolReply};
 
 /// How long an availability check's verdict is reused (hermes: 30 s).
 pub const CHECK_TTL: Duration = Duration::from_secs(30);
@@ -18,9 +18,9 @@ pub const CHECK_FLAP_GRACE: Duration = Duration::from_secs(60);
 /// A tool served inside the coordinator process.
 #[async_trait]
 pub trait LocalTool: Send + Sync {
-    /// Runs the tool. The result is the JSON text the model reads; failures are
-    /// results with an `error` field, never panics.
-    async fn call(&self, ctx: &CallContext, args: Map<String, Value>) -> String;
+    /// Runs the tool: how it ended and the document the model reads;
+    /// failures are replies with an `error` field, never panics.
+    async fn call(&self, ctx: &CallContext, args: Map<String, Value>) -> ToolReply;
 }
 
 /// Where a call to the tool goes once it has passed the pipeline.
@@ -33,8 +33,6 @@ pub enum Handler {
     AgentLoop,
     /// Runs on a worker, inside the task's environment.
     Worker,
-    /// Served by an MCP server.
-    Mcp { server: String, tool: String },
 }
 
 impl fmt::Debug for Handler {
@@ -43,7 +41,6 @@ impl fmt::Debug for Handler {
             Handler::Local(_) => f.write_str("Local"),
             Handler::AgentLoop => f.write_str("AgentLoop"),
             Handler::Worker => f.write_str("Worker"),
-            Handler::Mcp { server, tool } => write!(f, "Mcp({server}/{tool})"),
         }
     }
 }

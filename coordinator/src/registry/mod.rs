@@ -19,6 +19,8 @@ pub use entry::{
 };
 use toolsets::ToolsetResolver;
 
+use crate::call::ToolFilter;
+
 /// Why a registry write was refused or a lookup failed.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum RegistryError {
@@ -48,25 +50,6 @@ pub enum RegistryError {
     InvalidSchema { name: String, reason: String },
     #[error("the registry actor is gone")]
     Unavailable,
-}
-
-/// Which tools a caller wants: hermes' enabled/disabled toolsets.
-#[derive(Debug, Clone, Default)]
-pub struct ToolFilter {
-    /// Empty means every toolset.
-    pub enabled_toolsets: Vec<String>,
-    pub disabled_toolsets: Vec<String>,
-    /// Tools removed on top of the toolsets (a delegated child's blocked tools).
-    pub blocked_tools: Vec<String>,
-}
-
-impl ToolFilter {
-    /// No toolset selection and nothing blocked: every tool.
-    pub fn is_unrestricted(&self) -> bool {
-        self.enabled_toolsets.is_empty()
-            && self.disabled_toolsets.is_empty()
-            && self.blocked_tools.is_empty()
-    }
 }
 
 /// Who is asking to change the registry.

@@ -25,8 +25,8 @@ use tokio::sync::{mpsc, oneshot};
 use tonic::Status;
 
 use caduceus_proto::{
-    CallResult, CancelCall, EnvironmentInfo, RunCall, WorkerCommand, WorkerEvent, worker_command,
-    worker_event,
+    CallResult, CancelCall, EnvironmentInfo, PersistResult, RunCall, WorkerCommand, WorkerEvent,
+    worker_command, worker_event,
 };
 
 /// State of a worker shared with the Scheduler for placement and status,
@@ -84,6 +84,12 @@ pub enum LinkFailure {
 
 pub type CallReply = oneshot::Sender<Result<CallResult, LinkFailure>>;
 
+/// The commands a worker answers with a `CallResult`.
+pub enum CallCommand {
+    Run(RunCall),
+    Persist(PersistResult),
+}
+
 /// Environment events the link forwards to whoever listens (sessions).
 pub type NoticeSink = mpsc::UnboundedSender<(String, caduceus_proto::EnvironmentNotice)>;
 
@@ -137,9 +143,9 @@ impl CallTable {
         self.lock().closed.is_some()
     }
 
-    /// Sends a call to the worker; its result (or the link's failure) arrives
-    /// on `reply`.
-    pub fn run(&self, call: RunCall, output: Option<mpsc::Sender<Bytes>>, reply: CallReply) {
+    /// Sends a call (a `run` or a `persist`) to the worker; its result (or
+    /// the link's failure) arrives on `reply`.
+    pub fn run(&self, call: CallCommand, output: Option<mpsc::Sender<Bytes>>, reply: CallReply) {
         if self.shared.draining.load(Ordering::Relaxed) {
             let _ = reply.send(Err(LinkFailure::Draining));
             return;
@@ -149,8 +155,14 @@ impl CallTable {
             let _ = reply.send(Err(LinkFailure::Lost(reason.clone())));
             return;
         }
-        let call_id = call.call_id.clone();
-        if self.send(worker_command::Command::Run(call)) {
+        let (call_id, command) = match call {
+            CallCommand::Run(run) => (run.call_id.clone(), worker_command::Command::Run(run)),
+            CallCommand::Persist(persist) => (
+                persist.call_id.clone(),
+                worker_command::Command::Persist(persist),
+            ),
+        };
+        if self.send(command) {
             self.shared.running.fetch_add(1, Ordering::Relaxed);
             state.pending.insert(call_id, Pending { reply, output });
         } else {

@@ -25,13 +25,16 @@ use tokio::sync::{mpsc, oneshot};
 use tonic::Status;
 
 use caduceus_proto::{
-    Drain, EnvironmentSpec, Hello, ReleaseEnvironment, RunCall, StaleEnvironment, WorkerCommand,
-    WorkerStatus, worker_command,
+    Drain, EnvironmentSpec, Hello, PersistResult, ReleaseEnvironment, RunCall, StaleEnvironment,
+    WorkerCommand, WorkerStatus, worker_command,
 };
 
 use crate::ask;
+use crate::call::{CallStatus, ToolReply};
 use crate::registry::actor::RegistryHandle;
-pub use link::{CallTable, LinkFailure, LinkMsg, NoticeSink, WorkerLink, WorkerShared};
+pub use link::{
+    CallCommand, CallTable, LinkFailure, LinkMsg, NoticeSink, WorkerLink, WorkerShared,
+};
 
 /// A call for a worker tool, as the dispatcher hands it over.
 #[derive(Debug)]
@@ -45,17 +48,32 @@ pub struct WorkerCall {
     pub owner: String,
     pub result_cap_chars: u64,
     pub output: Option<mpsc::Sender<Bytes>>,
+    /// The tool's own timeout, decided by dispatch; the worker obeys it.
+    pub timeout: Option<Duration>,
     /// After this long the call is cancelled on the worker and answered here.
     pub deadline: Duration,
 }
 
 #[derive(Debug, Clone)]
 pub struct WorkerCallDone {
-    pub result: String,
+    /// The tool's answer as the worker sent it.
+    pub reply: ToolReply,
     pub worker: String,
     /// Set when the task's environment was lost with this worker (name given)
     /// and the call ran in a fresh one.
     pub reset_from: Option<String>,
+    /// What the model is told about a recreated environment: lost with its
+    /// worker (`reset_from`), or its sandbox vanished on this worker.
+    pub environment_reset: Option<String>,
+    /// Wall time the worker spent on the call.
+    pub worker_duration: Duration,
+}
+
+/// The notice for a task whose environment was lost with its worker.
+fn lost_worker_notice(previous_worker: &str) -> String {
+    format!(
+        "The previous environment of this task was lost (worker '{previous_worker}' went away); this call ran in a fresh environment. Files, the working directory, variables and background processes from earlier calls are gone."
+    )
 }
 
 #[derive(Debug, Clone, thiserror::Error)]
@@ -812,9 +830,14 @@ impl SchedulerHandle {
             stream_output: call.output.is_some(),
             session_id: call.session_id,
             epoch: placement.epoch,
+            timeout_ms: call
+                .timeout
+                .map_or(0, |t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
         };
         let (reply, result) = oneshot::channel();
-        placement.calls.run(run, call.output, reply);
+        placement
+            .calls
+            .run(CallCommand::Run(run), call.output, reply);
         // Cancels the call on the worker if this future is dropped or times
         // out (a no-op once the call has finished).
         let _cancel = CancelOnDrop {
@@ -828,11 +851,19 @@ impl SchedulerHandle {
             });
         };
         match answer {
-            Ok(Ok(done)) => Ok(WorkerCallDone {
-                result: done.result,
-                worker: placement.worker_name,
-                reset_from: placement.reset_from,
-            }),
+            Ok(Ok(done)) => {
+                let environment_reset = match &placement.reset_from {
+                    Some(previous) => Some(lost_worker_notice(previous)),
+                    None => Some(done.environment_reset.clone()).filter(|n| !n.is_empty()),
+                };
+                Ok(WorkerCallDone {
+                    reply: ToolReply::new(caduceus_proto::call_status(done.status), done.body),
+                    worker: placement.worker_name,
+                    reset_from: placement.reset_from,
+                    environment_reset,
+                    worker_duration: Duration::from_micros(done.duration_us),
+                })
+            }
             Ok(Err(LinkFailure::Draining)) => Err(ScheduleError::Draining {
                 worker: placement.worker_name,
             }),
@@ -845,6 +876,38 @@ impl SchedulerHandle {
                 reason: "its link stopped".to_owned(),
             }),
         }
+    }
+
+    /// Saves `content` inside the task's existing environment (never creates
+    /// one) and returns its path there; `None` when the task has no live
+    /// placement or the worker could not save it within 30 s.
+    pub async fn persist(&self, task_id: &str, result_id: &str, content: &str) -> Option<String> {
+        let placement = self
+            .placements
+            .read()
+            .ok()
+            .and_then(|placements| placements.get(task_id).cloned())?;
+        let call_id = uuid::Uuid::new_v4().simple().to_string();
+        let persist = PersistResult {
+            call_id: call_id.clone(),
+            task_id: task_id.to_owned(),
+            result_id: result_id.to_owned(),
+            content: content.to_owned(),
+        };
+        let (reply, result) = oneshot::channel();
+        placement
+            .calls
+            .run(CallCommand::Persist(persist), None, reply);
+        let _cancel = CancelOnDrop {
+            calls: placement.calls.clone(),
+            call_id,
+        };
+        let done = tokio::time::timeout(Duration::from_secs(30), result)
+            .await
+            .ok()?
+            .ok()?
+            .ok()?;
+        (caduceus_proto::call_status(done.status) == CallStatus::Ok).then_some(done.body)
     }
 
     pub async fn release(&self, task_id: &str) -> bool {

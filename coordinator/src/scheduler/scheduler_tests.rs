@@ -75,7 +75,7 @@ async fn attach_with(
         while let Some(Ok(command)) = rx.recv().await {
             match command.command {
                 Some(worker_command::Command::Run(run)) => calls.complete(CallResult {
-                    result: json!({"worker": worker, "task": run.task_id, "epoch": run.epoch})
+                    body: json!({"worker": worker, "task": run.task_id, "epoch": run.epoch})
                         .to_string(),
                     call_id: run.call_id,
                     ..CallResult::default()
@@ -101,13 +101,14 @@ fn call(task_id: &str) -> WorkerCall {
         owner: "c".to_owned(),
         result_cap_chars: 0,
         output: None,
+        timeout: None,
         deadline: Duration::from_secs(5),
     }
 }
 
 async fn run(scheduler: &SchedulerHandle, task_id: &str) -> WorkerCallDone {
     let done = scheduler.run_call(call(task_id)).await.unwrap();
-    let result: Value = serde_json::from_str(&done.result).unwrap();
+    let result: Value = serde_json::from_str(&done.reply.body).unwrap();
     assert_eq!(result["worker"], done.worker.as_str());
     assert_eq!(result["task"], task_id);
     done
@@ -211,7 +212,7 @@ async fn release_forgets_the_placement_and_tells_the_worker() {
 
 /// The epoch the fake worker saw with a call.
 fn epoch_of(done: &WorkerCallDone) -> u64 {
-    let result: Value = serde_json::from_str(&done.result).unwrap();
+    let result: Value = serde_json::from_str(&done.reply.body).unwrap();
     result["epoch"].as_u64().unwrap()
 }
 
@@ -331,7 +332,7 @@ async fn a_silent_worker_is_suspect_gets_no_new_tasks_and_is_then_lost() {
     }
     // A call of the suspect worker's task waits; once the worker is lost it
     // runs afresh elsewhere and says so.
-    let task: String = serde_json::from_str::<Value>(&held.result).unwrap()["task"]
+    let task: String = serde_json::from_str::<Value>(&held.reply.body).unwrap()["task"]
         .as_str()
         .unwrap()
         .to_owned();

@@ -21,9 +21,9 @@ use caduceus_proto::*;
 use crate::Coordinator;
 use crate::agent::{SessionError, StartRequest};
 use crate::auth::{Authorized, Caller, Role, TokenError, TokenInfo};
+use crate::call::ToolFilter;
 use crate::dispatch::RawArguments;
-use crate::guard::{Approvals, Decision, PendingApproval, Scope};
-use crate::registry::ToolFilter;
+use crate::gate::{Approvals, Decision, PendingApproval, Scope};
 
 /// Largest message either side accepts (a write_file of a big file, a large result).
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
@@ -185,9 +185,10 @@ impl Control for ControlService {
             )
             .await;
         Ok(Response::new(CallToolResponse {
-            result: outcome.result,
+            result: outcome.render(),
             worker: outcome.worker.unwrap_or_default(),
             duration_us: u64::try_from(outcome.duration.as_micros()).unwrap_or(u64::MAX),
+            status: caduceus_proto::CallStatus::from(outcome.status) as i32,
         }))
     }
 

@@ -20,10 +20,7 @@ const MARK_FIND: &str = "#caduceus-search:find";
 const MARK_ROOT_NOT_FOUND: &str = "#caduceus-search:root-not-found";
 const MARK_NO_TOOL: &str = "#caduceus-search:no-tool";
 
-/// Quotes `text` for POSIX `sh` (single quotes; embedded `'` become `'\''`).
-pub fn shell_quote(text: &str) -> String {
-    format!("'{}'", text.replace('\'', r"'\''"))
-}
+pub use caduceus_common::text::shell_quote;
 
 /// The whole script: root check, then `rg` when installed, else the fallback.
 pub fn shell_command(query: &SearchQuery) -> String {

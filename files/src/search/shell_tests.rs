@@ -3,6 +3,7 @@ use std::process::Command;
 use super::*;
 use crate::search::local;
 use crate::search::test_fixture::{content, fixture};
+use crate::tools::test_support::have_program;
 
 fn run(script: &str) -> (String, String, i32) {
     let output = Command::new("bash").arg("-c").arg(script).output().unwrap();
@@ -56,17 +57,10 @@ fn hit_tuples<'a>(lines: &'a [LineHit], root: &str) -> Vec<(&'a str, u64, &'a st
         .collect()
 }
 
-fn rg_installed() -> bool {
-    Command::new("rg")
-        .arg("--version")
-        .output()
-        .is_ok_and(|out| out.status.success())
-}
-
 #[test]
 fn rg_branch_agrees_with_the_local_search() {
-    if !rg_installed() {
-        eprintln!("rg is not installed: the rg branch is covered by the parser tests only");
+    // Skips loudly without rg, and fails under CADUCEUS_REQUIRE_ALL=1.
+    if !have_program("rg") {
         return;
     }
     let (_dir, root) = fixture();

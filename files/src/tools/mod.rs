@@ -1,5 +1,6 @@
 //! The four tool entry points. Each takes the model's already-parsed JSON
-//! arguments and returns the result JSON exactly as the model will see it.
+//! arguments and returns a [`ToolReply`]: how the call ended and the result
+//! document in hermes' spelling (`json.dumps(…, ensure_ascii=False)`).
 
 mod patch;
 mod read;
@@ -7,6 +8,8 @@ mod search;
 mod write;
 
 use serde_json::{Map, Value};
+
+use caduceus_common::result::ToolReply;
 
 pub use patch::patch;
 pub use read::read_file;
@@ -181,29 +184,19 @@ fn arg_bool(args: &Args, key: &str) -> bool {
     }
 }
 
-/// Python's type name of a JSON value, for hermes' type errors.
-fn py_type_name(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "NoneType",
-        Value::Bool(_) => "bool",
-        Value::Number(number) if number.is_f64() => "float",
-        Value::Number(_) => "int",
-        Value::String(_) => "str",
-        Value::Array(_) => "list",
-        Value::Object(_) => "dict",
-    }
+/// A successful result in hermes' spelling.
+fn reply<T: serde::Serialize>(value: &T) -> ToolReply {
+    ToolReply::json(value)
 }
 
-/// Serializes a result; serialization of these plain structures cannot fail,
-/// but a failure would still come back as a readable error.
-fn to_json<T: serde::Serialize>(value: &T) -> String {
-    serde_json::to_string(value).unwrap_or_else(|error| {
-        caduceus_common::result::tool_error(format!("result serialization failed: {error}"))
-    })
+/// A failed result: a document with an `error` field and more.
+fn failed_json<T: serde::Serialize>(value: &T) -> ToolReply {
+    ToolReply::failed_json(value)
 }
 
-fn error_json(message: impl Into<String>) -> String {
-    caduceus_common::result::tool_error(message)
+/// A failed result: `{"error": message}`.
+fn error_json(message: impl Into<String>) -> ToolReply {
+    ToolReply::error(message)
 }
 
 /// hermes' workspace-divergence warning: a relative path that resolved

@@ -6,9 +6,11 @@ use std::collections::{BTreeMap, HashMap};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use caduceus_common::result::ToolReply;
+
 use super::{
-    Anchors, Args, FileToolContext, arg_bool, arg_str, as_strs, error_json, outside_cwd_warning,
-    stale_warning, to_json,
+    Anchors, Args, FileToolContext, arg_bool, arg_str, as_strs, error_json, failed_json,
+    outside_cwd_warning, reply, stale_warning,
 };
 use crate::diff;
 use crate::fs::{FileStat, FsError};
@@ -52,7 +54,7 @@ impl PatchOutput {
 }
 
 /// Edits files; see the crate README for both modes and their results.
-pub async fn patch(ctx: &FileToolContext<'_>, args: &Map<String, Value>) -> String {
+pub async fn patch(ctx: &FileToolContext<'_>, args: &Map<String, Value>) -> ToolReply {
     ctx.tracker.note_other_tool();
     match arg_str(args, "mode").unwrap_or("replace") {
         "replace" => replace(ctx, args).await,
@@ -67,7 +69,7 @@ fn finish(
     ctx: &FileToolContext<'_>,
     mut output: PatchOutput,
     failed_path: Option<(&str, &str)>,
-) -> String {
+) -> ToolReply {
     if let Some(error) = &output.error
         && error.contains("Could not find")
     {
@@ -85,14 +87,18 @@ fn finish(
             );
         }
     }
-    to_json(&output)
+    if output.error.is_some() {
+        failed_json(&output)
+    } else {
+        reply(&output)
+    }
 }
 
 // ---------------------------------------------------------------------------
 // Replace mode
 // ---------------------------------------------------------------------------
 
-async fn replace(ctx: &FileToolContext<'_>, args: &Args) -> String {
+async fn replace(ctx: &FileToolContext<'_>, args: &Args) -> ToolReply {
     let path = match arg_str(args, "path") {
         Some(path) if !path.is_empty() => path,
         _ => return error_json("path required"),
@@ -221,7 +227,7 @@ async fn replace_in_file(
 // V4A mode
 // ---------------------------------------------------------------------------
 
-async fn apply_v4a(ctx: &FileToolContext<'_>, args: &Args) -> String {
+async fn apply_v4a(ctx: &FileToolContext<'_>, args: &Args) -> ToolReply {
     let patch_text = match arg_str(args, "patch") {
         Some(text) if !text.is_empty() => text,
         _ => return error_json("patch content required"),
@@ -282,7 +288,7 @@ async fn apply_v4a(ctx: &FileToolContext<'_>, args: &Args) -> String {
     if let Err(message) = execute(ctx, &mut sim, &steps).await {
         return finish(ctx, PatchOutput::failure(message), None);
     }
-    to_json(&sim.success(ctx, &steps).await)
+    reply(&sim.success(ctx, &steps).await)
 }
 
 /// What the patch does to one path, simulated in memory first.

@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
-use super::{Anchors, FileToolContext, arg_int, arg_str, as_strs, error_json, to_json};
+use super::{Anchors, FileToolContext, arg_int, arg_str, as_strs, error_json, failed_json, reply};
 use crate::extract::{self, DocumentKind, MAX_DOCUMENT_BYTES};
 use crate::fs::{FileStamp, FsError, LineRead};
 use crate::lines::{LinePage, LineWindow};
@@ -14,6 +14,7 @@ use crate::safety;
 use crate::text::{number_lines, split_ext};
 use crate::tracker::RegionKey;
 use caduceus_common::redact::{RedactMode, redact};
+use caduceus_common::result::ToolReply;
 use caduceus_common::text::group_thousands;
 
 /// hermes' text for a re-read of an unchanged region.
@@ -47,7 +48,7 @@ struct ReadOutput {
 
 /// Reads a window of a text file with `N|` line numbers. See the crate README
 /// for the result shapes.
-pub async fn read_file(ctx: &FileToolContext<'_>, args: &Map<String, Value>) -> String {
+pub async fn read_file(ctx: &FileToolContext<'_>, args: &Map<String, Value>) -> ToolReply {
     let path = match arg_str(args, "path") {
         Some(path) if !path.trim().is_empty() => path,
         _ => return error_json("read_file: missing required field 'path'."),
@@ -103,7 +104,7 @@ pub async fn read_file(ctx: &FileToolContext<'_>, args: &Map<String, Value>) -> 
         Ok(LineRead::Page(page)) => render_page(ctx, path, region, &page),
         Ok(LineRead::Unchanged(_)) => unchanged(ctx, path, &region),
         Ok(LineRead::NotFound) => not_found(ctx, path, &resolved).await,
-        Ok(LineRead::Binary(stat)) => to_json(&json!({
+        Ok(LineRead::Binary(stat)) => failed_json(&json!({
             "error": "Binary file - cannot display as text. Use appropriate tools to handle this file type.",
             "is_binary": true,
             "file_size": stat.size,
@@ -116,11 +117,11 @@ pub async fn read_file(ctx: &FileToolContext<'_>, args: &Map<String, Value>) -> 
     }
 }
 
-fn unchanged(ctx: &FileToolContext<'_>, path: &str, region: &RegionKey) -> String {
+fn unchanged(ctx: &FileToolContext<'_>, path: &str, region: &RegionKey) -> ToolReply {
     let hits = ctx.tracker.stub_served(region);
     if hits >= 2 {
         // Models that ignore the stub would otherwise loop on it forever.
-        return to_json(&json!({
+        return failed_json(&json!({
             "error": format!(
                 "BLOCKED: You have called read_file on this exact region {} times and the file has NOT changed. STOP calling read_file for this path — the content from your earlier read_file result in this conversation is still current. Proceed with your task using the information you already have.",
                 hits + 1
@@ -129,7 +130,7 @@ fn unchanged(ctx: &FileToolContext<'_>, path: &str, region: &RegionKey) -> Strin
             "already_read": hits + 1,
         }));
     }
-    to_json(&json!({
+    reply(&json!({
         "status": "unchanged",
         "message": UNCHANGED_MESSAGE,
         "path": path,
@@ -212,11 +213,11 @@ fn read_loop_guard(
     path: &str,
     region: RegionKey,
     stamp: Option<FileStamp>,
-) -> Result<Option<String>, String> {
+) -> Result<Option<String>, ToolReply> {
     let call = format!("read\u{0}{path}\u{0}{}\u{0}{}", region.offset, region.limit);
     let count = ctx.tracker.full_read(region, call, stamp);
     if count >= 4 {
-        return Err(to_json(&json!({
+        return Err(failed_json(&json!({
             "error": format!(
                 "BLOCKED: You have read this exact file region {count} times in a row. The content has NOT changed. You already have this information. STOP re-reading and proceed with your task."
             ),
@@ -236,7 +237,7 @@ fn render_page(
     path: &str,
     region: RegionKey,
     page: &LinePage,
-) -> String {
+) -> ToolReply {
     let (offset, limit) = (region.offset, region.limit);
     let view = page_view(ctx, &page.lines, offset, limit, page.total_lines);
     let file_size = page.stat.size;
@@ -251,7 +252,7 @@ fn render_page(
         Ok(warning) => warning,
         Err(blocked) => return blocked,
     };
-    to_json(&ReadOutput {
+    reply(&ReadOutput {
         content: view.content,
         total_lines: page.total_lines,
         file_size,
@@ -269,7 +270,7 @@ fn render_page(
 /// What became of an attempt to read a path as a document.
 enum DocumentRead {
     /// The result the model sees.
-    Done(String),
+    Done(ToolReply),
     /// Not renderable (malformed, missing, not a file): read it like any file.
     FallThrough,
 }
@@ -362,7 +363,7 @@ async fn read_document(
     if let Some(warning) = warning {
         out.insert("_warning".into(), json!(warning));
     }
-    DocumentRead::Done(to_json(&Value::Object(out)))
+    DocumentRead::Done(reply(&Value::Object(out)))
 }
 
 /// Keeps whole lines while they fit in `max_chars` characters; if not even the
@@ -388,14 +389,14 @@ fn trim_to_budget(content: &str, max_chars: usize) -> (String, usize, bool) {
     (content[..end].to_owned(), kept, false)
 }
 
-async fn not_found(ctx: &FileToolContext<'_>, path: &str, resolved: &str) -> String {
+async fn not_found(ctx: &FileToolContext<'_>, path: &str, resolved: &str) -> ToolReply {
     let shown = ctx.expanded(path);
     let similar = similar_files(ctx, &shown, resolved).await;
     let mut result = json!({ "error": format!("File not found: {shown}") });
     if !similar.is_empty() {
         result["similar_files"] = json!(similar);
     }
-    to_json(&result)
+    failed_json(&result)
 }
 
 /// hermes' suggestions: names in the same directory scored by how alike they

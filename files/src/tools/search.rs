@@ -6,7 +6,7 @@ use std::borrow::Cow;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
-use super::{Anchors, FileToolContext, arg_int, arg_str, error_json, to_json};
+use super::{Anchors, FileToolContext, arg_int, arg_str, error_json, failed_json};
 use crate::fs::FsError;
 use crate::paths;
 use crate::safety::{self, SafetyAnchors};
@@ -14,6 +14,7 @@ use crate::search::{
     FileHit, LineHit, OutputMode, SearchHits, SearchQuery, SearchTarget, file_name_glob,
 };
 use caduceus_common::redact::{RedactMode, redact};
+use caduceus_common::result::{CallStatus, ToolReply, to_json};
 
 /// Characters of a matching line shown.
 const MAX_LINE_CHARS: usize = 500;
@@ -50,7 +51,7 @@ struct SearchOutput {
 
 /// Searches file contents (regex) or file names (glob). Results are sorted:
 /// by path then line for content, newest first for file names.
-pub async fn search_files(ctx: &FileToolContext<'_>, args: &Map<String, Value>) -> String {
+pub async fn search_files(ctx: &FileToolContext<'_>, args: &Map<String, Value>) -> ToolReply {
     let pattern = arg_str(args, "pattern").unwrap_or("");
     let target = match arg_str(args, "target").unwrap_or("content") {
         "grep" => "content",
@@ -75,7 +76,7 @@ pub async fn search_files(ctx: &FileToolContext<'_>, args: &Map<String, Value>) 
     );
     let count = ctx.tracker.search(call);
     if count >= 4 {
-        return to_json(&json!({
+        return failed_json(&json!({
             "error": format!(
                 "BLOCKED: You have run this exact search {count} times in a row. The results have NOT changed. You already have this information. STOP re-searching and proceed with your task."
             ),
@@ -150,7 +151,12 @@ pub async fn search_files(ctx: &FileToolContext<'_>, args: &Map<String, Value>) 
             offset + limit
         ));
     }
-    rendered
+    let status = if output.error.is_some() {
+        CallStatus::Error
+    } else {
+        CallStatus::Ok
+    };
+    ToolReply::new(status, rendered)
 }
 
 /// The root as results show it: the path as given (`~` expanded), no trailing slash.

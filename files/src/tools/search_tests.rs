@@ -3,14 +3,14 @@ use std::time::{Duration, SystemTime};
 use serde_json::json;
 
 use super::*;
-use crate::tools::test_support::{Env, args, parse};
+use crate::tools::test_support::{Env, args, parse_text};
 
 async fn raw(env: &Env, arguments: Value) -> String {
-    search_files(&env.ctx(), &args(arguments)).await
+    search_files(&env.ctx(), &args(arguments)).await.body
 }
 
 async fn search(env: &Env, arguments: Value) -> Value {
-    parse(&raw(env, arguments).await)
+    parse_text(&raw(env, arguments).await)
 }
 
 fn project() -> Env {
@@ -109,7 +109,7 @@ async fn paging_adds_the_hint() {
     assert!(page.ends_with(
         "\n\n[Hint: Results truncated. Use offset=15 to see more, or narrow with a more specific pattern or file_glob.]"
     ));
-    let result = parse(&page);
+    let result = parse_text(&page);
     assert_eq!(result["total_count"], 30);
     assert_eq!(result["truncated"], true);
     assert!(
@@ -120,7 +120,7 @@ async fn paging_adds_the_hint() {
     );
     let last = raw(&env, json!({"pattern": "match", "limit": 10, "offset": 20})).await;
     assert!(!last.contains("[Hint:"));
-    assert!(parse(&last).get("truncated").is_none());
+    assert!(parse_text(&last).get("truncated").is_none());
 }
 
 #[tokio::test]

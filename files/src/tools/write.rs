@@ -3,9 +3,11 @@
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
+use caduceus_common::result::ToolReply;
+
 use super::{
-    Anchors, FileToolContext, as_strs, error_json, outside_cwd_warning, py_type_name,
-    stale_warning, to_json,
+    Anchors, FileToolContext, as_strs, error_json, failed_json, outside_cwd_warning, reply,
+    stale_warning,
 };
 use crate::fs::FsError;
 use crate::lint;
@@ -33,7 +35,7 @@ struct WriteOutput {
 
 /// Replaces a file's content atomically, keeping its mode, BOM and CRLF line
 /// endings; refuses sensitive paths and structured files that do not parse.
-pub async fn write_file(ctx: &FileToolContext<'_>, args: &Map<String, Value>) -> String {
+pub async fn write_file(ctx: &FileToolContext<'_>, args: &Map<String, Value>) -> ToolReply {
     ctx.tracker.note_other_tool();
     let path = match args.get("path") {
         Some(Value::String(path)) if !path.is_empty() => path.as_str(),
@@ -53,7 +55,7 @@ pub async fn write_file(ctx: &FileToolContext<'_>, args: &Map<String, Value>) ->
         Some(other) => {
             return error_json(format!(
                 "write_file: 'content' must be a string, got {}.",
-                py_type_name(other)
+                caduceus_common::result::python_type(other)
             ));
         }
     };
@@ -125,7 +127,7 @@ pub async fn write_file(ctx: &FileToolContext<'_>, args: &Map<String, Value>) ->
     match ctx.fs.write_atomic(&resolved, data.as_bytes()).await {
         Ok(outcome) => {
             ctx.tracker.wrote(&real, outcome.stamp());
-            to_json(&WriteOutput {
+            reply(&WriteOutput {
                 bytes_written: outcome.bytes_written,
                 dirs_created: outcome.created_dirs,
                 lint: lint::report(ctx.fs, &resolved, before, content).await,
@@ -139,8 +141,8 @@ pub async fn write_file(ctx: &FileToolContext<'_>, args: &Map<String, Value>) ->
 }
 
 /// hermes' failed-write shape: nothing written, the error, and where.
-fn failed(message: &str, resolved: &str) -> String {
-    to_json(&json!({
+fn failed(message: &str, resolved: &str) -> ToolReply {
+    failed_json(&json!({
         "bytes_written": 0,
         "dirs_created": false,
         "error": message,

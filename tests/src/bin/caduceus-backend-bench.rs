@@ -87,14 +87,15 @@ async fn echo(worker: &Worker, backend: &str, task: &str) -> f64 {
                 result_cap_chars: 0,
                 stream_output: false,
                 session_id: String::new(),
+                timeout_ms: 30_000,
                 ..RunCall::default()
             },
             None,
         )
         .await;
     let ms = started.elapsed().as_secs_f64() * 1e3;
-    let result: Value = serde_json::from_str(&done.result).unwrap();
-    assert_eq!(result["output"], "hi", "{backend}: {}", done.result);
+    let result: Value = serde_json::from_str(&done.body).unwrap();
+    assert_eq!(result["output"], "hi", "{backend}: {}", done.body);
     ms
 }
 

@@ -45,7 +45,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use caduceus_coordinator::dispatch::RawArguments;
-use caduceus_coordinator::guard::OpenGate;
+use caduceus_coordinator::gate::OpenGate;
 use caduceus_proto::control_client::ControlClient;
 use caduceus_proto::{CallToolRequest, bearer};
 use serde_json::{Value, json};
@@ -97,7 +97,7 @@ async fn run(mode: &str, n: usize, work: &Path) -> Value {
                     fleet
                         .call_tool(&tool, RawArguments::Text(args), &task, None)
                         .await
-                        .result
+                        .render()
                 }
             })
             .await;

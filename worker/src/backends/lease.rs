@@ -29,6 +29,27 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
+/// Keeps a lease value (a worker, owner or task name in a label or a lease
+/// line) to characters that survive `read` and word splitting; at most 80.
+pub fn lease_word(value: &str) -> String {
+    let cleaned: String = value
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-_.:@".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(80)
+        .collect();
+    if cleaned.is_empty() {
+        "-".to_owned()
+    } else {
+        cleaned
+    }
+}
+
 use super::SweepContext;
 
 /// Label keys every caduceus sandbox carries (Docker labels; other backends

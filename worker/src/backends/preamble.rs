@@ -8,6 +8,25 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt};
 
+use crate::shell::shell_quote;
+
+/// The wrapper's last line: `exec env 'K=V'… 'program' 'arg'…`, every word
+/// quoted, so the program keeps the wrapper's pid.
+pub fn exec_with_env(env: &[(String, String)], program: &str, args: &[String]) -> String {
+    let mut exec = String::from("exec env");
+    for (key, value) in env {
+        exec.push(' ');
+        exec.push_str(&shell_quote(&format!("{key}={value}")));
+    }
+    exec.push(' ');
+    exec.push_str(&shell_quote(program));
+    for arg in args {
+        exec.push(' ');
+        exec.push_str(&shell_quote(arg));
+    }
+    exec
+}
+
 /// Finds `\x1ePID <n>\x1e\n` at the start of the output; returns the pid and
 /// how many bytes it took.
 pub fn parse_pid_line(head: &[u8]) -> Option<(u32, usize)> {

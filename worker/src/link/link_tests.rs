@@ -27,6 +27,7 @@ fn run_call(call_id: &str, args: &Value) -> Result<WorkerCommand, tonic::Status>
             result_cap_chars: 0,
             stream_output: false,
             session_id: "session-7".to_owned(),
+            timeout_ms: 30_000,
             ..RunCall::default()
         })),
     })
@@ -74,7 +75,7 @@ async fn background_process_notices_reach_the_coordinator_for_the_starting_sessi
             .unwrap();
         match event.event {
             Some(worker_event::Event::Result(result)) => {
-                let result: Value = serde_json::from_str(&result.result).unwrap();
+                let result: Value = serde_json::from_str(&result.body).unwrap();
                 process_id = result["session_id"].as_str().map(str::to_owned);
             }
             Some(worker_event::Event::Notice(notice)) => break notice,

@@ -21,7 +21,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tonic::metadata::MetadataValue;
-use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
+use tonic::transport::Endpoint;
 use tonic::{Code, Request, Status};
 
 use caduceus_common::result::tool_error;
@@ -289,10 +289,25 @@ fn handle_command(
                     Ok(()) => worker.run_call(call, output).await,
                     Err(stale) => CallResult {
                         call_id: call.call_id,
-                        result: tool_error(stale.to_string()),
+                        body: tool_error(stale.to_string()),
+                        status: caduceus_proto::CallStatus::Error.into(),
                         ..CallResult::default()
                     },
                 };
+                let _ = events
+                    .send(event(worker_event::Event::Result(result)))
+                    .await;
+                in_flight.fetch_sub(1, Ordering::Relaxed);
+            });
+            false
+        }
+        worker_command::Command::Persist(persist) => {
+            let worker = worker.clone();
+            let events = events.clone();
+            let in_flight = in_flight.clone();
+            in_flight.fetch_add(1, Ordering::Relaxed);
+            tokio::spawn(async move {
+                let result = worker.persist_result(persist).await;
                 let _ = events
                     .send(event(worker_event::Event::Result(result)))
                     .await;
@@ -386,41 +401,25 @@ pub async fn run_grpc(
 }
 
 fn endpoint_for(options: &LinkOptions) -> Result<Endpoint, LinkError> {
-    let url = if options.url.contains("://") {
-        options.url.clone()
-    } else {
-        format!("http://{}", options.url)
-    };
-    let bad = |e: String| LinkError::BadAddress(options.url.clone(), e);
-    let mut endpoint = Endpoint::from_shared(url.clone())
-        .map_err(|e| bad(e.to_string()))?
-        .connect_timeout(options.connect_timeout)
-        .tcp_nodelay(true)
-        .http2_keep_alive_interval(Duration::from_secs(10))
-        .keep_alive_timeout(Duration::from_secs(20))
-        .keep_alive_while_idle(true);
-    if url.starts_with("https://") {
-        let mut tls = ClientTlsConfig::new();
-        match &options.ca_cert {
-            Some(path) => {
-                let pem = std::fs::read(path).map_err(|e| LinkError::CaFile(path.clone(), e))?;
-                tls = tls.ca_certificate(Certificate::from_pem(pem));
-            }
-            None => tls = tls.with_webpki_roots(),
+    let identity = options
+        .identity
+        .as_ref()
+        .map(|(cert, key)| (cert.as_path(), key.as_path()));
+    caduceus_proto::coordinator_endpoint(
+        &options.url,
+        options.ca_cert.as_deref(),
+        identity,
+        options.connect_timeout,
+    )
+    .map_err(|err| match err {
+        caduceus_proto::EndpointError::CaFile { path, source } => LinkError::CaFile(path, source),
+        caduceus_proto::EndpointError::IdentityFile { path, source } => {
+            LinkError::IdentityFile(path, source)
         }
-        if let Some((cert, key)) = &options.identity {
-            let read = |path: &PathBuf| {
-                std::fs::read(path).map_err(|e| LinkError::IdentityFile(path.clone(), e))
-            };
-            tls = tls.identity(Identity::from_pem(read(cert)?, read(key)?));
+        caduceus_proto::EndpointError::BadAddress { reason, .. } => {
+            LinkError::BadAddress(options.url.clone(), reason)
         }
-        endpoint = endpoint.tls_config(tls).map_err(|e| bad(e.to_string()))?;
-    } else if options.identity.is_some() {
-        return Err(bad(
-            "a client certificate needs an https:// coordinator".to_owned()
-        ));
-    }
-    Ok(endpoint)
+    })
 }
 
 /// One attach: Ok(why it ended) once attached, Err(status) when refused.
@@ -453,8 +452,8 @@ async fn connect_once(
                     .insert(caduceus_proto::AUTHORIZATION, auth.clone());
                 Ok(request)
             })
-            .max_decoding_message_size(64 * 1024 * 1024)
-            .max_encoding_message_size(64 * 1024 * 1024);
+            .max_decoding_message_size(caduceus_proto::MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(caduceus_proto::MAX_MESSAGE_BYTES);
         let response = client.attach(ReceiverStream::new(outbound)).await?;
         Ok::<_, Status>((client, response.into_inner()))
     });

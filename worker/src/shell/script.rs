@@ -2,10 +2,7 @@
 //! (login files, init files, sudo helper, restored state, ready marker) and
 //! the per-command frame.
 
-/// Single-quotes a string for bash.
-pub fn shell_quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "'\\''"))
-}
+pub use caduceus_common::text::shell_quote;
 
 /// Quotes a path for `.`/`[ -r ]`, keeping a leading `~/` expandable so init
 /// files resolve against the sandbox's home (as hermes' `expanduser` does on

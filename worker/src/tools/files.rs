@@ -4,7 +4,7 @@
 
 use serde_json::{Map, Value};
 
-use caduceus_common::result::tool_error;
+use caduceus_common::result::ToolReply;
 use caduceus_files::{FileToolContext, FileToolsConfig};
 
 use crate::env::Environment;
@@ -18,7 +18,7 @@ pub async fn run(
     env: &Environment,
     tool: &str,
     args: &Map<String, Value>,
-) -> String {
+) -> ToolReply {
     let fs = env.sandbox.files();
     // The shell's cwd after the last command: `cd src` in the terminal makes
     // `read_file main.rs` read src/main.rs.
@@ -36,6 +36,6 @@ pub async fn run(
         "write_file" => caduceus_files::write_file(&ctx, args).await,
         "patch" => caduceus_files::patch(&ctx, args).await,
         "search_files" => caduceus_files::search_files(&ctx, args).await,
-        other => tool_error(format!("Tool '{other}' is not a file tool")),
+        other => ToolReply::error(format!("Tool '{other}' is not a file tool")),
     }
 }

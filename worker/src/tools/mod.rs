@@ -6,13 +6,14 @@ pub mod process;
 pub mod terminal;
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 use tokio::io::AsyncWriteExt;
 use tokio_util::sync::CancellationToken;
 
 use caduceus_common::persist;
-use caduceus_common::result::tool_error;
+use caduceus_common::result::ToolReply;
 
 use crate::env::Environment;
 use crate::sandbox::SpawnSpec;
@@ -24,10 +25,6 @@ pub type OutputSink = Box<dyn FnMut(&[u8]) + Send>;
 /// Worker-wide tool settings.
 #[derive(Debug, Clone)]
 pub struct ToolSettings {
-    /// Default foreground timeout, seconds (hermes: 180, `TERMINAL_TIMEOUT`).
-    pub terminal_timeout_secs: u64,
-    /// Longest foreground timeout, seconds (hermes: 600).
-    pub max_foreground_timeout_secs: u64,
     /// Characters of terminal output the model sees (hermes: 50,000).
     pub max_output_chars: usize,
     /// Limits and write policy of the file tools.
@@ -37,8 +34,6 @@ pub struct ToolSettings {
 impl Default for ToolSettings {
     fn default() -> Self {
         ToolSettings {
-            terminal_timeout_secs: 180,
-            max_foreground_timeout_secs: 600,
             max_output_chars: 50_000,
             files: caduceus_files::FileToolsConfig::default(),
         }
@@ -57,11 +52,13 @@ pub struct ToolCall {
     pub output: Option<OutputSink>,
     /// Results longer than this are persisted in the sandbox; 0 = never.
     pub result_cap: u64,
+    /// The command timeout the coordinator decided (`RunCall.timeout_ms`).
+    pub timeout: Option<Duration>,
 }
 
-/// Runs the call and returns the result the model reads.
-pub async fn run(settings: &ToolSettings, mut call: ToolCall) -> String {
-    if !files::is_file_tool(&call.tool) && !call.tool.starts_with("__") {
+/// Runs the call and returns the tool's answer.
+pub async fn run(settings: &ToolSettings, mut call: ToolCall) -> ToolReply {
+    if !files::is_file_tool(&call.tool) {
         // hermes: any other tool resets the consecutive-read loop guard.
         call.env.reads.note_other_tool();
     }
@@ -76,31 +73,35 @@ pub async fn run(settings: &ToolSettings, mut call: ToolCall) -> String {
                 cancel: &call.cancel,
                 output: call.output.take(),
                 session_id: &call.session_id,
+                timeout: call.timeout,
             };
             terminal::run(settings, terminal_call).await
         }
-        "__persist_result" => persist_result_tool(&call.env, &call.args).await,
-        other => tool_error(format!("Tool '{other}' is not served by this worker")),
+        other => ToolReply::error(format!("Tool '{other}' is not served by this worker")),
     };
     cap_if_needed(Some(&call.env), &call.call_id, result, call.result_cap).await
 }
 
-/// Persists `result` in the sandbox and returns hermes' preview when it is
-/// longer than `cap` characters (0 = never); without an environment the
-/// preview says it could not be saved.
+/// Persists the reply's document in the sandbox and puts hermes' preview in
+/// its place when it is longer than `cap` characters (0 = never); without an
+/// environment the preview says it could not be saved. The status stays the
+/// full document's: a preview is never an error of its own.
 pub async fn cap_if_needed(
     env: Option<&Environment>,
     id: &str,
-    result: String,
+    mut reply: ToolReply,
     cap: u64,
-) -> String {
-    if cap == 0 || result.len() as u64 <= cap || result.chars().count() as u64 <= cap {
-        return result;
+) -> ToolReply {
+    let body = &reply.body;
+    if cap == 0 || body.len() as u64 <= cap || body.chars().count() as u64 <= cap {
+        return reply;
     }
-    match env {
-        Some(env) => cap_result(env, id, result).await,
-        None => persist::unsaved_preview(&result),
-    }
+    let body = std::mem::take(&mut reply.body);
+    reply.body = match env {
+        Some(env) => cap_result(env, id, body).await,
+        None => persist::unsaved_preview(&body),
+    };
+    reply
 }
 
 /// Saves a too-large result inside the sandbox and returns hermes' preview.
@@ -111,21 +112,6 @@ async fn cap_result(env: &Environment, id: &str, result: String) -> String {
             tracing::warn!(task = %env.task_id, "could not persist a large result: {err}");
             persist::unsaved_preview(&result)
         }
-    }
-}
-
-/// `__persist_result {id, content}` — the coordinator's way to store a result
-/// of a coordinator-side tool in the task's sandbox.
-async fn persist_result_tool(env: &Environment, args: &Map<String, Value>) -> String {
-    let (Some(id), Some(content)) = (
-        args.get("id").and_then(Value::as_str),
-        args.get("content").and_then(Value::as_str),
-    ) else {
-        return tool_error("__persist_result needs string 'id' and 'content'");
-    };
-    match persist_in_sandbox(env, id, content).await {
-        Ok(path) => json!({"path": path}).to_string(),
-        Err(err) => tool_error(err),
     }
 }
 

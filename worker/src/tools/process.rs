@@ -10,9 +10,8 @@ use serde::ser::{SerializeMap, Serializer};
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
-use caduceus_common::result::{to_json, tool_error};
+use caduceus_common::result::ToolReply;
 
-use super::ToolSettings;
 use crate::env::{EnvManager, Environment};
 use crate::process::background::{BackgroundProcess, WaitEnd};
 use crate::process::tail::last_chars;
@@ -24,6 +23,8 @@ pub struct ProcessCall<'a> {
     pub session_id: &'a str,
     pub args: &'a Map<String, Value>,
     pub cancel: &'a CancellationToken,
+    /// The longest `wait`, decided by the coordinator (`terminal.timeout`).
+    pub max_wait: Duration,
 }
 
 const ACTIONS: &str = "list, poll, log, wait, kill, write, submit, close";
@@ -46,8 +47,14 @@ impl Reply {
         }
     }
 
-    fn json(&self) -> String {
-        to_json(self)
+    /// The call succeeded (whatever the process did).
+    fn ok(&self) -> ToolReply {
+        ToolReply::json(self)
+    }
+
+    /// The call failed: the reply carries an `error`.
+    fn failed(&self) -> ToolReply {
+        ToolReply::failed_json(self)
     }
 }
 
@@ -70,11 +77,11 @@ impl Serialize for Replies {
     }
 }
 
-fn not_found(id: &str) -> String {
+fn not_found(id: &str) -> ToolReply {
     Reply::default()
         .with("status", "not_found")
         .with("error", format!("No process with ID {id}"))
-        .json()
+        .failed()
 }
 
 fn status_word(process: &BackgroundProcess) -> &'static str {
@@ -85,7 +92,7 @@ fn status_word(process: &BackgroundProcess) -> &'static str {
     }
 }
 
-pub async fn run(settings: &ToolSettings, call: ProcessCall<'_>) -> String {
+pub async fn run(call: ProcessCall<'_>) -> ToolReply {
     let action = call
         .args
         .get("action")
@@ -101,7 +108,7 @@ pub async fn run(settings: &ToolSettings, call: ProcessCall<'_>) -> String {
         "list" => list(&call),
         "poll" | "log" | "wait" | "kill" | "write" | "submit" | "close" => {
             if id.is_empty() {
-                return tool_error(format!("session_id is required for {action}"));
+                return ToolReply::error(format!("session_id is required for {action}"));
             }
             let Some((env, process)) = call.envs.find_process(&id) else {
                 return not_found(&id);
@@ -109,14 +116,14 @@ pub async fn run(settings: &ToolSettings, call: ProcessCall<'_>) -> String {
             match action {
                 "poll" => poll(&env, &process),
                 "log" => log(&env, &process, call.args),
-                "wait" => wait(settings, &env, &process, call.args, call.cancel).await,
+                "wait" => wait(&env, &process, call.args, call.max_wait, call.cancel).await,
                 "kill" => kill(&env, &process).await,
                 "write" => write(&process, &data_arg(call.args)).await,
                 "submit" => write(&process, &(data_arg(call.args) + "\n")).await,
                 _ => close(&process).await,
             }
         }
-        other => tool_error(format!("Unknown process action: {other}. Use: {ACTIONS}")),
+        other => ToolReply::error(format!("Unknown process action: {other}. Use: {ACTIONS}")),
     }
 }
 
@@ -140,7 +147,7 @@ fn shown_command(env: &Environment, process: &BackgroundProcess) -> String {
     env.cleaner().command(&process.command)
 }
 
-fn list(call: &ProcessCall<'_>) -> String {
+fn list(call: &ProcessCall<'_>) -> ToolReply {
     let mut entries = Vec::new();
     for env in call.envs.all() {
         let own = env.task_id == call.task_id;
@@ -182,12 +189,12 @@ fn list(call: &ProcessCall<'_>) -> String {
     struct Listing {
         processes: Replies,
     }
-    to_json(&Listing {
+    ToolReply::json(&Listing {
         processes: Replies(entries.into_iter().map(|(_, e)| e).collect()),
     })
 }
 
-fn poll(env: &Environment, process: &BackgroundProcess) -> String {
+fn poll(env: &Environment, process: &BackgroundProcess) -> ToolReply {
     let status = process.status();
     let mut reply = Reply::default()
         .with("session_id", process.id.clone())
@@ -202,7 +209,7 @@ fn poll(env: &Environment, process: &BackgroundProcess) -> String {
             .with("completion_reason", status.completion_reason)
             .with("termination_source", status.termination_source);
     }
-    reply.json()
+    reply.ok()
 }
 
 /// Splits like Python's `str.splitlines` does for `\n`, `\r\n` and `\r`.
@@ -254,7 +261,7 @@ fn int_arg(args: &Map<String, Value>, name: &str) -> Option<i64> {
     value.as_i64().or_else(|| value.as_f64().map(|f| f as i64))
 }
 
-fn log(env: &Environment, process: &BackgroundProcess, args: &Map<String, Value>) -> String {
+fn log(env: &Environment, process: &BackgroundProcess, args: &Map<String, Value>) -> ToolReply {
     let offset = int_arg(args, "offset").unwrap_or(0);
     let limit = int_arg(args, "limit").unwrap_or(200);
     let full = env.cleaner().output(&process.output(), &process.command);
@@ -278,17 +285,17 @@ fn log(env: &Environment, process: &BackgroundProcess, args: &Map<String, Value>
         .with("output", selected.join("\n"))
         .with("total_lines", total)
         .with("showing", format!("{} lines", selected.len()))
-        .json()
+        .ok()
 }
 
 async fn wait(
-    settings: &ToolSettings,
     env: &Environment,
     process: &Arc<BackgroundProcess>,
     args: &Map<String, Value>,
+    max_wait: Duration,
     cancel: &CancellationToken,
-) -> String {
-    let max = settings.terminal_timeout_secs.max(1);
+) -> ToolReply {
+    let max = max_wait.as_secs().max(1);
     let requested = int_arg(args, "timeout")
         .filter(|t| *t > 0)
         .and_then(|t| u64::try_from(t).ok());
@@ -317,7 +324,7 @@ async fn wait(
                 .with("termination_source", status.termination_source)
                 .with("output", clean_tail(env, process, 2000))
                 .with_opt("timeout_note", clamp_note)
-                .json()
+                .ok()
         }
         WaitEnd::Interrupted => Reply::default()
             .with("status", "interrupted")
@@ -325,7 +332,7 @@ async fn wait(
             .with("output", clean_tail(env, process, 1000))
             .with("note", "User sent a new message -- wait interrupted")
             .with_opt("timeout_note", clamp_note)
-            .json(),
+            .ok(),
         WaitEnd::TimedOut => Reply::default()
             .with("status", "timeout")
             .with("command", command)
@@ -334,11 +341,11 @@ async fn wait(
                 "timeout_note",
                 clamp_note.unwrap_or_else(|| format!("Waited {effective}s, process still running")),
             )
-            .json(),
+            .ok(),
     }
 }
 
-async fn kill(env: &Environment, process: &Arc<BackgroundProcess>) -> String {
+async fn kill(env: &Environment, process: &Arc<BackgroundProcess>) -> ToolReply {
     let command = shown_command(env, process);
     if !process
         .kill(env.processes.sandbox(), "process.kill", true)
@@ -353,7 +360,7 @@ async fn kill(env: &Environment, process: &Arc<BackgroundProcess>) -> String {
             .with("completion_reason", status.completion_reason)
             .with("termination_source", status.termination_source)
             .with("output", clean_tail(env, process, 2000))
-            .json();
+            .ok();
     }
     let status = process.status();
     Reply::default()
@@ -362,17 +369,17 @@ async fn kill(env: &Environment, process: &Arc<BackgroundProcess>) -> String {
         .with("completion_reason", status.completion_reason)
         .with("termination_source", status.termination_source)
         .with("output", clean_tail(env, process, 2000))
-        .json()
+        .ok()
 }
 
-fn already_exited() -> String {
+fn already_exited() -> ToolReply {
     Reply::default()
         .with("status", "already_exited")
         .with("error", "Process has already finished")
-        .json()
+        .failed()
 }
 
-async fn write(process: &BackgroundProcess, data: &str) -> String {
+async fn write(process: &BackgroundProcess, data: &str) -> ToolReply {
     if !process.is_running() {
         return already_exited();
     }
@@ -380,15 +387,15 @@ async fn write(process: &BackgroundProcess, data: &str) -> String {
         Ok(written) => Reply::default()
             .with("status", "ok")
             .with("bytes_written", written)
-            .json(),
+            .ok(),
         Err(err) => Reply::default()
             .with("status", "error")
             .with("error", err)
-            .json(),
+            .failed(),
     }
 }
 
-async fn close(process: &BackgroundProcess) -> String {
+async fn close(process: &BackgroundProcess) -> ToolReply {
     if !process.is_running() {
         return already_exited();
     }
@@ -403,12 +410,12 @@ async fn close(process: &BackgroundProcess) -> String {
                     "stdin closed"
                 },
             )
-            .json()
+            .ok()
     } else {
         Reply::default()
             .with("status", "error")
             .with("error", "Process stdin not available (stdin closed)")
-            .json()
+            .failed()
     }
 }
 

@@ -5,6 +5,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::*;
 use crate::env::{test_env, test_manager};
+use crate::tools::ToolSettings;
 use crate::tools::terminal::{self, TerminalCall};
 
 struct Harness {
@@ -17,10 +18,7 @@ impl Harness {
         let (manager, _) = test_manager();
         Harness {
             manager,
-            settings: ToolSettings {
-                terminal_timeout_secs: 5,
-                ..ToolSettings::default()
-            },
+            settings: ToolSettings::default(),
         }
     }
 
@@ -29,17 +27,17 @@ impl Harness {
             panic!("arguments must be an object")
         };
         let cancel = CancellationToken::new();
-        run(
-            &self.settings,
-            ProcessCall {
-                envs: &self.manager,
-                task_id: task,
-                session_id: session,
-                args: &args,
-                cancel: &cancel,
-            },
-        )
+        run(ProcessCall {
+            envs: &self.manager,
+            task_id: task,
+            session_id: session,
+            args: &args,
+            cancel: &cancel,
+            // The coordinator's `terminal.timeout`.
+            max_wait: Duration::from_secs(5),
+        })
         .await
+        .body
     }
 
     async fn process(&self, args: Value) -> Value {
@@ -60,10 +58,11 @@ impl Harness {
                 cancel: &cancel,
                 output: None,
                 session_id: session,
+                timeout: None,
             },
         )
         .await;
-        let result: Value = serde_json::from_str(&result).unwrap();
+        let result: Value = serde_json::from_str(&result.body).unwrap();
         result["session_id"].as_str().unwrap().to_owned()
     }
 }

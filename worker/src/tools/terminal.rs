@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
-use caduceus_common::result::to_json;
+use caduceus_common::result::{CallStatus, ToolReply, python_type, to_json};
 use caduceus_guard::hints;
 
 use super::{OutputSink, ToolSettings};
@@ -23,6 +23,9 @@ pub struct TerminalCall<'a> {
     pub cancel: &'a CancellationToken,
     pub output: Option<OutputSink>,
     pub session_id: &'a str,
+    /// The coordinator's decision for a foreground command (it read the
+    /// `timeout` argument, the default and the maximum).
+    pub timeout: Option<Duration>,
 }
 
 /// `{"output":"","exit_code":-1,"error":…,"status":…}` — hermes' shape for a
@@ -36,17 +39,20 @@ struct Refused<'a> {
     status: Option<&'a str>,
 }
 
-fn refused(error: impl Into<String>, status: &str) -> String {
-    to_json(&Refused {
+/// A command that did not run; `status` is hermes' word for it, which is
+/// also how the call ended.
+fn refused(error: impl Into<String>, status: CallStatus) -> ToolReply {
+    let body = to_json(&Refused {
         output: "",
         exit_code: -1,
         error: error.into(),
-        status: Some(status),
-    })
+        status: Some(status.as_str()),
+    });
+    ToolReply::new(status, body)
 }
 
-fn failed(error: impl Into<String>) -> String {
-    to_json(&Refused {
+fn failed(error: impl Into<String>) -> ToolReply {
+    ToolReply::failed_json(&Refused {
         output: "",
         exit_code: -1,
         error: error.into(),
@@ -109,18 +115,6 @@ const SUDO_WRONG_PASSWORD: &[&str] = &[
     "sudo: 3 incorrect password attempts",
 ];
 
-fn type_name(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "NoneType",
-        Value::Bool(_) => "bool",
-        Value::Number(n) if n.is_i64() || n.is_u64() => "int",
-        Value::Number(_) => "float",
-        Value::String(_) => "str",
-        Value::Array(_) => "list",
-        Value::Object(_) => "dict",
-    }
-}
-
 /// hermes' workdir rule: plain path characters only.
 fn workdir_problem(workdir: &str) -> Option<String> {
     let allowed = |c: char| c.is_ascii_alphanumeric() || "/\\:_-.~ +@=,".contains(c);
@@ -147,52 +141,33 @@ fn requires_pipe_stdin(command: &str) -> bool {
     normalized.starts_with("gh auth login") && normalized.contains("--with-token")
 }
 
-/// A requested timeout in whole seconds: missing, zero or negative means the
-/// default (hermes: `timeout or default`); fractions round up.
-fn requested_timeout(args: &Map<String, Value>) -> Option<u64> {
-    let value = args.get("timeout")?;
-    if let Some(n) = value.as_u64() {
-        return (n > 0).then_some(n);
-    }
-    let f = value.as_f64().filter(|f| f.is_finite() && *f > 0.0)?;
-    Some(f.ceil() as u64)
-}
-
 fn flag(args: &Map<String, Value>, name: &str) -> bool {
     args.get(name).and_then(Value::as_bool).unwrap_or(false)
 }
 
-pub async fn run(settings: &ToolSettings, call: TerminalCall<'_>) -> String {
+pub async fn run(settings: &ToolSettings, call: TerminalCall<'_>) -> ToolReply {
     let args = call.args;
     let command = match args.get("command") {
         Some(Value::String(c)) => c.clone(),
         Some(other) => {
             return refused(
-                format!("Invalid command: expected string, got {}", type_name(other)),
-                "error",
+                format!(
+                    "Invalid command: expected string, got {}",
+                    python_type(other)
+                ),
+                CallStatus::Error,
             );
         }
-        None => return refused("Invalid command: expected string, got NoneType", "error"),
+        None => {
+            return refused(
+                "Invalid command: expected string, got NoneType",
+                CallStatus::Error,
+            );
+        }
     };
     let background = flag(args, "background");
-    let explicit_timeout = requested_timeout(args);
-    let timeout = explicit_timeout.unwrap_or(settings.terminal_timeout_secs);
-    if !background
-        && let Some(asked) = explicit_timeout.filter(|t| *t > settings.max_foreground_timeout_secs)
-    {
-        #[derive(Serialize)]
-        struct OnlyError {
-            error: String,
-        }
-        return to_json(&OnlyError {
-            error: format!(
-                "Foreground timeout {asked}s exceeds the maximum of {}s. Use background=true with notify_on_complete=true for long-running commands.",
-                settings.max_foreground_timeout_secs
-            ),
-        });
-    }
     if !background && let Some(guidance) = hints::long_lived_foreground(&command) {
-        return refused(guidance, "error");
+        return refused(guidance, CallStatus::Error);
     }
     let workdir = args
         .get("workdir")
@@ -202,7 +177,7 @@ pub async fn run(settings: &ToolSettings, call: TerminalCall<'_>) -> String {
     if let Some(dir) = workdir
         && let Some(problem) = workdir_problem(dir)
     {
-        return refused(problem, "blocked");
+        return refused(problem, CallStatus::Blocked);
     }
     let mut pty = flag(args, "pty");
     let mut pty_note = None;
@@ -226,6 +201,11 @@ pub async fn run(settings: &ToolSettings, call: TerminalCall<'_>) -> String {
     if pty {
         pty_note = Some(FOREGROUND_PTY_NOTE);
     }
+    let Some(timeout) = call.timeout else {
+        return failed(
+            "Command execution failed: the coordinator sent no timeout for this command",
+        );
+    };
     run_foreground(settings, call, &command, workdir, timeout, pty_note).await
 }
 
@@ -234,9 +214,9 @@ async fn run_foreground(
     call: TerminalCall<'_>,
     command: &str,
     workdir: Option<&str>,
-    timeout: u64,
+    timeout: Duration,
     pty_note: Option<&str>,
-) -> String {
+) -> ToolReply {
     let mut output = call.output;
     let mut forward = |chunk: &[u8]| {
         if let Some(sink) = output.as_mut() {
@@ -245,7 +225,7 @@ async fn run_foreground(
     };
     let request = ExecRequest {
         command,
-        timeout: Duration::from_secs(timeout),
+        timeout,
         workdir,
         max_output_chars: settings.max_output_chars,
         on_output: Some(&mut forward),
@@ -256,7 +236,7 @@ async fn run_foreground(
         Err(err) => return failed(format!("Command execution failed: {err}")),
     };
     if outcome.end == ExecEnd::TimedOut {
-        tracing::debug!(task = %call.env.task_id, timeout, "foreground command timed out");
+        tracing::debug!(task = %call.env.task_id, ?timeout, "foreground command timed out");
     }
     // hermes strips ANSI and redacts after the cut, on the trimmed text.
     let text = call
@@ -267,7 +247,7 @@ async fn run_foreground(
     let sudo_auth_failed = SUDO_WRONG_PASSWORD
         .iter()
         .any(|marker| lowered.contains(marker));
-    to_json(&Finished {
+    ToolReply::json(&Finished {
         exit_code_meaning: hints::exit_code_meaning(command, outcome.exit_code),
         output: text,
         exit_code: outcome.exit_code,
@@ -286,7 +266,7 @@ async fn start_background(
     workdir: Option<&str>,
     pty: bool,
     pty_note: Option<&str>,
-) -> String {
+) -> ToolReply {
     let mut notify_on_complete = flag(args, "notify_on_complete");
     let mut watch_patterns: Vec<String> = match args.get("watch_patterns") {
         Some(Value::Array(items)) => items
@@ -335,7 +315,7 @@ async fn start_background(
                 (None, true) => Some(NO_PTY_NOTE.to_owned()),
                 (None, false) => None,
             };
-            to_json(&Started {
+            ToolReply::json(&Started {
                 output: "Background process started",
                 session_id: &started.process.id,
                 pid: started.process.pid,

@@ -34,6 +34,7 @@ use tokio::sync::Mutex as AsyncMutex;
 pub use cli::Cli;
 pub use sandbox::SingularitySandbox;
 
+use super::lease::lease_word;
 use super::{CreateRequest, Provider, SweepContext};
 use crate::sandbox::{Sandbox, SandboxError};
 
@@ -353,25 +354,6 @@ fn setting<'a>(settings: &'a Value, keys: &[&str]) -> Option<&'a Value> {
     keys.iter()
         .find_map(|k| settings.get(*k))
         .filter(|v| !v.is_null())
-}
-
-fn lease_word(value: &str) -> String {
-    let cleaned: String = value
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || "-_.:@".contains(c) {
-                c
-            } else {
-                '_'
-            }
-        })
-        .take(80)
-        .collect();
-    if cleaned.is_empty() {
-        "-".to_owned()
-    } else {
-        cleaned
-    }
 }
 
 #[async_trait]

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::backends::preamble;
+use crate::backends::preamble::{self, exec_with_env};
 use tokio::io::AsyncReadExt;
 use tokio::process::Child;
 
@@ -51,17 +51,7 @@ impl SingularitySandbox {
 /// The `bash -c` script that reports its pid, enters `cwd` and execs the
 /// program with `env` added and stderr merged.
 fn spawn_script(cwd: &str, env: &[(String, String)], program: &str, args: &[String]) -> String {
-    let mut exec = String::from("exec env");
-    for (key, value) in env {
-        exec.push(' ');
-        exec.push_str(&shell_quote(&format!("{key}={value}")));
-    }
-    exec.push(' ');
-    exec.push_str(&shell_quote(program));
-    for arg in args {
-        exec.push(' ');
-        exec.push_str(&shell_quote(arg));
-    }
+    let exec = exec_with_env(env, program, args);
     format!(
         "printf '\\036PID %s\\036\\n' \"$$\"\ncd -- {} 2>/dev/null || cd\n{exec} 2>&1\n",
         shell_quote(cwd)

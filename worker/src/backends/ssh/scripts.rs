@@ -17,7 +17,8 @@
 #[path = "scripts_tests.rs"]
 mod tests;
 
-use crate::backends::lease::{lease_watchdog, watchdog_step};
+use crate::backends::lease::{lease_watchdog, lease_word, watchdog_step};
+use crate::backends::preamble::exec_with_env;
 use crate::sandbox::{SIGNAL_TREE_SCRIPT, StopSignal};
 use crate::shell::shell_quote;
 
@@ -31,26 +32,6 @@ pub struct LeaseOwner {
     pub worker: String,
     pub owner: String,
     pub task: String,
-}
-
-/// Keeps a lease value to characters that survive `read` and word splitting.
-fn lease_word(value: &str) -> String {
-    let cleaned: String = value
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || "-_.:@".contains(c) {
-                c
-            } else {
-                '_'
-            }
-        })
-        .take(80)
-        .collect();
-    if cleaned.is_empty() {
-        "-".to_owned()
-    } else {
-        cleaned
-    }
 }
 
 /// The lease line, with `$exp` standing for the expiry (expanded remotely).
@@ -123,17 +104,7 @@ pub fn spawn_wrapper(
     program: &str,
     args: &[String],
 ) -> String {
-    let mut exec = String::from("exec env");
-    for (key, value) in env {
-        exec.push(' ');
-        exec.push_str(&shell_quote(&format!("{key}={value}")));
-    }
-    exec.push(' ');
-    exec.push_str(&shell_quote(program));
-    for arg in args {
-        exec.push(' ');
-        exec.push_str(&shell_quote(arg));
-    }
+    let exec = exec_with_env(env, program, args);
     let inner = format!(
         "d=\"$HOME/{ENVS_DIR}/\"{id}\n\
          if [ ! -d \"$d/pids\" ]; then echo \"caduceus: environment directory $d is gone\" >&2; exit 125; fi\n\

@@ -1,3 +1,5 @@
+use super::batch::{looks_like_error, result_object};
+use super::children::{ChildEnd, ChildWait, child_entry};
 use super::*;
 
 #[test]

@@ -151,30 +151,6 @@ pub fn pending_result(
     })
 }
 
-/// Adds `"approval": note` to a JSON-object result, keeping its bytes
-/// otherwise (key order and spacing as the worker wrote them). Other results
-/// are returned unchanged.
-pub fn with_approval_note(result: &str, note: &str) -> String {
-    let trimmed = result.trim_end();
-    let is_object = trimmed.starts_with('{')
-        && trimmed.ends_with('}')
-        && matches!(
-            serde_json::from_str::<serde_json::Value>(trimmed),
-            Ok(serde_json::Value::Object(_))
-        );
-    if !is_object {
-        return result.to_owned();
-    }
-    let body = &trimmed[..trimmed.len() - 1];
-    let empty = body.trim_end().ends_with('{');
-    let separator = if empty { "" } else { ", " };
-    format!(
-        "{}{separator}\"approval\": {}}}",
-        body.trim_end(),
-        serde_json::Value::String(note.to_owned())
-    )
-}
-
 #[cfg(test)]
 #[path = "texts_tests.rs"]
 mod tests;

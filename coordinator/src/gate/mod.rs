@@ -22,7 +22,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::{Map, Value};
 
-use crate::dispatch::{CallContext, CallStatus};
+use crate::call::{CallContext, CallStatus};
 use crate::registry::ToolEntry;
 
 pub use allowlist_file::{AllowlistFile, AllowlistFileError};
@@ -45,9 +45,9 @@ pub struct GateCall<'a> {
     pub backend: &'a str,
 }
 
-/// The call may run. `approval_note`, when set, is added to a JSON-object
-/// result as `"approval"` (hermes: "Command required approval (…) and was
-/// approved by the user.").
+/// The call may run. `approval_note`, when set, goes with the result as
+/// `"approval"` (hermes: "Command required approval (…) and was approved by
+/// the user."; see `ToolResult::render`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Admission {
     pub approval_note: Option<String>,

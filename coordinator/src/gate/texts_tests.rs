@@ -68,20 +68,3 @@ fn pending_result_carries_the_id_and_hermes_fields() {
         "{error}"
     );
 }
-
-#[test]
-fn the_approval_note_is_appended_keeping_the_worker_bytes() {
-    let worker = r#"{"output": "done", "exit_code": 0, "error": null}"#;
-    assert_eq!(
-        with_approval_note(
-            worker,
-            "Command required approval (recursive delete) and was approved by the user."
-        ),
-        r#"{"output": "done", "exit_code": 0, "error": null, "approval": "Command required approval (recursive delete) and was approved by the user."}"#
-    );
-    assert_eq!(with_approval_note("{}", "n"), r#"{"approval": "n"}"#);
-    // Not an object: unchanged.
-    assert_eq!(with_approval_note("plain text", "n"), "plain text");
-    assert_eq!(with_approval_note("[1]", "n"), "[1]");
-    assert_eq!(with_approval_note("{broken", "n"), "{broken");
-}

@@ -29,7 +29,7 @@ use caduceus_guard::{GuardContext, Verdict};
 use super::approvals::{Approvals, Query, Ruling};
 use super::settings::{ApprovalMode, ApprovalSettings, ContainerApprovals, is_container_backend};
 use super::{Admission, Gate, GateCall, GateRefusal, texts};
-use crate::dispatch::CallStatus;
+use crate::call::CallStatus;
 
 /// What the guard reads from a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

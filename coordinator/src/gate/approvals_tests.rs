@@ -2,7 +2,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::*;
-use crate::guard::settings::ApprovalSettings;
+use crate::gate::settings::ApprovalSettings;
 
 fn approvals(timeout: Duration) -> Arc<Approvals> {
     Approvals::new(ApprovalSettings {

@@ -4,8 +4,8 @@ use std::time::Duration;
 use serde_json::{Map, Value, json};
 
 use super::*;
-use crate::dispatch::CallContext;
-use crate::guard::{Decision, Scope};
+use crate::call::CallContext;
+use crate::gate::{Decision, Scope};
 use crate::registry::{ToolEntry, builtin};
 
 fn entry(name: &str) -> Arc<ToolEntry> {
