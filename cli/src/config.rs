@@ -127,6 +127,37 @@ fn string_list<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Vec<
     Ok(Option::<Vec<String>>::deserialize(deserializer)?.unwrap_or_default())
 }
 
+/// `terminal.docker_network`: `none` (or false) is Docker's network mode
+/// none; `bridge` (or true) the engine's default network.
+fn docker_network<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<bool>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Flag(bool),
+        Mode(String),
+    }
+    match Option::<Raw>::deserialize(deserializer)? {
+        None => Ok(None),
+        Some(Raw::Flag(on)) => Ok(Some(on)),
+        Some(Raw::Mode(mode)) => network_mode(&mode).map(Some).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "docker_network '{mode}' is not one of none, bridge, true, false"
+            ))
+        }),
+    }
+}
+
+/// `none`/`bridge` and the boolean spellings; `None` for anything else.
+fn network_mode(mode: &str) -> Option<bool> {
+    match mode.trim().to_ascii_lowercase().as_str() {
+        "none" | "false" | "0" | "no" | "off" => Some(false),
+        "bridge" | "default" | "true" | "1" | "yes" | "on" => Some(true),
+        _ => None,
+    }
+}
+
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default)]
 pub struct TlsSection {
@@ -190,6 +221,11 @@ pub struct TerminalSection {
     pub container_memory: u64,
     /// Keep a task's container files across releases (`TERMINAL_CONTAINER_PERSISTENT`).
     pub container_persistent: bool,
+    /// Confinement of local environments without containers: `none`,
+    /// `workspace` (own PID and mount namespace, writes only in the
+    /// workspace and temp dir) or `strict` (and no network)
+    /// (`TERMINAL_LOCAL_ISOLATION`, `worker --local-isolation`).
+    pub local_isolation: String,
     /// Seconds a remote or container environment outlives its worker's last
     /// lease renewal before sweeps remove it (`TERMINAL_SANDBOX_LEASE_SECONDS`).
     pub sandbox_lease_seconds: u64,
@@ -203,7 +239,9 @@ pub struct TerminalSection {
     pub container_disk: Option<u64>,
     /// Process limit per container (default 256).
     pub container_pids: Option<i64>,
-    /// Network access (default true; false = `--network=none`).
+    /// Network access: `bridge`/true (default) or `none`/false
+    /// (Docker's network mode none: only a loopback).
+    #[serde(deserialize_with = "docker_network")]
     pub docker_network: Option<bool>,
     /// Bind mounts `host:container[:opts]` (worker-side only).
     pub docker_volumes: Vec<String>,
@@ -257,6 +295,7 @@ impl Default for TerminalSection {
             container_memory: 5120,
             container_persistent: true,
             sandbox_lease_seconds: 600,
+            local_isolation: "none".to_owned(),
             docker_image: None,
             container_disk: None,
             container_pids: None,
@@ -508,6 +547,9 @@ impl Config {
         if let Some(v) = var("TERMINAL_CWD") {
             self.terminal.cwd = Some(v);
         }
+        if let Some(v) = var("TERMINAL_LOCAL_ISOLATION") {
+            self.terminal.local_isolation = v;
+        }
         if let Some(v) = var("TERMINAL_LIFETIME_SECONDS").and_then(|v| v.parse().ok()) {
             self.terminal.lifetime_seconds = v;
         }
@@ -561,10 +603,12 @@ impl Config {
             t.container_disk = Some(v);
         }
         if let Some(v) = var("TERMINAL_DOCKER_NETWORK") {
-            t.docker_network = Some(matches!(
-                v.to_ascii_lowercase().as_str(),
-                "1" | "true" | "yes" | "on"
-            ));
+            match network_mode(&v) {
+                Some(on) => t.docker_network = Some(on),
+                None => tracing::warn!(
+                    "TERMINAL_DOCKER_NETWORK '{v}' is not one of none, bridge, true, false; ignored"
+                ),
+            }
         }
         if let Some(v) = var("TERMINAL_DOCKER_VOLUMES").and_then(|v| serde_json::from_str(&v).ok())
         {

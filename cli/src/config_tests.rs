@@ -154,3 +154,39 @@ fn the_audit_log_is_on_by_default_and_its_rotation_is_configurable() {
     let err = parse("audit:\n  max_byte: 10\n").unwrap_err().to_string();
     assert!(err.contains("max_byte"), "{err}");
 }
+
+#[test]
+fn docker_network_takes_docker_modes_and_booleans() {
+    for (value, network) in [
+        ("none", false),
+        ("false", false),
+        ("bridge", true),
+        ("true", true),
+    ] {
+        let config = parse(&format!("terminal:\n  docker_network: {value}\n")).unwrap();
+        assert_eq!(config.terminal.docker_network, Some(network), "{value}");
+        assert_eq!(
+            config.terminal.docker_settings().network,
+            network,
+            "{value}"
+        );
+    }
+    let err = parse("terminal:\n  docker_network: host\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("docker_network 'host' is not one of none, bridge"),
+        "{err}"
+    );
+    assert_eq!(
+        parse("terminal: {}\n").unwrap().terminal.docker_network,
+        None
+    );
+}
+
+#[test]
+fn local_isolation_defaults_to_none() {
+    let config = parse("terminal:\n  local_isolation: strict\n").unwrap();
+    assert_eq!(config.terminal.local_isolation, "strict");
+    assert_eq!(Config::default().terminal.local_isolation, "none");
+}

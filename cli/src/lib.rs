@@ -35,6 +35,7 @@ use caduceus_coordinator::gate::{CommandGate, Gate};
 use caduceus_coordinator::scheduler::Liveness;
 use caduceus_coordinator::server::TlsFiles;
 use caduceus_coordinator::{Coordinator, CoordinatorConfig};
+use caduceus_worker::backends::isolation::{Confinement, LocalIsolation};
 use caduceus_worker::link::LinkOptions;
 use caduceus_worker::tools::ToolSettings;
 use caduceus_worker::{Worker, WorkerConfig};
@@ -174,6 +175,10 @@ struct WorkerArgs {
     /// commands can read the worker's environment and memory.
     #[arg(long)]
     allow_root_sandbox: bool,
+    /// Confinement of local environments: none, workspace or strict
+    /// (default: `terminal.local_isolation`).
+    #[arg(long)]
+    local_isolation: Option<String>,
     /// On SIGTERM or SIGINT: seconds running calls get to finish before they
     /// are cancelled (a second signal does not cut it short).
     #[arg(long, value_name = "SECONDS", default_value_t = 10.0, value_parser = grace_seconds)]
@@ -497,7 +502,7 @@ pub(crate) fn worker_config(
     config: &Config,
     name: String,
     backends: Vec<String>,
-    labels: HashMap<String, String>,
+    mut labels: HashMap<String, String>,
     capacity: Option<u32>,
 ) -> Result<WorkerConfig> {
     let mut backend_options = backend_options(config);
@@ -515,6 +520,25 @@ pub(crate) fn worker_config(
             ),
             None => {}
         }
+        let mode: LocalIsolation = config.terminal.local_isolation.parse()?;
+        // Probed here, once: a worker configured to confine never runs its
+        // environments unconfined.
+        if mode != LocalIsolation::None && backend_options.local_user.is_none() {
+            // Root inside the namespaces could remount them writable again,
+            // and a worker that is not root cannot make them.
+            bail!(
+                "terminal.local_isolation {} needs a root worker whose local sandboxes run as an unprivileged user (--run-as, without --allow-root-sandbox)",
+                mode.as_str()
+            );
+        }
+        backend_options.local_confinement = Confinement::probe(mode)?;
+        // Reported in `status` (and usable for placement) as labels.
+        let (mode, mechanism) = match &backend_options.local_confinement {
+            Some(c) => (c.mode.as_str(), c.mechanism()),
+            None => ("none", "none"),
+        };
+        labels.insert("local_isolation".to_owned(), mode.to_owned());
+        labels.insert("local_isolation_mechanism".to_owned(), mechanism.to_owned());
     }
     // A sandbox user starts in its own home unless a cwd is configured.
     let local_cwd = config
@@ -645,6 +669,7 @@ fn backend_options(config: &Config) -> caduceus_worker::backends::BackendOptions
             Vec::new()
         }),
         local_user: None,
+        local_confinement: None,
         worker: String::new(),
         worker_instance: String::new(),
     }
@@ -656,6 +681,9 @@ async fn worker(args: WorkerArgs, config: &Config) -> Result<()> {
         config.worker.run_as = args.run_as.clone();
     }
     config.worker.allow_root_sandbox |= args.allow_root_sandbox;
+    if let Some(mode) = &args.local_isolation {
+        config.terminal.local_isolation = mode.clone();
+    }
     let config = &config;
     let url = args
         .coordinator

@@ -6,6 +6,10 @@
 //! environment and memory through `/proc` whatever the worker does. Such a
 //! sandbox's file tools then go through its shell too ([`ShellFs`]), so they
 //! see exactly what its commands see, with the same user's rights.
+//!
+//! With `terminal.local_isolation` a sandbox's processes also run inside its
+//! own namespaces ([`Confinement`], `isolation.rs`); its pids are then those
+//! of its PID namespace, and it is signalled from inside.
 
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
@@ -19,9 +23,13 @@ use nix::unistd::Pid;
 use tokio::net::unix::pipe;
 use tokio::process::{Child, Command};
 
+use super::isolation::{Confinement, Namespaces};
 use super::ledger::HostLedger;
 use crate::backends::shell_fs::ShellFs;
-use crate::sandbox::{ProcessHandle, Sandbox, SandboxError, SpawnSpec, SpawnedProcess, StopSignal};
+use crate::sandbox::{
+    ProcessHandle, SIGNAL_TREE_SCRIPT, SYSTEM_PATH, Sandbox, SandboxError, SpawnSpec,
+    SpawnedProcess, StopSignal,
+};
 
 /// The account local sandbox commands run as, instead of the worker's own.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,6 +51,10 @@ pub struct LocalSandbox {
     /// The worker's ledger: its processes carry the tag, its private
     /// directories are listed (see `ledger.rs`).
     ledger: Option<Arc<HostLedger>>,
+    /// `terminal.local_isolation` other than none: the environment's
+    /// namespaces, made with its first process (see `isolation.rs`).
+    confinement: Option<Confinement>,
+    namespaces: tokio::sync::OnceCell<Namespaces>,
 }
 
 impl std::fmt::Debug for LocalSandbox {
@@ -65,24 +77,51 @@ impl LocalSandbox {
             user: None,
             files: Arc::new(LocalFs::new()),
             ledger: None,
+            confinement: None,
+            namespaces: tokio::sync::OnceCell::new(),
         }
     }
 
-    /// A sandbox whose commands and file tools run as `user`.
+    /// A sandbox whose commands and file tools run as `user` (the worker's
+    /// own when `None`) and, with a `confinement`, inside its namespaces.
+    /// The file tools of either go through the shell, so they see and may
+    /// write exactly what its commands may.
     pub fn for_user(
         id: String,
         cwd: String,
-        user: SandboxUser,
+        user: Option<SandboxUser>,
+        confinement: Option<Confinement>,
         ledger: Option<Arc<HostLedger>>,
     ) -> Arc<Self> {
         Arc::new_cyclic(|me: &Weak<LocalSandbox>| {
             let me: Weak<dyn Sandbox> = me.clone();
             let mut sandbox = LocalSandbox::new(id, cwd).with_ledger(ledger);
-            sandbox.home = user.home.clone();
-            sandbox.files = Arc::new(ShellFs::new(me));
-            sandbox.user = Some(user);
+            if user.is_some() || confinement.is_some() {
+                sandbox.files = Arc::new(ShellFs::new(me));
+            }
+            if let Some(user) = &user {
+                sandbox.home = user.home.clone();
+            }
+            sandbox.user = user;
+            sandbox.confinement = confinement;
             sandbox
         })
+    }
+
+    /// The environment's namespaces, made on first use; `None` unconfined.
+    async fn namespaces(&self) -> Result<Option<&Namespaces>, SandboxError> {
+        let Some(confinement) = &self.confinement else {
+            return Ok(None);
+        };
+        let writable = [self.cwd.clone(), self.temp.clone()];
+        // The init carries the ledger's tag: sweeps of a dead worker end it.
+        let tag: Vec<(String, String)> =
+            self.ledger.as_ref().map(|l| l.tag()).into_iter().collect();
+        self.namespaces
+            .get_or_try_init(|| confinement.start(&writable, tag))
+            .await
+            .map(Some)
+            .map_err(|e| SandboxError::Other(e.to_string()))
     }
 
     pub fn with_ledger(mut self, ledger: Option<Arc<HostLedger>>) -> Self {
@@ -124,23 +163,37 @@ impl Sandbox for LocalSandbox {
         // stdout and stderr share one pipe so their order is kept.
         let (reader, writer) = std::io::pipe().map_err(|e| fail(format!("pipe: {e}")))?;
         let writer_err = writer.try_clone().map_err(|e| fail(format!("pipe: {e}")))?;
-        let mut command = Command::new(&spec.program);
+        let cwd = spec.cwd.as_deref().unwrap_or(&self.cwd);
+        let namespaces = self.namespaces().await?;
+        let mut command = match namespaces {
+            // nsenter enters as root and then becomes the sandbox user.
+            Some(ns) => ns.command(
+                &spec.program,
+                &spec.args,
+                cwd,
+                self.user.as_ref().map(|u| (u.uid, u.gid)),
+            ),
+            None => {
+                let mut command = Command::new(&spec.program);
+                command.args(&spec.args);
+                if let Some(user) = &self.user {
+                    // std drops the supplementary groups too (setgroups(0)
+                    // before setuid), so no group of the worker's account is kept.
+                    command.uid(user.uid).gid(user.gid);
+                }
+                command
+            }
+        };
         command
-            .args(&spec.args)
             .env_clear()
             .envs(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             // Last, so that a tag inherited from an outer worker is replaced.
             .envs(self.ledger.as_ref().map(|l| l.tag()))
-            .current_dir(spec.cwd.as_deref().unwrap_or(&self.cwd))
+            .current_dir(if namespaces.is_some() { "/" } else { cwd })
             .stdin(Stdio::piped())
             .stdout(Stdio::from(writer))
             .stderr(Stdio::from(writer_err))
             .kill_on_drop(true);
-        if let Some(user) = &self.user {
-            // std drops the supplementary groups too (setgroups(0) before
-            // setuid), so no group of the worker's account is kept.
-            command.uid(user.uid).gid(user.gid);
-        }
         detach_from_terminal(&mut command);
         let mut child = command.spawn().map_err(|e| fail(e.to_string()))?;
         // Our copies of the pipe's write end go with the Command: without this
@@ -167,11 +220,35 @@ impl Sandbox for LocalSandbox {
         signal: StopSignal,
         include_root: bool,
     ) -> Result<(), SandboxError> {
+        if self.confinement.is_some() {
+            // The pid is one of the environment's namespace.
+            return self
+                .run_inside(
+                    "bash",
+                    vec![
+                        "-c".to_owned(),
+                        SIGNAL_TREE_SCRIPT.to_owned(),
+                        "signal-tree".to_owned(),
+                        pid.to_string(),
+                        signal.number().to_string(),
+                        u8::from(include_root).to_string(),
+                    ],
+                )
+                .await;
+        }
         signal_local_tree(pid, signal, include_root);
         Ok(())
     }
 
     async fn signal_process(&self, pid: u32, signal: StopSignal) -> Result<(), SandboxError> {
+        if self.confinement.is_some() {
+            return self
+                .run_inside(
+                    "kill",
+                    vec![format!("-{}", signal.number()), pid.to_string()],
+                )
+                .await;
+        }
         if let Ok(pid) = i32::try_from(pid) {
             let _ = kill(Pid::from_raw(pid), nix_signal(signal));
         }
@@ -218,10 +295,36 @@ impl Sandbox for LocalSandbox {
     }
 
     async fn alive(&self) -> bool {
-        true
+        !self.vanished()
+    }
+
+    /// A confined environment whose init died (killed from outside, OOM)
+    /// can run nothing more: the worker makes a fresh one.
+    fn vanished(&self) -> bool {
+        self.namespaces.get().is_some_and(|ns| !ns.alive())
     }
 
     async fn destroy(&self) -> Result<(), SandboxError> {
+        if let Some(ns) = self.namespaces.get() {
+            ns.kill();
+        }
+        Ok(())
+    }
+}
+
+impl LocalSandbox {
+    /// Runs one helper inside a confined environment and waits for it.
+    async fn run_inside(&self, program: &str, args: Vec<String>) -> Result<(), SandboxError> {
+        let spec = SpawnSpec {
+            program: program.to_owned(),
+            args,
+            cwd: None,
+            env: vec![("PATH".to_owned(), SYSTEM_PATH.to_owned())],
+        };
+        let mut process = self.spawn(spec).await?;
+        drop(process.stdin);
+        let _ =
+            tokio::time::timeout(std::time::Duration::from_secs(10), process.handle.wait()).await;
         Ok(())
     }
 }

@@ -5,6 +5,7 @@
 //! [`pool`] (warm pools). See `README.md`.
 
 pub mod docker;
+pub mod isolation;
 pub mod lease;
 pub mod ledger;
 pub mod local;
@@ -86,6 +87,8 @@ pub struct BackendOptions {
     pub warm_pools: Vec<pool::PoolSpec>,
     /// The account local sandboxes run as; `None`: the worker's own.
     pub local_user: Option<local::SandboxUser>,
+    /// `terminal.local_isolation`, probed: `None` unconfined.
+    pub local_confinement: Option<isolation::Confinement>,
     /// This worker's name and process instance id (pool entries' labels);
     /// `Worker::new` fills them in.
     pub worker: String,
@@ -96,6 +99,7 @@ pub struct BackendOptions {
 pub struct LocalProvider {
     cwd: String,
     user: Option<local::SandboxUser>,
+    confinement: Option<isolation::Confinement>,
     /// This worker's ledger on the host (absent in tests without a worker).
     ledger: Option<Arc<ledger::HostLedger>>,
 }
@@ -113,9 +117,17 @@ impl Provider for LocalProvider {
     async fn create(&self, request: &CreateRequest) -> Result<Arc<dyn Sandbox>, SandboxError> {
         let id = format!("local:{}", request.task_id);
         let ledger = self.ledger.clone();
-        Ok(match &self.user {
-            Some(user) => local::LocalSandbox::for_user(id, self.cwd.clone(), user.clone(), ledger),
-            None => Arc::new(local::LocalSandbox::new(id, self.cwd.clone()).with_ledger(ledger)),
+        Ok(match (&self.user, &self.confinement) {
+            (None, None) => {
+                Arc::new(local::LocalSandbox::new(id, self.cwd.clone()).with_ledger(ledger))
+            }
+            (user, confinement) => local::LocalSandbox::for_user(
+                id,
+                self.cwd.clone(),
+                user.clone(),
+                confinement.clone(),
+                ledger,
+            ),
         })
     }
 
@@ -186,6 +198,7 @@ impl Backends {
                 "local" => providers.push(Arc::new(LocalProvider {
                     cwd: local_cwd.to_owned(),
                     user: options.local_user.clone(),
+                    confinement: options.local_confinement.clone(),
                     ledger: ledger.clone(),
                 })),
                 "docker" => providers.push(Arc::new(docker::DockerProvider::new(
