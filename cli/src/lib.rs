@@ -532,13 +532,15 @@ pub(crate) fn worker_config(
             );
         }
         backend_options.local_confinement = Confinement::probe(mode)?;
-        // Reported in `status` (and usable for placement) as labels.
-        let (mode, mechanism) = match &backend_options.local_confinement {
-            Some(c) => (c.mode.as_str(), c.mechanism()),
-            None => ("none", "none"),
-        };
-        labels.insert("local_isolation".to_owned(), mode.to_owned());
-        labels.insert("local_isolation_mechanism".to_owned(), mechanism.to_owned());
+        // A confined worker says so in `status` (and for placement) with two
+        // labels; an unconfined one leaves the operator's labels alone.
+        if let Some(c) = &backend_options.local_confinement {
+            labels.insert("local_isolation".to_owned(), c.mode.as_str().to_owned());
+            labels.insert(
+                "local_isolation_mechanism".to_owned(),
+                c.mechanism().to_owned(),
+            );
+        }
     }
     // A sandbox user starts in its own home unless a cwd is configured.
     let local_cwd = config
