@@ -230,7 +230,14 @@ async fn repeated_aborts_leak_no_descriptors() {
         assert_eq!(out.exit_code, 124);
         assert!(!out.output.contains("never"));
     }
-    assert_eq!(run(&sh, count).await.output, before);
+    // A leak is more descriptors than before; fewer is fine (a descriptor of the
+    // shell's start-up can still be open at the first count).
+    let count_of = |text: &str| text.trim().parse::<usize>().unwrap();
+    let after = run(&sh, count).await.output;
+    assert!(
+        count_of(&after) <= count_of(&before),
+        "descriptors before the aborts: {before}, after: {after}"
+    );
     sh.close().await;
 }
 
