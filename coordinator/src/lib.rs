@@ -153,6 +153,9 @@ impl Coordinator {
             initial.register(memory::registry_entry(memory.clone())?, false)?;
             config.agent.memory = Some(memory);
         }
+        if let Some(db) = &config.agent.state_db {
+            initial.register(agent::search::registry_entry(db.clone())?, false)?;
+        }
         let (registry, _) = RegistryHandle::start(initial).await?;
         let (notices, notices_rx) = mpsc::unbounded_channel();
         let (scheduler, _) = SchedulerHandle::start(

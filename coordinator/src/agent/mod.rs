@@ -23,6 +23,7 @@ pub mod messages;
 pub mod notices;
 pub mod planner;
 mod resume;
+pub mod search;
 mod session;
 pub mod store;
 pub mod todo;
