@@ -34,6 +34,9 @@ pub enum ApprovalsCommand {
         /// to command_allowlist in the coordinator's configuration file.
         #[arg(long, default_value = "once", value_parser = ["once", "session", "always"])]
         scope: String,
+        /// Print `{"id", "accepted", "scope", "message"}`.
+        #[arg(long)]
+        json: bool,
         #[command(flatten)]
         remote: RemoteArgs,
     },
@@ -44,6 +47,9 @@ pub enum ApprovalsCommand {
         /// Why, relayed to the model.
         #[arg(long)]
         reason: Option<String>,
+        /// Print `{"id", "accepted", "scope", "message"}`.
+        #[arg(long)]
+        json: bool,
         #[command(flatten)]
         remote: RemoteArgs,
     },
@@ -111,10 +117,18 @@ pub async fn run(command: ApprovalsCommand, config: &Config) -> Result<()> {
             }
             Ok(())
         }
-        ApprovalsCommand::Approve { id, scope, remote } => {
-            answer(&remote, config, id, true, scope, String::new()).await
-        }
-        ApprovalsCommand::Deny { id, reason, remote } => {
+        ApprovalsCommand::Approve {
+            id,
+            scope,
+            json,
+            remote,
+        } => answer(&remote, config, id, true, scope, String::new(), json).await,
+        ApprovalsCommand::Deny {
+            id,
+            reason,
+            json,
+            remote,
+        } => {
             answer(
                 &remote,
                 config,
@@ -122,6 +136,7 @@ pub async fn run(command: ApprovalsCommand, config: &Config) -> Result<()> {
                 false,
                 String::new(),
                 reason.unwrap_or_default(),
+                json,
             )
             .await
         }
@@ -135,11 +150,12 @@ async fn answer(
     approve: bool,
     scope: String,
     reason: String,
+    json: bool,
 ) -> Result<()> {
     let mut client = client(remote, config).await?;
     let response = client
         .answer_approval(AnswerApprovalRequest {
-            id,
+            id: id.clone(),
             approve,
             scope,
             reason,
@@ -149,6 +165,14 @@ async fn answer(
         .into_inner();
     if !response.accepted {
         bail!("{}", response.message);
+    }
+    if json {
+        return out(&serde_json::to_string_pretty(&json!({
+            "id": id,
+            "accepted": true,
+            "scope": (!response.scope.is_empty()).then_some(&response.scope),
+            "message": response.message,
+        }))?);
     }
     out(&response.message)
 }

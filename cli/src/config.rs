@@ -38,6 +38,8 @@ pub struct Config {
     pub approvals: ApprovalsSection,
     /// The audit log (`enabled`, `max_bytes`, `keep`).
     pub audit: AuditSection,
+    /// Where new environments go (`labels`, `wait_seconds`, `backend_choice`).
+    pub placement: PlacementSection,
     /// Commands, globs and approval keys that run without approval; "always"
     /// approvals are appended here (hermes `command_allowlist`).
     #[serde(deserialize_with = "string_list")]
@@ -398,6 +400,50 @@ impl TerminalSection {
     }
 }
 
+/// `placement:` (read by the coordinator: `serve` and embedded fleets).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PlacementSection {
+    /// Labels every new environment needs unless its request names its own
+    /// (`caduceus call --labels`, a session's or delegated child's labels).
+    pub labels: BTreeMap<String, String>,
+    /// How long a call waits for a worker that offers the backend, carries
+    /// the labels and has room before it fails (30).
+    pub wait_seconds: f64,
+    /// Backends a model may pick per `terminal` call with its `backend`
+    /// argument (offered only while two or more of these and
+    /// `terminal.backend` are attached); empty = no choice.
+    #[serde(deserialize_with = "string_list")]
+    pub backend_choice: Vec<String>,
+}
+
+impl Default for PlacementSection {
+    fn default() -> Self {
+        PlacementSection {
+            labels: BTreeMap::new(),
+            wait_seconds: 30.0,
+            backend_choice: Vec::new(),
+        }
+    }
+}
+
+impl PlacementSection {
+    /// The scheduler's settings; refuses a wait that is not a number of
+    /// seconds between 0 and a day.
+    pub fn config(&self) -> Result<caduceus_coordinator::scheduler::PlacementConfig> {
+        let wait = self.wait_seconds;
+        if !(wait.is_finite() && (0.0..=86_400.0).contains(&wait)) {
+            anyhow::bail!(
+                "placement.wait_seconds must be a number of seconds between 0 and 86400, not {wait}"
+            );
+        }
+        Ok(caduceus_coordinator::scheduler::PlacementConfig {
+            labels: self.labels.clone(),
+            wait: Duration::from_secs_f64(wait),
+        })
+    }
+}
+
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default)]
 pub struct WorkerSection {
@@ -405,6 +451,8 @@ pub struct WorkerSection {
     pub backends: Option<Vec<String>>,
     pub labels: HashMap<String, String>,
     pub capacity: Option<u32>,
+    /// Environments this worker holds at most (`--max-envs`).
+    pub max_envs: Option<u32>,
     /// The account local sandboxes of a root worker run as (default
     /// `nobody`; `CADUCEUS_RUN_AS`).
     pub run_as: Option<String>,

@@ -1,5 +1,8 @@
 //! `caduceus` — one binary: `serve`, `worker`, `call`, `tools`, `status`,
-//! `run`, `sessions`, `approvals`, `tokens`, `audit tail`, `guard check`. Results go to stdout; logs go to stderr. The command logic
+//! `run`, `sessions`, `approvals`, `tokens`, `workers`, `audit tail`,
+//! `guard check`. Results go to stdout; logs go to stderr. Every client
+//! command takes `--json`: its result as one JSON document on stdout, and a
+//! failure as `{"error": "..."}` there (exit status 1). The command logic
 //! lives in this library so that the integration tests can build the same
 //! program under another name (see `tests/README.md`).
 
@@ -16,8 +19,9 @@ pub mod token;
 mod approvals;
 mod audit;
 mod tokens;
+mod workers;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -94,6 +98,11 @@ enum Command {
         #[command(subcommand)]
         command: tokens::TokensCommand,
     },
+    /// The workers of a running coordinator: list, cordon, uncordon, drain.
+    Workers {
+        #[command(subcommand)]
+        command: workers::WorkersCommand,
+    },
     /// The audit log of this host's coordinator: tool calls, approvals, token use.
     Audit {
         #[command(subcommand)]
@@ -158,6 +167,10 @@ struct WorkerArgs {
     /// Calls run at once before the scheduler prefers other workers.
     #[arg(long)]
     capacity: Option<u32>,
+    /// Environments (tasks) this worker holds at most; a full worker gets
+    /// no new task (default: 16 per core, `worker.max_envs`).
+    #[arg(long, value_name = "N")]
+    max_envs: Option<u32>,
     /// CA certificate (PEM) to trust for an https coordinator.
     #[arg(long)]
     tls_ca: Option<PathBuf>,
@@ -216,6 +229,15 @@ struct CallArgs {
     /// Task id: calls of one task share one environment.
     #[arg(long, default_value = "default")]
     task: String,
+    /// Placement labels the task's environment needs, comma-separated
+    /// key=value pairs: it goes only to a worker carrying all of them
+    /// (default: `placement.labels`).
+    #[arg(long, value_delimiter = ',')]
+    labels: Vec<String>,
+    /// Print `{"result": …, "worker": …, "status": …}` instead of the
+    /// result text alone.
+    #[arg(long)]
+    json: bool,
     #[command(flatten)]
     client: ClientArgs,
 }
@@ -249,6 +271,9 @@ enum GuardCommand {
     Check {
         /// The command (quote it as one argument).
         command: String,
+        /// Accepted for symmetry: the verdict is always JSON.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -299,13 +324,51 @@ pub fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
+    let json = wants_json(&matches);
     match runtime.block_on(run(cli)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(err) => {
+            if json {
+                // The same shape for every command's failure under --json.
+                let _ = out(&json!({"error": format!("{err:#}")}).to_string());
+            }
             eprintln!("error: {err:#}");
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// Whether the (sub)command given was asked for `--json`.
+fn wants_json(matches: &clap::ArgMatches) -> bool {
+    let mut current = matches;
+    loop {
+        if current
+            .try_get_one::<bool>("json")
+            .ok()
+            .flatten()
+            .copied()
+            .unwrap_or(false)
+        {
+            return true;
+        }
+        match current.subcommand() {
+            Some((_, sub)) => current = sub,
+            None => return false,
+        }
+    }
+}
+
+/// `k=v` pairs (`--labels`), trimmed; later pairs win.
+pub(crate) fn parse_labels(pairs: &[String]) -> Result<BTreeMap<String, String>> {
+    let mut labels = BTreeMap::new();
+    for pair in pairs.iter().filter(|p| !p.trim().is_empty()) {
+        let (k, v) = pair
+            .split_once('=')
+            .filter(|(k, _)| !k.trim().is_empty())
+            .ok_or_else(|| anyhow!("label '{pair}' is not key=value"))?;
+        labels.insert(k.trim().to_owned(), v.trim().to_owned());
+    }
+    Ok(labels)
 }
 
 fn init_logging(default: &str) {
@@ -329,7 +392,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Status(args) => status(args, &config).await,
         Command::Run(args) => run::run(args, &config).await,
         Command::Guard {
-            command: GuardCommand::Check { command },
+            command: GuardCommand::Check { command, json: _ },
         } => {
             let verdict = caduceus_guard::check_command(&command);
             out(&verdict.to_json().to_string())
@@ -337,6 +400,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Approvals { command } => approvals::run(command, &config).await,
         Command::Sessions { command } => sessions::run(command),
         Command::Tokens { command } => tokens::run(command, &config).await,
+        Command::Workers { command } => workers::run(command, &config).await,
         Command::Audit { command } => audit::run(command).await,
     }
 }
@@ -485,6 +549,8 @@ pub(crate) fn coordinator_config(config: &Config, token: String) -> Result<Coord
         .transpose()?;
     Ok(CoordinatorConfig {
         audit,
+        placement: config.placement.config()?,
+        backend_choice: config.placement.backend_choice.clone(),
         token,
         terminal_backend: config.terminal.backend.clone(),
         terminal_timeout_secs: config.terminal.timeout,
@@ -505,6 +571,7 @@ pub(crate) fn worker_config(
     backends: Vec<String>,
     mut labels: HashMap<String, String>,
     capacity: Option<u32>,
+    max_environments: Option<u32>,
 ) -> Result<WorkerConfig> {
     let mut backend_options = backend_options(config);
     if backends.iter().any(|b| b == "local") {
@@ -574,6 +641,11 @@ pub(crate) fn worker_config(
                 .map(|n| n.get() as u32 * 8)
                 .unwrap_or(16)
         }),
+        max_environments: max_environments.unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map(|n| n.get() as u32 * ENVIRONMENTS_PER_CORE)
+                .unwrap_or(ENVIRONMENTS_PER_CORE)
+        }),
         local_cwd,
         backend_options,
         tools: ToolSettings {
@@ -599,6 +671,10 @@ pub(crate) fn worker_config(
         backend_probe_interval: Duration::from_secs(config.terminal.backend_probe_seconds.max(1)),
     })
 }
+
+/// A worker's default `--max-envs` per core: an idle environment is a shell
+/// (or a container) waiting for its next command, so a core carries many.
+const ENVIRONMENTS_PER_CORE: u32 = 16;
 
 /// hermes' `_resolve_shell_init_files`: the explicit list, else the rc files
 /// when `auto_source_bashrc` is on.
@@ -705,12 +781,7 @@ async fn worker(args: WorkerArgs, config: &Config) -> Result<()> {
         .or_else(|| config.worker.backends.clone())
         .unwrap_or_else(|| vec!["local".to_owned()]);
     let mut labels = config.worker.labels.clone();
-    for pair in &args.labels {
-        let (k, v) = pair
-            .split_once('=')
-            .ok_or_else(|| anyhow!("label '{pair}' is not key=value"))?;
-        labels.insert(k.trim().to_owned(), v.trim().to_owned());
-    }
+    labels.extend(parse_labels(&args.labels)?);
     config.terminal.warm_pools()?;
     let worker = Worker::new(worker_config(
         config,
@@ -718,6 +789,7 @@ async fn worker(args: WorkerArgs, config: &Config) -> Result<()> {
         backends,
         labels,
         args.capacity.or(config.worker.capacity),
+        args.max_envs.or(config.worker.max_envs),
     )?);
     // Installed before anything else can take time: from here on SIGTERM
     // and SIGINT mean a graceful stop, never the default instant exit.
@@ -750,6 +822,7 @@ async fn worker(args: WorkerArgs, config: &Config) -> Result<()> {
         identity: args.tls_cert.zip(args.tls_key),
         connect_timeout: Duration::from_secs(10),
     };
+    // Returns on a signal, or when the coordinator drained this worker.
     let outcome = caduceus_worker::link::run_grpc(worker.clone(), options, shutdown).await;
     worker.shutdown().await;
     tracing::info!("worker stopped; every environment ended");
@@ -781,9 +854,10 @@ async fn call(args: CallArgs, config: &Config) -> Result<()> {
     // Registered before the call starts, so no Ctrl-C goes unseen.
     let mut interrupts = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
         .context("cannot watch for Ctrl-C")?;
+    let labels = parse_labels(&args.labels)?;
     let mut target = Target::open(&remote, config, gate(config), 1).await?;
     let reply = tokio::select! {
-        reply = target.call(&args.tool, &args.arguments, &args.task) => Some(reply),
+        reply = target.call(&args.tool, &args.arguments, &args.task, labels) => Some(reply),
         _ = interrupts.recv() => None,
     };
     let Some(reply) = reply else {
@@ -814,6 +888,7 @@ async fn call(args: CallArgs, config: &Config) -> Result<()> {
     };
     target.close().await;
     match reply {
+        Ok(reply) if args.json => out(&reply.to_json().to_string()),
         Ok(reply) => out(&reply.result),
         Err(err) => match err.downcast_ref::<target::ConnectionLost>() {
             Some(lost) => out(&caduceus_common::result::tool_error(format!(
@@ -857,34 +932,7 @@ async fn status(args: StatusArgs, config: &Config) -> Result<()> {
     let status = target.status().await;
     target.close().await;
     let status = status?;
-    let workers: Vec<Value> = status
-        .workers
-        .iter()
-        .map(|w| {
-            json!({
-                "id": w.worker_id,
-                "name": w.name,
-                "version": w.version,
-                "state": w.state,
-                "backends": w.backends,
-                "labels": w.labels,
-                "capacity": w.capacity,
-                "running_calls": w.running_calls,
-                "peer": w.peer,
-                "attached_seconds": w.attached_ms / 1000,
-                "last_heartbeat_ms": w.last_heartbeat_ms,
-                "environments": w.environments.iter().map(|e| json!({
-                    "task_id": e.task_id,
-                    "backend": e.backend,
-                    "sandbox": e.sandbox_id,
-                    "cwd": e.cwd,
-                    "running_calls": e.running_calls,
-                    "background_processes": e.background_processes,
-                    "idle_seconds": e.idle_ms / 1000,
-                })).collect::<Vec<_>>(),
-            })
-        })
-        .collect();
+    let workers: Vec<Value> = status.workers.iter().map(worker_json).collect();
     if args.json {
         return out(&serde_json::to_string_pretty(&json!({
             "coordinator": status.coordinator_id,
@@ -907,18 +955,7 @@ async fn status(args: StatusArgs, config: &Config) -> Result<()> {
         return out("no workers attached");
     }
     for w in &status.workers {
-        let mut labels: Vec<String> = w.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        labels.sort();
-        out(&format!(
-            "{:<16} {:<9} backends={:<14} load={}/{} envs={} labels={}",
-            w.name,
-            w.state,
-            w.backends.join(","),
-            w.running_calls,
-            w.capacity,
-            w.environments.len(),
-            labels.join(",")
-        ))?;
+        out(&worker_line(w))?;
         for e in &w.environments {
             out(&format!(
                 "    task {:<20} {} cwd={} idle={}s",
@@ -930,6 +967,56 @@ async fn status(args: StatusArgs, config: &Config) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// One worker as `status --json` and `workers … --json` print it.
+pub(crate) fn worker_json(w: &caduceus_proto::WorkerStatus) -> Value {
+    json!({
+        "id": w.worker_id,
+        "name": w.name,
+        "version": w.version,
+        "state": w.state,
+        "backends": w.backends,
+        "labels": w.labels,
+        "capacity": w.capacity,
+        "running_calls": w.running_calls,
+        "max_environments": w.max_environments,
+        "placed_environments": w.placed_environments,
+        "peer": w.peer,
+        "attached_seconds": w.attached_ms / 1000,
+        "last_heartbeat_ms": w.last_heartbeat_ms,
+        "environments": w.environments.iter().map(|e| json!({
+            "task_id": e.task_id,
+            "backend": e.backend,
+            "sandbox": e.sandbox_id,
+            "cwd": e.cwd,
+            "running_calls": e.running_calls,
+            "background_processes": e.background_processes,
+            "idle_seconds": e.idle_ms / 1000,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// One worker as `status` and `workers list` print it.
+pub(crate) fn worker_line(w: &caduceus_proto::WorkerStatus) -> String {
+    let mut labels: Vec<String> = w.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    labels.sort();
+    let max = if w.max_environments == 0 {
+        "-".to_owned()
+    } else {
+        w.max_environments.to_string()
+    };
+    format!(
+        "{:<16} {:<9} backends={:<14} load={}/{} envs={}/{} labels={}",
+        w.name,
+        w.state,
+        w.backends.join(","),
+        w.running_calls,
+        w.capacity,
+        w.placed_environments,
+        max,
+        labels.join(",")
+    )
 }
 
 #[cfg(test)]

@@ -69,6 +69,10 @@ pub(crate) struct RunArgs {
     /// Run in this task's environment (kept afterwards); default: a fresh one.
     #[arg(long)]
     task: Option<String>,
+    /// Placement labels of the session's environment (and its children's),
+    /// comma-separated key=value pairs (default: `placement.labels`).
+    #[arg(long, value_delimiter = ',')]
+    labels: Vec<String>,
     /// Embedded local workers (without --coordinator).
     #[arg(long, default_value_t = 2)]
     workers: usize,
@@ -118,6 +122,7 @@ impl Target {
                         task_id: request.task_id,
                         interactive: request.interactive,
                         caller: None,
+                        labels: request.labels.into_iter().collect(),
                     })
                     .await?;
                 Ok(Events::Local(started.events))
@@ -237,6 +242,7 @@ pub(crate) async fn run(args: RunArgs, config: &Config) -> Result<()> {
         max_iterations: args.max_iterations.unwrap_or(0),
         task_id: args.task.unwrap_or_default(),
         interactive,
+        labels: crate::parse_labels(&args.labels)?.into_iter().collect(),
     };
     let outcome = match target.start_session(request).await {
         Ok(events) => follow(&mut target, events, args.json, interactive, true).await,

@@ -1,6 +1,7 @@
 //! Where client commands go: a remote coordinator over gRPC, or an embedded
 //! coordinator with an embedded local worker (one machine, no setup).
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -49,6 +50,20 @@ impl std::error::Error for ConnectionLost {}
 pub struct CallReply {
     pub result: String,
     pub worker: String,
+    pub status: caduceus_coordinator::call::CallStatus,
+}
+
+impl CallReply {
+    /// `caduceus call --json`: the result (parsed when it is JSON, as tool
+    /// results are), the worker that ran it and how it ended.
+    pub fn to_json(&self) -> Value {
+        serde_json::json!({
+            "result": serde_json::from_str::<Value>(&self.result)
+                .unwrap_or_else(|_| Value::String(self.result.clone())),
+            "worker": (!self.worker.is_empty()).then_some(&self.worker),
+            "status": self.status.as_str(),
+        })
+    }
 }
 
 pub enum Target {
@@ -119,7 +134,13 @@ impl Target {
         })
     }
 
-    pub async fn call(&mut self, tool: &str, arguments: &str, task_id: &str) -> Result<CallReply> {
+    pub async fn call(
+        &mut self,
+        tool: &str,
+        arguments: &str,
+        task_id: &str,
+        labels: BTreeMap<String, String>,
+    ) -> Result<CallReply> {
         match self {
             Target::Remote(client) => {
                 let response = client
@@ -128,11 +149,13 @@ impl Target {
                         arguments_json: arguments.to_owned(),
                         task_id: task_id.to_owned(),
                         session_id: String::new(),
+                        labels: labels.into_iter().collect(),
                     })
                     .await
                     .map_err(|s| call_error(&s))?
                     .into_inner();
                 Ok(CallReply {
+                    status: caduceus_proto::call_status(response.status),
                     result: response.result,
                     worker: response.worker,
                 })
@@ -146,10 +169,12 @@ impl Target {
                         task_id,
                         None,
                         None,
+                        labels,
                     )
                     .await;
                 Ok(CallReply {
                     result: outcome.render(),
+                    status: outcome.status,
                     worker: outcome.worker.unwrap_or_default(),
                 })
             }
@@ -237,6 +262,7 @@ impl Embedded {
             "local".to_owned(),
             backends,
             Default::default(),
+            None,
             None,
         )?;
         let mut started = Vec::new();

@@ -28,6 +28,9 @@ pub enum TokensCommand {
         /// Lifetime: a number with s, m, h or d (`90m`, `24h`, `7d`); default: until revoked.
         #[arg(long)]
         expires: Option<String>,
+        /// Print the token and its secret as one JSON object.
+        #[arg(long)]
+        json: bool,
         #[command(flatten)]
         remote: RemoteArgs,
     },
@@ -45,6 +48,9 @@ pub enum TokensCommand {
         /// The token id (`tok_…`) or name.
         #[arg(value_name = "ID_OR_NAME")]
         which: String,
+        /// Print `{"revoked": [...], "workers_disconnected": N}`.
+        #[arg(long)]
+        json: bool,
         #[command(flatten)]
         remote: RemoteArgs,
     },
@@ -66,6 +72,7 @@ pub async fn run(command: TokensCommand, config: &Config) -> Result<()> {
             role,
             name,
             expires,
+            json,
             remote,
         } => {
             let expires_in = expires.as_deref().map(parse_lifetime).transpose()?;
@@ -79,6 +86,11 @@ pub async fn run(command: TokensCommand, config: &Config) -> Result<()> {
                 .await
                 .map_err(|s| anyhow!("{}", s.message()))?
                 .into_inner();
+            if json {
+                let mut shown = created.token.as_ref().map(token_json).unwrap_or_default();
+                shown["secret"] = Value::String(created.secret);
+                return out(&serde_json::to_string_pretty(&shown)?);
+            }
             if let Some(info) = &created.token {
                 eprintln!(
                     "created {} token '{}' ({}), {}; it is shown only now",
@@ -129,13 +141,23 @@ pub async fn run(command: TokensCommand, config: &Config) -> Result<()> {
             }
             Ok(())
         }
-        TokensCommand::Revoke { which, remote } => {
+        TokensCommand::Revoke {
+            which,
+            json,
+            remote,
+        } => {
             let response = client(&remote, config)
                 .await?
                 .revoke_token(RevokeTokenRequest { token: which })
                 .await
                 .map_err(|s| anyhow!("{}", s.message()))?
                 .into_inner();
+            if json {
+                return out(&serde_json::to_string_pretty(&json!({
+                    "revoked": response.revoked.iter().map(token_json).collect::<Vec<_>>(),
+                    "workers_disconnected": response.workers_disconnected,
+                }))?);
+            }
             for t in &response.revoked {
                 out(&format!("revoked {} token '{}' ({})", t.role, t.name, t.id))?;
             }

@@ -65,6 +65,12 @@ pub struct CoordinatorConfig {
     /// `$CADUCEUS_HOME`: where the agent's state lives (`memories/`,
     /// `skills/`); `None`: the memory and skill tools are not offered.
     pub home: Option<std::path::PathBuf>,
+    /// Default placement labels and how long a call waits for a worker.
+    pub placement: scheduler::PlacementConfig,
+    /// Backends a model may pick per `terminal` call (its `backend`
+    /// argument, offered only while more than one of them is attached);
+    /// empty: no choice (`placement.backend_choice`).
+    pub backend_choice: Vec<String>,
 }
 
 impl Default for CoordinatorConfig {
@@ -81,6 +87,8 @@ impl Default for CoordinatorConfig {
             agent: AgentSettings::default(),
             audit: None,
             home: None,
+            placement: scheduler::PlacementConfig::default(),
+            backend_choice: Vec::new(),
         }
     }
 }
@@ -141,6 +149,7 @@ impl Coordinator {
             config.id = format!("coord-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
         }
         let mut initial = registry::builtin::builtin_registry(&config.terminal_backend)?;
+        initial.set_backend_choice(config.backend_choice.iter().cloned());
         // delegate_task describes the live delegation limits.
         if let Some(schema) = initial.get("delegate_task").map(|e| e.schema.clone()) {
             initial.register(
@@ -163,6 +172,7 @@ impl Coordinator {
             SchedulerConfig {
                 liveness: config.liveness,
                 notices: Some(notices),
+                placement: config.placement.clone(),
             },
         )
         .await?;
@@ -322,6 +332,8 @@ impl Coordinator {
     }
 
     /// One tool call through the whole pipeline, as a client makes it.
+    /// Non-empty `labels` become the task's placement labels (they decide
+    /// where its environment goes when it has none yet).
     pub async fn call_tool(
         &self,
         tool: &str,
@@ -329,12 +341,16 @@ impl Coordinator {
         task_id: &str,
         session_id: Option<String>,
         caller: Option<String>,
+        labels: std::collections::BTreeMap<String, String>,
     ) -> ToolResult {
         let task_id = if task_id.is_empty() {
             "default"
         } else {
             task_id
         };
+        if !labels.is_empty() {
+            self.scheduler.set_task_labels(task_id, labels);
+        }
         self.dispatcher
             .call(CallRequest {
                 tool: tool.to_owned(),
@@ -363,6 +379,24 @@ impl Coordinator {
             sessions: self.sessions.statuses(),
             registry_generation: self.registry.snapshot().generation(),
         }
+    }
+
+    /// Cordons (no new environments) or uncordons a worker by name.
+    pub async fn cordon_worker(
+        &self,
+        name: &str,
+        cordon: bool,
+    ) -> Result<caduceus_proto::WorkerStatus, scheduler::OperationError> {
+        self.scheduler.cordon(name, cordon).await
+    }
+
+    /// Drains a worker by name: no new environments, its running calls
+    /// finish, its environments end, and the worker process exits 0.
+    pub async fn drain_worker(
+        &self,
+        name: &str,
+    ) -> Result<caduceus_proto::WorkerStatus, scheduler::OperationError> {
+        self.scheduler.drain(name).await
     }
 
     pub async fn release_environment(&self, task_id: &str) -> bool {

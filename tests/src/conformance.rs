@@ -346,6 +346,7 @@ impl Control {
                 arguments_json: arguments.to_string(),
                 task_id: task.into(),
                 session_id: String::new(),
+                ..Default::default()
             })
             .await
             .unwrap_or_else(|e| panic!("call_tool failed: {e}"))

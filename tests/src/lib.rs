@@ -572,6 +572,7 @@ pub async fn tool_call(
             arguments_json: args.to_string(),
             task_id: task.into(),
             session_id: String::new(),
+            ..Default::default()
         })
         .await
         .unwrap()

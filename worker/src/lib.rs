@@ -44,6 +44,9 @@ pub struct WorkerConfig {
     pub backends: Vec<String>,
     /// Calls this worker runs at once before the scheduler prefers others.
     pub capacity: u32,
+    /// Environments this worker holds at most (`--max-envs`); the scheduler
+    /// places no new task on it when full. 0 = no limit.
+    pub max_environments: u32,
     /// Directory local environments start in.
     pub local_cwd: String,
     /// Settings of the Docker, SSH and Singularity backends, leases and
@@ -78,6 +81,7 @@ impl Default for WorkerConfig {
             labels: HashMap::new(),
             backends: vec!["local".to_owned()],
             capacity: 16,
+            max_environments: 0,
             local_cwd: std::env::current_dir()
                 .map(|p| p.display().to_string())
                 .unwrap_or_else(|_| "/".to_owned()),
@@ -252,6 +256,7 @@ impl Worker {
             labels: self.config.labels.clone(),
             backends: self.envs.backends().available(),
             capacity: self.config.capacity,
+            max_environments: self.config.max_environments,
             environments: self.envs.infos(),
             instance_id: self.instance_id.clone(),
         }

@@ -10,6 +10,7 @@
 //! finished: the parent's turn waits, the children run in parallel (each a
 //! child Session actor with its own environment, possibly on another worker).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -158,6 +159,10 @@ pub struct ChildTask {
     pub context: Option<String>,
     /// As requested; [`effective_role`] applies the depth and kill switch.
     pub role: Role,
+    /// Placement labels of its environment: the request's top-level
+    /// `labels` with the task's own over them (the parent's are added by
+    /// the loop).
+    pub labels: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -180,6 +185,7 @@ pub fn parse_request(
     max_children: usize,
 ) -> Result<DelegateRequest, ToolReply> {
     let top_role = Role::parse(args.get("role"));
+    let top_labels = parse_labels(args.get("labels"), "labels")?;
     let share_environment = args
         .get("share_environment")
         .and_then(Value::as_bool)
@@ -271,17 +277,62 @@ pub fn parse_request(
             Some(Value::String(r)) if !r.is_empty() => Role::parse(object.get("role")),
             _ => top_role,
         };
+        let mut labels = top_labels.clone();
+        labels.extend(parse_labels(
+            object.get("labels"),
+            &format!("Task {index}'s labels"),
+        )?);
         tasks.push(ChildTask {
             index,
             goal: goal.to_owned(),
             context,
             role,
+            labels,
         });
     }
     Ok(DelegateRequest {
         tasks,
         share_environment,
     })
+}
+
+/// Placement labels as a model writes them: an object of strings (numbers
+/// and booleans are taken as their text) or `"k=v,k2=v2"`.
+fn parse_labels(value: Option<&Value>, what: &str) -> Result<BTreeMap<String, String>, ToolReply> {
+    let invalid = || {
+        ToolReply::error(format!(
+            "{what} must be an object of strings such as {{\"gpu\": \"true\"}}."
+        ))
+    };
+    let mut labels = BTreeMap::new();
+    match value {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(map)) => {
+            for (key, value) in map {
+                let text = match value {
+                    Value::String(s) => s.clone(),
+                    Value::Number(n) => n.to_string(),
+                    Value::Bool(b) => b.to_string(),
+                    _ => return Err(invalid()),
+                };
+                if key.trim().is_empty() {
+                    return Err(invalid());
+                }
+                labels.insert(key.trim().to_owned(), text.trim().to_owned());
+            }
+        }
+        Some(Value::String(text)) => {
+            for pair in text.split(',').filter(|p| !p.trim().is_empty()) {
+                let (key, value) = pair.split_once('=').ok_or_else(invalid)?;
+                if key.trim().is_empty() {
+                    return Err(invalid());
+                }
+                labels.insert(key.trim().to_owned(), value.trim().to_owned());
+            }
+        }
+        Some(_) => return Err(invalid()),
+    }
+    Ok(labels)
 }
 
 /// The role a child really gets: orchestrator only while the kill switch and

@@ -32,7 +32,8 @@ fn a_single_goal_becomes_one_task_with_the_top_level_role() {
             index: 0,
             goal: "fix it".to_owned(),
             context: Some("repo at /r".to_owned()),
-            role: Role::Orchestrator
+            role: Role::Orchestrator,
+            labels: Default::default(),
         }]
     );
     assert!(!request.share_environment);
@@ -293,5 +294,31 @@ fn entries_serialize_with_hermes_fields_first() {
     assert!(
         text.ends_with(r#""total_duration_seconds": 1.23}"#),
         "{text}"
+    );
+}
+
+#[test]
+fn labels_come_from_the_request_and_each_task() {
+    let request = parse_request(
+        &args(json!({"labels": {"site": "hpc", "gpu": true}, "tasks": [{"goal": "a"}, {"goal": "b", "labels": "gpu=false,zone=2"}]})),
+        3,
+    )
+    .unwrap();
+    let pairs = |task: &ChildTask| {
+        task.labels
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(pairs(&request.tasks[0]), ["gpu=true", "site=hpc"]);
+    assert_eq!(
+        pairs(&request.tasks[1]),
+        ["gpu=false", "site=hpc", "zone=2"]
+    );
+    let refused = parse_request(&args(json!({"goal": "a", "labels": ["gpu"]})), 3).unwrap_err();
+    assert!(
+        refused.body.contains("labels must be an object of strings"),
+        "{}",
+        refused.body
     );
 }

@@ -65,6 +65,9 @@ pub struct StartRequest {
     pub interactive: bool,
     /// The client token's name (audit log); `None` for in-process starts.
     pub caller: Option<String>,
+    /// Placement labels of the session's environment (and of its children's,
+    /// under their own); empty = `placement.labels`.
+    pub labels: std::collections::BTreeMap<String, String>,
 }
 
 /// A started session: its id and its event stream (children included). The
@@ -319,6 +322,12 @@ impl SessionHub {
             "" => (true, format!("task-{}", &session_id[5..])),
             given => (false, given.to_owned()),
         };
+        if !request.labels.is_empty() {
+            self.inner
+                .dispatcher
+                .scheduler()
+                .set_task_labels(&task_id, request.labels);
+        }
         let spec = SessionSpec {
             session_id: session_id.clone(),
             parent_id: None,

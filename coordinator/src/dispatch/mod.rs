@@ -256,12 +256,19 @@ impl Dispatcher {
             Err(reply) => return finish(name, reply, Some(args)),
         };
 
-        // 7. The gate: command guard and approvals.
+        // 7. The backend: the configured one, or the one a `terminal` call
+        // picked (`backend`), decided before the gate, whose rules depend on it.
+        let backend = match chosen_backend(&snapshot, &entry, &mut args) {
+            Ok(backend) => backend,
+            Err(reply) => return finish(name, reply, Some(args)),
+        };
+
+        // 8. The gate: command guard and approvals.
         let gate_call = GateCall {
             ctx: &ctx,
             entry: &entry,
             args: &args,
-            backend: snapshot.terminal_backend(),
+            backend: &backend,
         };
         let admission = match self.gate.admit(&gate_call).await {
             Ok(admission) => {
@@ -281,7 +288,7 @@ impl Dispatcher {
             }
         };
 
-        // 8. Route.
+        // 9. Route.
         let mut worker = None;
         let mut environment_reset = None;
         let mut reply = match &entry.handler {
@@ -305,14 +312,7 @@ impl Dispatcher {
             }
             Handler::Worker => {
                 let ran = self
-                    .run_on_worker(
-                        &entry,
-                        &args,
-                        &ctx,
-                        snapshot.terminal_backend(),
-                        timeout,
-                        output,
-                    )
+                    .run_on_worker(&entry, &args, &ctx, &backend, timeout, output)
                     .await;
                 worker = ran.worker;
                 environment_reset = ran.environment_reset;
@@ -323,7 +323,7 @@ impl Dispatcher {
             Handler::AgentLoop => agent_loop_only(&name),
         };
 
-        // 9. Cap coordinator-side results (worker tools are capped on the
+        // 10. Cap coordinator-side results (worker tools are capped on the
         // worker, next to the sandbox that stores the full text). The status
         // stays the full result's: a preview is never an error of its own.
         if !matches!(entry.handler, Handler::Worker) {
@@ -335,7 +335,7 @@ impl Dispatcher {
             }
         }
 
-        // 10. post_tool_call hooks observe the finished call.
+        // 11. post_tool_call hooks observe the finished call.
         let done = ToolResult {
             worker,
             environment_reset,
@@ -419,8 +419,15 @@ impl Dispatcher {
         timeout: Option<Duration>,
         output: Option<mpsc::Sender<Bytes>>,
     ) -> WorkerRun {
+        // Another backend than the configured one is another environment
+        // of the task.
+        let task_id = if backend == self.registry.snapshot().terminal_backend() {
+            ctx.task_id.clone()
+        } else {
+            crate::scheduler::backend_environment(&ctx.task_id, backend)
+        };
         let call = WorkerCall {
-            task_id: ctx.task_id.clone(),
+            task_id,
             session_id: ctx.session_id.clone().unwrap_or_default(),
             tool: entry.name.clone(),
             arguments_json: serde_json::to_string(args).unwrap_or_else(|_| "{}".to_owned()),
@@ -505,6 +512,64 @@ impl Dispatcher {
             None => caduceus_common::persist::unsaved_preview(&result),
         }
     }
+}
+
+/// The backend a call runs on: the configured one, or the one a `terminal`
+/// call names in its `backend` argument (taken out of the arguments) when
+/// `placement.backend_choice` allows it and a worker offers it. The error
+/// is the result the model reads.
+fn chosen_backend(
+    snapshot: &ToolRegistry,
+    entry: &ToolEntry,
+    args: &mut Map<String, Value>,
+) -> Result<String, ToolReply> {
+    let configured = snapshot.terminal_backend();
+    if entry.name != "terminal" {
+        return Ok(configured.to_owned());
+    }
+    let asked = match args.remove("backend") {
+        None | Some(Value::Null) => return Ok(configured.to_owned()),
+        Some(Value::String(name)) if name.trim().is_empty() => return Ok(configured.to_owned()),
+        Some(Value::String(name)) => name.trim().to_owned(),
+        Some(other) => {
+            return Err(ToolReply::error(format!(
+                "backend must be a string naming a backend, not {}.",
+                python_type(&other)
+            )));
+        }
+    };
+    if asked == configured {
+        return Ok(asked);
+    }
+    let choosable = snapshot.choosable_backends();
+    if !snapshot.backend_choice().contains(&asked) {
+        return Err(ToolReply::error(if snapshot.backend_choice().is_empty() {
+            format!(
+                "This coordinator does not let calls choose a backend (placement.backend_choice is empty); leave out 'backend' to run on '{configured}'."
+            )
+        } else {
+            format!(
+                "Backend '{asked}' may not be chosen here; choose one of: {}.",
+                snapshot
+                    .backend_choice()
+                    .iter()
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        }));
+    }
+    if !choosable.contains(&asked) {
+        return Err(ToolReply::error(format!(
+            "Backend '{asked}' is not offered by any attached worker right now; available: {}.",
+            if choosable.is_empty() {
+                configured.to_owned()
+            } else {
+                choosable.join(", ")
+            }
+        )));
+    }
+    Ok(asked)
 }
 
 fn unavailable_reason(snapshot: &ToolRegistry, entry: &ToolEntry) -> String {

@@ -74,6 +74,8 @@ pub struct ToolRegistry {
     fleet_backends: Arc<BTreeSet<String>>,
     /// Backend new environments are created on (`terminal.backend`).
     terminal_backend: Arc<str>,
+    /// Backends a model may pick per `terminal` call (`placement.backend_choice`).
+    backend_choice: Arc<BTreeSet<String>>,
     generation: u64,
 }
 
@@ -96,6 +98,32 @@ impl ToolRegistry {
 
     pub fn fleet_backends(&self) -> &BTreeSet<String> {
         &self.fleet_backends
+    }
+
+    /// Lets models pick among these backends per `terminal` call.
+    pub fn set_backend_choice(&mut self, backends: impl IntoIterator<Item = String>) {
+        self.backend_choice = Arc::new(backends.into_iter().collect());
+        self.generation += 1;
+    }
+
+    /// The backends `placement.backend_choice` allows besides the configured one.
+    pub fn backend_choice(&self) -> &BTreeSet<String> {
+        &self.backend_choice
+    }
+
+    /// The backends a model can pick right now (allowed, or the configured
+    /// one, and attached; none when no choice is allowed); the
+    /// `backend` argument is in `terminal`'s schema only when there are two
+    /// or more.
+    pub fn choosable_backends(&self) -> Vec<String> {
+        if self.backend_choice.is_empty() {
+            return Vec::new();
+        }
+        self.fleet_backends
+            .iter()
+            .filter(|b| self.backend_choice.contains(*b) || **b == *self.terminal_backend)
+            .cloned()
+            .collect()
     }
 
     pub fn get(&self, name: &str) -> Option<&Arc<ToolEntry>> {
@@ -291,11 +319,40 @@ impl ToolRegistry {
     /// sorted by name, with dynamic overrides merged over the static schema.
     pub fn definitions(&self, filter: &ToolFilter) -> Result<Vec<Value>, RegistryError> {
         let names = self.available_names(filter)?;
+        let choosable = self.choosable_backends();
         Ok(names
             .iter()
             .filter_map(|n| self.tools.get(n))
-            .map(|e| definition_of(e))
+            .map(|e| {
+                let mut definition = definition_of(e);
+                if e.name == "terminal" && choosable.len() > 1 {
+                    self.add_backend_argument(&mut definition, &choosable);
+                }
+                definition
+            })
             .collect())
+    }
+
+    /// `terminal`'s optional `backend` argument, listing the backends a
+    /// model can pick now.
+    fn add_backend_argument(&self, definition: &mut Value, choosable: &[String]) {
+        let Some(properties) = definition
+            .pointer_mut("/function/parameters/properties")
+            .and_then(Value::as_object_mut)
+        else {
+            return;
+        };
+        properties.insert(
+            "backend".to_owned(),
+            serde_json::json!({
+                "type": "string",
+                "enum": choosable,
+                "description": format!(
+                    "Where to run this command (default: '{}'). Each backend is a separate environment of this task: files, the working directory and variables of one are not in the others.",
+                    self.terminal_backend
+                ),
+            }),
+        );
     }
 }
 

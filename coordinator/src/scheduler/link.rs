@@ -37,6 +37,8 @@ use caduceus_proto::{
 pub struct WorkerShared {
     pub running: AtomicU32,
     pub draining: AtomicBool,
+    /// No new environments (`caduceus workers cordon`); its tasks carry on.
+    pub cordoned: AtomicBool,
     pub last_heartbeat: Mutex<Instant>,
     pub environments: Mutex<Vec<EnvironmentInfo>>,
 }
@@ -46,6 +48,7 @@ impl WorkerShared {
         WorkerShared {
             running: AtomicU32::new(0),
             draining: AtomicBool::new(false),
+            cordoned: AtomicBool::new(false),
             last_heartbeat: Mutex::new(Instant::now()),
             environments: Mutex::new(environments),
         }

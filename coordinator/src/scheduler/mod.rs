@@ -4,24 +4,32 @@
 //!   to the scheduler, and leaves when that link stops (stream closed, missed
 //!   heartbeats). The registry is told which backends the fleet offers.
 //! - Placement: task affinity — every call of a task goes to the worker that
-//!   holds its environment — and least-loaded (running calls over capacity,
-//!   then pinned tasks) for a task seen for the first time. A task whose worker
-//!   went away is placed afresh and the caller learns its environment was reset.
+//!   holds its environment — and, for a task seen for the first time, the
+//!   least-loaded worker that offers the backend, carries the task's labels
+//!   and has room ([`placement::choose`], the one place that decides). With
+//!   none eligible the call waits (`placement.wait_seconds`), woken when the
+//!   fleet changes (a worker attaches, frees an environment, is uncordoned),
+//!   then fails naming what was missing. A task whose worker went away is
+//!   placed afresh and the caller learns its environment was reset.
+//! - Operations: a cordoned worker keeps its environments and gets no new
+//!   ones; a drained one is cordoned, finishes its calls, ends its
+//!   environments and exits.
 //! - Fencing: every fresh placement of a task gets a new, larger epoch. A
 //!   worker returning with an environment older than its task's latest epoch
 //!   is told (in its welcome) that it is stale and ends it; nothing is ever
 //!   answered from it, and a task has at most one live environment.
 
 pub mod link;
+pub mod placement;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError, RwLock, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use tonic::Status;
 
 use caduceus_proto::{
@@ -82,6 +90,9 @@ pub enum ScheduleError {
         "No worker can run this call: no attached worker offers the '{backend}' backend. Attach one with `caduceus worker --coordinator URL --backends {backend}`."
     )]
     NoWorker { backend: String },
+    /// No worker offers the backend with the labels and room (after waiting).
+    #[error("{0}")]
+    NoEligible(placement::Shortfall),
     #[error(
         "The worker '{worker}' running this call was lost ({reason}). The task's environment is gone; the next call starts a fresh one."
     )]
@@ -161,6 +172,26 @@ pub enum SchedulerMsg {
         backend: String,
         reply: RpcReplyPort<Result<Placement, ScheduleError>>,
     },
+    /// The labels a task's new environments need (empty: the configured
+    /// default); forgotten when the task is released.
+    SetTaskLabels {
+        task_id: String,
+        labels: BTreeMap<String, String>,
+    },
+    /// The labels a task's environments are placed with.
+    TaskLabels {
+        task_id: String,
+        reply: RpcReplyPort<BTreeMap<String, String>>,
+    },
+    Cordon {
+        name: String,
+        cordon: bool,
+        reply: RpcReplyPort<Result<WorkerStatus, OperationError>>,
+    },
+    Drain {
+        name: String,
+        reply: RpcReplyPort<Result<WorkerStatus, OperationError>>,
+    },
     Release {
         task_id: String,
         reply: RpcReplyPort<bool>,
@@ -181,6 +212,17 @@ pub enum SchedulerMsg {
     DrainAll,
 }
 
+/// Why an operation on a worker was refused.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum OperationError {
+    #[error("no attached worker is named '{0}'")]
+    NoSuchWorker(String),
+    #[error("the worker '{0}' is draining: it is leaving and cannot be uncordoned")]
+    Draining(String),
+    #[error("the scheduler is not running")]
+    Unavailable,
+}
+
 struct WorkerRecord {
     worker_id: String,
     name: String,
@@ -189,6 +231,8 @@ struct WorkerRecord {
     labels: HashMap<String, String>,
     backends: Vec<String>,
     capacity: u32,
+    /// Environments it holds at most (0 = no limit).
+    max_environments: u32,
     peer: String,
     attached_at: Instant,
     link: ActorRef<LinkMsg>,
@@ -204,11 +248,21 @@ impl WorkerRecord {
         self.shared().draining.load(Ordering::Relaxed)
     }
 
-    /// Takes new tasks: not draining, and its link is still up (a suspect
-    /// worker is not excluded here: placement waits for it to recover or be
-    /// lost rather than failing).
-    fn takes_new_tasks(&self) -> bool {
-        !self.is_draining() && !self.calls.is_closed()
+    fn is_cordoned(&self) -> bool {
+        self.shared().cordoned.load(Ordering::Relaxed)
+    }
+
+    /// Whether it takes new environments, as placement sees it.
+    fn admission(&self, liveness: &Liveness) -> placement::Admission {
+        if self.is_draining() || self.calls.is_closed() {
+            placement::Admission::Draining
+        } else if self.is_cordoned() {
+            placement::Admission::Cordoned
+        } else if self.suspect(liveness).is_some() {
+            placement::Admission::Suspect
+        } else {
+            placement::Admission::Open
+        }
     }
 
     fn suspect(&self, liveness: &Liveness) -> Option<ScheduleError> {
@@ -271,6 +325,38 @@ impl Default for Liveness {
 pub struct SchedulerConfig {
     pub liveness: Liveness,
     pub notices: Option<NoticeSink>,
+    pub placement: PlacementConfig,
+}
+
+/// `placement:` in the configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlacementConfig {
+    /// Labels every task's environment needs unless its request names its
+    /// own (`placement.labels`).
+    pub labels: BTreeMap<String, String>,
+    /// How long a call waits for an eligible worker (`placement.wait_seconds`, 30).
+    pub wait: Duration,
+}
+
+impl Default for PlacementConfig {
+    fn default() -> Self {
+        PlacementConfig {
+            labels: BTreeMap::new(),
+            wait: Duration::from_secs(30),
+        }
+    }
+}
+
+/// The key of the environment a task's calls on another backend than the
+/// configured one run in (`terminal`'s `backend` argument): one environment
+/// per task and backend. The scheduler releases them with their task.
+pub fn backend_environment(task_id: &str, backend: &str) -> String {
+    format!("{task_id}@{backend}")
+}
+
+/// The task an environment key belongs to (see [`backend_environment`]).
+fn task_of(key: &str) -> &str {
+    key.rsplit_once('@').map_or(key, |(task, _)| task)
 }
 
 pub struct Scheduler;
@@ -279,6 +365,7 @@ pub struct SchedulerArgs {
     pub registry: RegistryHandle,
     pub config: SchedulerConfig,
     pub placements: Placements,
+    pub changes: watch::Sender<u64>,
 }
 
 pub struct SchedulerState {
@@ -298,6 +385,11 @@ pub struct SchedulerState {
     /// that a restarted coordinator's epochs are newer than its predecessor's.
     last_epoch: u64,
     next_worker: u64,
+    /// task id -> the labels its new environments need (set by sessions,
+    /// delegated children and labelled calls; dropped with the task).
+    task_labels: HashMap<String, BTreeMap<String, String>>,
+    /// Bumped whenever a waiting placement might now succeed.
+    changes: watch::Sender<u64>,
 }
 
 /// The placement table for writing (a poisoned lock still holds a usable map).
@@ -323,6 +415,72 @@ impl SchedulerState {
         self.registry.set_fleet_backends(backends).await;
     }
 
+    /// Wakes the calls waiting for an eligible worker.
+    fn fleet_changed(&self) {
+        self.changes.send_modify(|generation| *generation += 1);
+    }
+
+    /// The labels the environment `key` needs.
+    fn labels_for(&self, key: &str) -> &BTreeMap<String, String> {
+        self.task_labels
+            .get(key)
+            .or_else(|| self.task_labels.get(task_of(key)))
+            .unwrap_or(&self.config.placement.labels)
+    }
+
+    /// Placed environments per worker id.
+    fn placed_counts(placements: &HashMap<String, Placement>) -> HashMap<String, usize> {
+        let mut placed: HashMap<String, usize> = HashMap::new();
+        for placement in placements.values() {
+            *placed.entry(placement.worker_id.clone()).or_default() += 1;
+        }
+        placed
+    }
+
+    fn worker_named(&self, name: &str) -> Result<&WorkerRecord, OperationError> {
+        self.workers
+            .values()
+            .find(|w| w.name == name)
+            .ok_or_else(|| OperationError::NoSuchWorker(name.to_owned()))
+    }
+
+    async fn cordon(&mut self, name: &str, cordon: bool) -> Result<WorkerStatus, OperationError> {
+        let record = self.worker_named(name)?;
+        if !cordon && record.is_draining() {
+            return Err(OperationError::Draining(name.to_owned()));
+        }
+        let was = record.shared().cordoned.swap(cordon, Ordering::Relaxed);
+        let worker_id = record.worker_id.clone();
+        if was != cordon {
+            tracing::info!(worker = %name, cordoned = cordon, "worker {}", if cordon { "cordoned" } else { "uncordoned" });
+            self.fleet_changed();
+        }
+        Ok(self.status_of(&worker_id))
+    }
+
+    /// Cordons the worker and tells it to drain: it finishes its running
+    /// calls, ends its environments and exits (its stream closes, and it
+    /// leaves the fleet as any worker does).
+    async fn drain(&mut self, name: &str) -> Result<WorkerStatus, OperationError> {
+        let record = self.worker_named(name)?;
+        let worker_id = record.worker_id.clone();
+        if !record.is_draining() {
+            tracing::info!(worker = %name, "draining worker");
+            record.shared().cordoned.store(true, Ordering::Relaxed);
+            record.shared().draining.store(true, Ordering::Relaxed);
+            record.calls.send(worker_command::Command::Drain(Drain {}));
+            self.publish_fleet().await;
+        }
+        Ok(self.status_of(&worker_id))
+    }
+
+    fn status_of(&self, worker_id: &str) -> WorkerStatus {
+        self.status()
+            .into_iter()
+            .find(|w| w.worker_id == worker_id)
+            .unwrap_or_default()
+    }
+
     async fn remove_worker(&mut self, worker_id: &str, reason: &str) {
         let Some(record) = self.workers.remove(worker_id) else {
             return;
@@ -340,6 +498,7 @@ impl SchedulerState {
             .calls
             .close(&format!("worker '{}' left ({reason})", record.name));
         self.publish_fleet().await;
+        self.fleet_changed();
     }
 
     fn place(&mut self, task_id: &str, backend: &str) -> Result<Placement, ScheduleError> {
@@ -370,45 +529,45 @@ impl SchedulerState {
                 backend: "(existing environment)".to_owned(),
             });
         }
-        // A new task (or one whose worker went away): least-loaded worker that
-        // offers the backend.
-        let mut pinned: HashMap<&str, usize> = HashMap::new();
-        for placed in placements.values() {
-            *pinned.entry(placed.worker_id.as_str()).or_default() += 1;
-        }
+        // A new task (or one whose worker went away): the one decision of
+        // placement (backend, labels, room, load).
+        let placed_counts = Self::placed_counts(&placements);
         let liveness = self.config.liveness;
-        let candidates: Vec<&WorkerRecord> = self
-            .workers
-            .values()
-            .filter(|w| w.takes_new_tasks() && w.backends.iter().any(|b| b == backend))
-            .collect();
-        let chosen = candidates
+        let records: Vec<&WorkerRecord> = self.workers.values().collect();
+        let candidates: Vec<placement::Candidate<'_>> = records
             .iter()
-            .copied()
-            .filter(|w| w.suspect(&liveness).is_none())
-            .min_by(|a, b| {
-                let load = |w: &WorkerRecord| {
-                    f64::from(w.shared().running.load(Ordering::Relaxed))
-                        / f64::from(w.capacity.max(1))
-                };
-                load(a)
-                    .total_cmp(&load(b))
-                    .then_with(|| {
-                        pinned
-                            .get(a.worker_id.as_str())
-                            .cmp(&pinned.get(b.worker_id.as_str()))
+            .map(|w| placement::Candidate {
+                name: &w.name,
+                backends: &w.backends,
+                labels: &w.labels,
+                admission: w.admission(&liveness),
+                environments: placed_counts.get(&w.worker_id).copied().unwrap_or(0),
+                max_environments: w.max_environments,
+                running_calls: w.shared().running.load(Ordering::Relaxed),
+                call_capacity: w.capacity,
+            })
+            .collect();
+        let request = placement::Request {
+            backend,
+            labels: self.labels_for(task_id),
+        };
+        let chosen = match placement::choose(request, &candidates) {
+            Ok(index) => records[index],
+            Err(shortfall) if shortfall.waits_on_silent() => {
+                // A silent worker that would do: the caller waits for it to
+                // be heard from or lost.
+                return Err(records
+                    .iter()
+                    .find_map(|w| {
+                        (w.backends.iter().any(|b| b == backend)
+                            && !w.is_cordoned()
+                            && !w.is_draining())
+                        .then(|| w.suspect(&liveness))
+                        .flatten()
                     })
-                    .then_with(|| a.name.cmp(&b.name))
-            });
-        let Some(chosen) = chosen else {
-            // Only suspect workers offer the backend: the caller waits for
-            // one of them to be heard from or lost.
-            return Err(candidates
-                .iter()
-                .find_map(|w| w.suspect(&liveness))
-                .unwrap_or_else(|| ScheduleError::NoWorker {
-                    backend: backend.to_owned(),
-                }));
+                    .unwrap_or(ScheduleError::NoEligible(shortfall)));
+            }
+            Err(shortfall) => return Err(ScheduleError::NoEligible(shortfall)),
         };
         let placed = chosen.placement(None, 0);
         drop(placements);
@@ -428,6 +587,12 @@ impl SchedulerState {
     }
 
     fn status(&self) -> Vec<WorkerStatus> {
+        let placed = Self::placed_counts(
+            &self
+                .placements
+                .read()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
         let mut out: Vec<WorkerStatus> = self
             .workers
             .values()
@@ -443,6 +608,8 @@ impl SchedulerState {
                     "draining"
                 } else if w.suspect(&self.config.liveness).is_some() {
                     "suspect"
+                } else if w.is_cordoned() {
+                    "cordoned"
                 } else {
                     "ready"
                 }
@@ -452,6 +619,9 @@ impl SchedulerState {
                     .unwrap_or(u64::MAX),
                 environments: w.shared().environments(),
                 peer: w.peer.clone(),
+                max_environments: w.max_environments,
+                placed_environments: u32::try_from(placed.get(&w.worker_id).copied().unwrap_or(0))
+                    .unwrap_or(u32::MAX),
             })
             .collect();
         out.sort_by(|a, b| a.name.cmp(&b.name));
@@ -470,6 +640,8 @@ impl Actor for Scheduler {
         args: SchedulerArgs,
     ) -> Result<SchedulerState, ActorProcessingErr> {
         Ok(SchedulerState {
+            task_labels: HashMap::new(),
+            changes: args.changes,
             registry: args.registry,
             config: args.config,
             workers: HashMap::new(),
@@ -498,6 +670,9 @@ impl Actor for Scheduler {
                 reply,
             } => {
                 let outcome = attach(&myself, state, hello, peer, commands).await;
+                if outcome.is_ok() {
+                    state.fleet_changed();
+                }
                 let _ = reply.send(outcome);
             }
             SchedulerMsg::Place {
@@ -507,23 +682,63 @@ impl Actor for Scheduler {
             } => {
                 let _ = reply.send(state.place(&task_id, &backend));
             }
-            SchedulerMsg::Release { task_id, reply } => {
-                let placed = write(&state.placements).remove(&task_id);
-                if let Some(record) = placed
-                    .as_ref()
-                    .and_then(|p| state.workers.get(&p.worker_id))
-                {
-                    record
-                        .calls
-                        .send(worker_command::Command::Release(ReleaseEnvironment {
-                            task_id: task_id.clone(),
-                        }));
+            SchedulerMsg::SetTaskLabels { task_id, labels } => {
+                if labels.is_empty() {
+                    state.task_labels.remove(&task_id);
+                } else {
+                    state.task_labels.insert(task_id, labels);
                 }
-                state.lost.remove(&task_id);
-                // An environment of it that a disconnected worker still holds
-                // is stale from now on.
-                state.new_epoch(&task_id);
-                let _ = reply.send(placed.is_some());
+            }
+            SchedulerMsg::TaskLabels { task_id, reply } => {
+                let _ = reply.send(state.labels_for(&task_id).clone());
+            }
+            SchedulerMsg::Cordon {
+                name,
+                cordon,
+                reply,
+            } => {
+                let _ = reply.send(state.cordon(&name, cordon).await);
+            }
+            SchedulerMsg::Drain { name, reply } => {
+                let _ = reply.send(state.drain(&name).await);
+            }
+            SchedulerMsg::Release { task_id, reply } => {
+                // The task's environment, and those of its calls on other
+                // backends (`backend_environment`).
+                let derived = format!("{task_id}@");
+                let keys: Vec<String> = {
+                    let placements = write(&state.placements);
+                    std::iter::once(task_id.clone())
+                        .chain(
+                            placements
+                                .keys()
+                                .filter(|k| k.starts_with(&derived))
+                                .cloned(),
+                        )
+                        .collect()
+                };
+                let mut released = false;
+                for key in keys {
+                    let placed = write(&state.placements).remove(&key);
+                    if let Some(record) = placed
+                        .as_ref()
+                        .and_then(|p| state.workers.get(&p.worker_id))
+                    {
+                        record
+                            .calls
+                            .send(worker_command::Command::Release(ReleaseEnvironment {
+                                task_id: key.clone(),
+                            }));
+                    }
+                    released |= placed.is_some() && key == task_id;
+                    state.lost.remove(&key);
+                    // An environment of it that a disconnected worker still
+                    // holds is stale from now on.
+                    state.new_epoch(&key);
+                }
+                state.task_labels.remove(&task_id);
+                state.fleet_changed();
+                let _ = reply.send(released);
             }
             SchedulerMsg::Status { reply } => {
                 let _ = reply.send(state.status());
@@ -542,7 +757,7 @@ impl Actor for Scheduler {
                     placements.remove(&task_id);
                     // The environment is gone either way: the task's next
                     // call tells the model so.
-                    if reason == "sandbox_lost" || reason == "shutdown" {
+                    if matches!(reason.as_str(), "sandbox_lost" | "shutdown" | "drain") {
                         let name = state
                             .workers
                             .get(&worker_id)
@@ -550,6 +765,9 @@ impl Actor for Scheduler {
                             .unwrap_or_default();
                         state.lost.insert(task_id, name);
                     }
+                    drop(placements);
+                    // A slot is free.
+                    state.fleet_changed();
                 }
             }
             SchedulerMsg::BackendsChanged {
@@ -559,6 +777,7 @@ impl Actor for Scheduler {
                 if let Some(record) = state.workers.get_mut(&worker_id) {
                     record.backends = backends;
                     state.publish_fleet().await;
+                    state.fleet_changed();
                 }
             }
             SchedulerMsg::DrainAll => {
@@ -661,6 +880,7 @@ async fn attach(
         labels: hello.labels,
         backends: hello.backends,
         capacity: hello.capacity.max(1),
+        max_environments: hello.max_environments,
         peer,
         attached_at: Instant::now(),
         link: link.clone(),
@@ -729,6 +949,10 @@ pub struct SchedulerHandle {
     actor: ActorRef<SchedulerMsg>,
     placements: Placements,
     liveness: Liveness,
+    /// Changes when a waiting placement might succeed (see `fleet_changed`).
+    changes: watch::Receiver<u64>,
+    /// How long a call waits for an eligible worker.
+    placement_wait: Duration,
 }
 
 impl SchedulerHandle {
@@ -738,10 +962,13 @@ impl SchedulerHandle {
     ) -> Result<(Self, tokio::task::JoinHandle<()>), ractor::SpawnErr> {
         let placements = Placements::default();
         let liveness = config.liveness;
+        let placement_wait = config.placement.wait;
+        let (changes_tx, changes) = watch::channel(0);
         let args = SchedulerArgs {
             registry,
             config,
             placements: placements.clone(),
+            changes: changes_tx,
         };
         let (actor, join) = Actor::spawn(None, Scheduler, args).await?;
         Ok((
@@ -749,6 +976,8 @@ impl SchedulerHandle {
                 actor,
                 placements,
                 liveness,
+                changes,
+                placement_wait,
             },
             join,
         ))
@@ -801,10 +1030,28 @@ impl SchedulerHandle {
         // A suspect worker is either heard from again or lost within
         // `lost_after`; the margin covers a coordinator that was itself slow.
         let wait_until = Instant::now() + self.liveness.lost_after + self.liveness.suspect_after;
+        // No eligible worker: wait until the fleet changes (a worker
+        // attaches, an environment is freed, a worker is uncordoned), at
+        // most `placement.wait_seconds`; never polled.
+        let eligible_by = tokio::time::Instant::now() + self.placement_wait;
+        let mut changes = self.changes.clone();
         let mut placement = loop {
+            // Seen before placing: a change after this wakes the wait below.
+            changes.borrow_and_update();
             match self.place(&call.task_id, &call.backend).await {
                 Err(ScheduleError::Suspect { .. }) if Instant::now() < wait_until => {
                     tokio::time::sleep(self.liveness.check_every()).await;
+                }
+                Err(ScheduleError::NoEligible(shortfall))
+                    if tokio::time::Instant::now() < eligible_by =>
+                {
+                    tracing::debug!(task = %call.task_id, %shortfall, "waiting for an eligible worker");
+                    match tokio::time::timeout_at(eligible_by, changes.changed()).await {
+                        Ok(Ok(())) => {}
+                        // The wait is over: one last look decides.
+                        Err(_) => break self.place(&call.task_id, &call.backend).await?,
+                        Ok(Err(_)) => return Err(ScheduleError::Unavailable),
+                    }
                 }
                 placed => break placed?,
             }
@@ -923,6 +1170,48 @@ impl SchedulerHandle {
         ask(&self.actor, |reply| SchedulerMsg::Status { reply })
             .await
             .unwrap_or_default()
+    }
+
+    /// Sets the labels the task's new environments need (empty: the
+    /// configured `placement.labels`). An environment the task already has
+    /// stays where it is.
+    pub fn set_task_labels(&self, task_id: &str, labels: BTreeMap<String, String>) {
+        let _ = self.actor.cast(SchedulerMsg::SetTaskLabels {
+            task_id: task_id.to_owned(),
+            labels,
+        });
+    }
+
+    /// The labels the task's environments are placed with.
+    pub async fn task_labels(&self, task_id: &str) -> BTreeMap<String, String> {
+        ask(&self.actor, |reply| SchedulerMsg::TaskLabels {
+            task_id: task_id.to_owned(),
+            reply,
+        })
+        .await
+        .unwrap_or_default()
+    }
+
+    /// Cordons (no new environments) or uncordons the worker named `name`.
+    pub async fn cordon(&self, name: &str, cordon: bool) -> Result<WorkerStatus, OperationError> {
+        ask(&self.actor, |reply| SchedulerMsg::Cordon {
+            name: name.to_owned(),
+            cordon,
+            reply,
+        })
+        .await
+        .unwrap_or(Err(OperationError::Unavailable))
+    }
+
+    /// Drains the worker named `name`: cordoned, its running calls finish,
+    /// its environments end and the worker process exits.
+    pub async fn drain(&self, name: &str) -> Result<WorkerStatus, OperationError> {
+        ask(&self.actor, |reply| SchedulerMsg::Drain {
+            name: name.to_owned(),
+            reply,
+        })
+        .await
+        .unwrap_or(Err(OperationError::Unavailable))
     }
 
     pub fn drain_all(&self) {

@@ -13,6 +13,20 @@ async fn scheduler() -> (SchedulerHandle, RegistryHandle) {
 }
 
 async fn scheduler_with(liveness: Liveness) -> (SchedulerHandle, RegistryHandle) {
+    scheduler_placing(
+        liveness,
+        PlacementConfig {
+            wait: Duration::ZERO,
+            ..PlacementConfig::default()
+        },
+    )
+    .await
+}
+
+async fn scheduler_placing(
+    liveness: Liveness,
+    placement: PlacementConfig,
+) -> (SchedulerHandle, RegistryHandle) {
     let (registry, _) = RegistryHandle::start(builtin::builtin_registry("local").unwrap())
         .await
         .unwrap();
@@ -21,6 +35,7 @@ async fn scheduler_with(liveness: Liveness) -> (SchedulerHandle, RegistryHandle)
         SchedulerConfig {
             liveness,
             notices: None,
+            placement,
         },
     )
     .await
@@ -45,6 +60,42 @@ async fn attach_with(
     name: &str,
     environments: Vec<(&str, u64)>,
 ) -> FakeWorker {
+    attach_hello(
+        scheduler,
+        name,
+        environments,
+        Hello {
+            max_environments: 0,
+            ..Hello::default()
+        },
+    )
+    .await
+}
+
+/// A fake worker with labels and room for `max_environments`.
+async fn attach_labelled(
+    scheduler: &SchedulerHandle,
+    name: &str,
+    labels: &[(&str, &str)],
+    max_environments: u32,
+) -> FakeWorker {
+    let hello = Hello {
+        labels: labels
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+        max_environments,
+        ..Hello::default()
+    };
+    attach_hello(scheduler, name, Vec::new(), hello).await
+}
+
+async fn attach_hello(
+    scheduler: &SchedulerHandle,
+    name: &str,
+    environments: Vec<(&str, u64)>,
+    hello: Hello,
+) -> FakeWorker {
     let (commands, mut rx) = mpsc::channel(64);
     let attached = scheduler
         .attach(
@@ -52,6 +103,8 @@ async fn attach_with(
                 name: name.to_owned(),
                 backends: vec!["local".to_owned()],
                 capacity: 4,
+                labels: hello.labels,
+                max_environments: hello.max_environments,
                 environments: environments
                     .into_iter()
                     .map(|(task, epoch)| caduceus_proto::EnvironmentInfo {
@@ -167,10 +220,7 @@ async fn drain_withdraws_the_fleet_at_once() {
         Some(worker_command::Command::Drain(_))
     ));
     let refused = scheduler.run_call(call("fresh")).await.unwrap_err();
-    assert!(
-        matches!(refused, ScheduleError::NoWorker { .. }),
-        "{refused}"
-    );
+    assert!(matches!(refused, ScheduleError::NoEligible(_)), "{refused}");
 }
 
 #[tokio::test]
@@ -192,7 +242,7 @@ async fn heartbeat_backends_reach_the_fleet_and_placement() {
     assert_eq!(scheduler.status().await[0].backends, ["docker"]);
     let refused = scheduler.run_call(call("t")).await.unwrap_err();
     assert!(
-        matches!(&refused, ScheduleError::NoWorker { backend } if backend == "local"),
+        matches!(&refused, ScheduleError::NoEligible(s) if s.backend == "local"),
         "{refused}"
     );
 }
@@ -347,4 +397,142 @@ async fn a_silent_worker_is_suspect_gets_no_new_tasks_and_is_then_lost() {
     );
     drop(silent);
     beating.abort();
+}
+
+fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_labelled_task_lands_only_on_a_worker_with_its_labels() {
+    let (scheduler, _registry) = scheduler().await;
+    let _plain = attach_labelled(&scheduler, "a-plain", &[], 0).await;
+    let _gpu = attach_labelled(&scheduler, "b-gpu", &[("gpu", "true")], 0).await;
+    for t in 0..4 {
+        let task = format!("gpu-{t}");
+        scheduler.set_task_labels(&task, labels(&[("gpu", "true")]));
+        assert_eq!(run(&scheduler, &task).await.worker, "b-gpu");
+    }
+    // Unlabelled tasks still spread by load (a-plain has none placed).
+    assert_eq!(run(&scheduler, "plain").await.worker, "a-plain");
+}
+
+#[tokio::test]
+async fn a_full_fleet_waits_for_a_freed_slot_and_then_uses_it() {
+    // A wait far longer than the test: only the wake-up can answer in time.
+    let placement = PlacementConfig {
+        wait: Duration::from_secs(3600),
+        ..PlacementConfig::default()
+    };
+    let (scheduler, _registry) =
+        scheduler_placing(Liveness::from_interval(Duration::from_secs(5)), placement).await;
+    let _w = attach_labelled(&scheduler, "w", &[], 1).await;
+    assert_eq!(run(&scheduler, "first").await.worker, "w");
+    let waiting = {
+        let scheduler = scheduler.clone();
+        tokio::spawn(async move { scheduler.run_call(call("second")).await })
+    };
+    // Let the call find the fleet full and start waiting.
+    for _ in 0..100 {
+        tokio::task::yield_now().await;
+    }
+    assert!(!waiting.is_finished(), "a full worker took a new task");
+    // Releasing the first task frees the slot and wakes the waiting call.
+    assert!(scheduler.release("first").await);
+    let done = tokio::time::timeout(Duration::from_secs(60), waiting)
+        .await
+        .expect("the waiting call was not woken by the freed slot")
+        .unwrap()
+        .unwrap();
+    assert_eq!(done.worker, "w");
+}
+
+#[tokio::test]
+async fn a_full_fleet_errors_after_the_wait_naming_what_is_missing() {
+    let (scheduler, _registry) = scheduler().await;
+    let _g1 = attach_labelled(&scheduler, "g1", &[("gpu", "true")], 1).await;
+    let _g2 = attach_labelled(&scheduler, "g2", &[("gpu", "true")], 1).await;
+    for task in ["a", "b", "c"] {
+        scheduler.set_task_labels(task, labels(&[("gpu", "true")]));
+    }
+    run(&scheduler, "a").await;
+    run(&scheduler, "b").await;
+    let refused = scheduler.run_call(call("c")).await.unwrap_err();
+    assert_eq!(
+        refused.to_string(),
+        "no attached worker offers backend 'local' with labels gpu=true and free capacity; 2 workers have the labels but are full"
+    );
+}
+
+#[tokio::test]
+async fn a_cordoned_worker_keeps_its_tasks_and_gets_no_new_ones() {
+    let (scheduler, _registry) = scheduler().await;
+    let _w1 = attach(&scheduler, "w1").await;
+    assert_eq!(run(&scheduler, "kept").await.worker, "w1");
+    let status = scheduler.cordon("w1", true).await.unwrap();
+    assert_eq!(status.state, "cordoned");
+    assert_eq!(status.placed_environments, 1);
+    // Its task carries on there.
+    assert_eq!(run(&scheduler, "kept").await.worker, "w1");
+    // A new task finds nowhere to go.
+    let refused = scheduler.run_call(call("new")).await.unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("1 worker offers the backend but is cordoned or draining"),
+        "{refused}"
+    );
+    let _w2 = attach(&scheduler, "w2").await;
+    assert_eq!(run(&scheduler, "new").await.worker, "w2");
+    // Uncordoned, it takes new tasks again (both hold one task: the name
+    // decides).
+    scheduler.cordon("w1", false).await.unwrap();
+    assert_eq!(run(&scheduler, "newer").await.worker, "w1");
+    assert!(matches!(
+        scheduler.cordon("nobody", true).await,
+        Err(OperationError::NoSuchWorker(_))
+    ));
+}
+
+#[tokio::test]
+async fn draining_one_worker_tells_it_and_leaves_the_others() {
+    let (scheduler, registry) = scheduler().await;
+    let mut w1 = attach(&scheduler, "w1").await;
+    let _w2 = attach(&scheduler, "w2").await;
+    let status = scheduler.drain("w1").await.unwrap();
+    assert_eq!(status.state, "draining");
+    assert!(matches!(
+        w1.others.recv().await,
+        Some(worker_command::Command::Drain(_))
+    ));
+    assert!(registry.snapshot().fleet_backends().contains("local"));
+    for t in 0..3 {
+        assert_eq!(run(&scheduler, &format!("t{t}")).await.worker, "w2");
+    }
+    assert!(matches!(
+        scheduler.cordon("w1", false).await,
+        Err(OperationError::Draining(_))
+    ));
+}
+
+#[tokio::test]
+async fn a_task_on_another_backend_is_its_own_environment_released_with_the_task() {
+    let (scheduler, _registry) = scheduler().await;
+    let mut w1 = attach(&scheduler, "w1").await;
+    run(&scheduler, "t").await;
+    run(&scheduler, &backend_environment("t", "local")).await;
+    assert_eq!(scheduler.status().await[0].placed_environments, 2);
+    assert!(scheduler.release("t").await);
+    let mut released = Vec::new();
+    for _ in 0..2 {
+        match w1.others.recv().await {
+            Some(worker_command::Command::Release(release)) => released.push(release.task_id),
+            other => panic!("expected a release, got {other:?}"),
+        }
+    }
+    released.sort();
+    assert_eq!(released, ["t", "t@local"]);
 }

@@ -25,6 +25,7 @@ use crate::auth::{Authorized, Caller, Role, TokenError, TokenInfo};
 use crate::call::ToolFilter;
 use crate::dispatch::RawArguments;
 use crate::gate::{AnswerError, Answered, Approvals, Decision, PendingApproval, Scope};
+use crate::scheduler::OperationError;
 
 /// Largest message either side accepts (a write_file of a big file, a large result).
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
@@ -185,6 +186,7 @@ impl Control for ControlService {
                 &req.task_id,
                 session,
                 caller,
+                req.labels.into_iter().collect(),
             )
             .await;
         Ok(Response::new(CallToolResponse {
@@ -232,6 +234,7 @@ impl Control for ControlService {
                 task_id: req.task_id,
                 interactive: req.interactive,
                 caller,
+                labels: req.labels.into_iter().collect(),
             })
             .await
             .map_err(|e| session_status(&e))?;
@@ -416,6 +419,45 @@ impl Control for ControlService {
             revoked: revoked.iter().map(token_message).collect(),
             workers_disconnected: u32::try_from(workers).unwrap_or(u32::MAX),
         }))
+    }
+
+    async fn cordon_worker(
+        &self,
+        request: Request<CordonWorkerRequest>,
+    ) -> Result<Response<WorkerActionResponse>, Status> {
+        let req = request.into_inner();
+        let worker = self
+            .coordinator
+            .cordon_worker(req.name.trim(), req.cordon)
+            .await
+            .map_err(|err| operation_status(&err))?;
+        Ok(Response::new(WorkerActionResponse {
+            worker: Some(worker),
+        }))
+    }
+
+    async fn drain_worker(
+        &self,
+        request: Request<DrainWorkerRequest>,
+    ) -> Result<Response<WorkerActionResponse>, Status> {
+        let req = request.into_inner();
+        let worker = self
+            .coordinator
+            .drain_worker(req.name.trim())
+            .await
+            .map_err(|err| operation_status(&err))?;
+        Ok(Response::new(WorkerActionResponse {
+            worker: Some(worker),
+        }))
+    }
+}
+
+/// The gRPC status of a refused worker operation.
+fn operation_status(err: &OperationError) -> Status {
+    match err {
+        OperationError::NoSuchWorker(_) => Status::not_found(err.to_string()),
+        OperationError::Draining(_) => Status::failed_precondition(err.to_string()),
+        OperationError::Unavailable => Status::unavailable(err.to_string()),
     }
 }
 

@@ -99,7 +99,14 @@ async fn run(mode: &str, n: usize, work: &Path) -> Value {
                 let fleet = fleet.clone();
                 async move {
                     fleet
-                        .call_tool(&tool, RawArguments::Text(args), &task, None, None)
+                        .call_tool(
+                            &tool,
+                            RawArguments::Text(args),
+                            &task,
+                            None,
+                            None,
+                            Default::default(),
+                        )
                         .await
                         .render()
                 }
@@ -149,6 +156,7 @@ async fn run(mode: &str, n: usize, work: &Path) -> Value {
                             arguments_json: args,
                             task_id: task,
                             session_id: String::new(),
+                            ..Default::default()
                         })
                         .await
                         .unwrap()
@@ -482,6 +490,7 @@ async fn sigstop_answer(n: usize) -> Vec<f64> {
                 arguments_json: json!({"command": "echo warm"}).to_string(),
                 task_id: format!("stopped-{i}"),
                 session_id: String::new(),
+                ..Default::default()
             })
             .await
             .unwrap()
@@ -496,6 +505,7 @@ async fn sigstop_answer(n: usize) -> Vec<f64> {
                     arguments_json: json!({"command": "sleep 60"}).to_string(),
                     task_id: format!("stopped-{i}"),
                     session_id: String::new(),
+                    ..Default::default()
                 })
                 .await
                 .unwrap()
@@ -537,6 +547,7 @@ async fn concurrent(fleet: &Loopback, k: usize, n: usize) -> (Vec<f64>, f64) {
                 arguments_json: json!({"command": "true"}).to_string(),
                 task_id: task.clone(),
                 session_id: String::new(),
+                ..Default::default()
             })
             .await
             .unwrap();
@@ -556,6 +567,7 @@ async fn concurrent(fleet: &Loopback, k: usize, n: usize) -> (Vec<f64>, f64) {
                             arguments_json: json!({"command": "echo hi"}).to_string(),
                             task_id: task.clone(),
                             session_id: String::new(),
+                            ..Default::default()
                         })
                         .await
                         .unwrap()

@@ -206,14 +206,20 @@ where
             () = shutdown.cancelled() => break Disconnect::Shutdown,
         }
     };
-    if matches!(end, Disconnect::Shutdown) {
-        // The worker is stopping: its environments end with it. Telling the
-        // coordinator now lets it answer the tasks' next calls with a reset
-        // notice at once instead of waiting to notice a lost stream.
+    if matches!(end, Disconnect::Shutdown | Disconnect::Drained) {
+        // The worker is stopping (a signal, or drained by the coordinator):
+        // its environments end with it. Telling the coordinator now lets it
+        // answer the tasks' next calls with a reset notice at once instead
+        // of waiting to notice a lost stream.
+        let reason = if matches!(end, Disconnect::Drained) {
+            "drain"
+        } else {
+            "shutdown"
+        };
         for info in worker.environments().infos() {
             let _ = events.try_send(event(worker_event::Event::Released(EnvironmentReleased {
                 task_id: info.task_id,
-                reason: "shutdown".to_owned(),
+                reason: reason.to_owned(),
             })));
         }
         // Give the stream a moment to carry what is queued (results of the

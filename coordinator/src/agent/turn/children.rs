@@ -60,6 +60,13 @@ impl AgentLoop {
                     &session_id[5..13]
                 )
             };
+            if !share_environment {
+                // The parent's placement labels, the child's own over them.
+                let scheduler = self.hub.dispatcher.scheduler();
+                let mut labels = scheduler.task_labels(&self.spec.task_id).await;
+                labels.extend(task.labels.clone());
+                scheduler.set_task_labels(&task_id, labels);
+            }
             let spec = SessionSpec {
                 session_id: session_id.clone(),
                 parent_id: Some(self.spec.session_id.clone()),

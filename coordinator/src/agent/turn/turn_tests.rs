@@ -67,6 +67,7 @@ async fn a_child_past_its_wall_clock_limit_is_cancelled_and_reported() {
         goal: "slow".into(),
         context: None,
         role: delegate::Role::Leaf,
+        labels: Default::default(),
     };
     let entry = child_entry(&task, "s", "t", "m", end);
     assert_eq!(
@@ -94,6 +95,7 @@ async fn a_child_that_vanishes_without_a_report_is_an_error_entry() {
         goal: "g".into(),
         context: None,
         role: delegate::Role::Leaf,
+        labels: Default::default(),
     };
     let entry = child_entry(&task, "s", "t", "m", end);
     assert_eq!(entry.status, ChildStatus::Error);
@@ -110,6 +112,7 @@ fn child_entries_follow_hermes_status_rules() {
         goal: "g".into(),
         context: None,
         role: delegate::Role::Leaf,
+        labels: Default::default(),
     };
     let outcome = |status, text: Option<&str>| SessionOutcome {
         status,
