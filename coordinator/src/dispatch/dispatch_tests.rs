@@ -112,6 +112,7 @@ async fn dispatcher(hook: Option<Arc<Recorder>>) -> Dispatcher {
         SchedulerConfig {
             liveness: Liveness::from_interval(Duration::from_secs(5)),
             notices: None,
+            metrics: Default::default(),
         },
     )
     .await

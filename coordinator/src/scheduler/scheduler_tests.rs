@@ -21,6 +21,7 @@ async fn scheduler_with(liveness: Liveness) -> (SchedulerHandle, RegistryHandle)
         SchedulerConfig {
             liveness,
             notices: None,
+            metrics: Default::default(),
         },
     )
     .await
@@ -102,6 +103,7 @@ fn call(task_id: &str) -> WorkerCall {
         result_cap_chars: 0,
         output: None,
         timeout: None,
+        traceparent: String::new(),
         deadline: Duration::from_secs(5),
     }
 }
