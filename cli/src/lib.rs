@@ -146,6 +146,10 @@ struct ServeArgs {
     /// threads help CPU-heavy coordinators on bigger hosts.
     #[arg(long, default_value_t = 0, env = "CADUCEUS_THREADS")]
     threads: usize,
+    /// Serve Prometheus metrics (OpenMetrics text) on GET http://ADDR/metrics;
+    /// a scrape needs a client or admin token (`authorization: Bearer …`).
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<String>,
 }
 
 #[derive(Args)]
@@ -196,6 +200,10 @@ struct WorkerArgs {
     /// are cancelled (a second signal does not cut it short).
     #[arg(long, value_name = "SECONDS", default_value_t = 10.0, value_parser = grace_seconds)]
     shutdown_grace: f64,
+    /// Serve this worker's Prometheus metrics on GET http://ADDR/metrics; a
+    /// scrape presents the token this worker attaches with.
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<String>,
 }
 
 fn grace_seconds(text: &str) -> Result<f64, String> {
@@ -371,15 +379,44 @@ pub(crate) fn parse_labels(pairs: &[String]) -> Result<BTreeMap<String, String>>
     Ok(labels)
 }
 
+/// Logs go to stderr: text, or with `CADUCEUS_LOG_FORMAT=json` one JSON
+/// object a line (with the fields of the spans it happened in: a tool call's
+/// `trace_id`). `CADUCEUS_LOG` filters (`info`, `debug`, …).
 fn init_logging(default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("CADUCEUS_LOG")
         .or_else(|_| tracing_subscriber::EnvFilter::try_new(default))
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .with_target(false)
-        .init();
+        .with_target(false);
+    if json_logs(std::env::var("CADUCEUS_LOG_FORMAT").ok().as_deref()) {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+/// Whether `CADUCEUS_LOG_FORMAT` asks for JSON lines (anything else: text).
+fn json_logs(format: Option<&str>) -> bool {
+    format.is_some_and(|f| f.trim().eq_ignore_ascii_case("json"))
+}
+
+/// Binds the `--metrics` listener and prints the line scripts wait for (the
+/// address, which matters for port 0).
+#[allow(clippy::print_stderr)] // the parseable line, as `serve` prints its own
+async fn metrics_listener(address: &str, who: &str) -> Result<tokio::net::TcpListener> {
+    let listener = tokio::net::TcpListener::bind(address)
+        .await
+        .with_context(|| format!("cannot serve metrics on {address}"))?;
+    let bound = listener.local_addr()?;
+    if !bound.ip().is_loopback() {
+        tracing::warn!(
+            "serving metrics on {bound} over plain HTTP: the scrape's token crosses the network in plain text; listen on 127.0.0.1 or scrape over a tunnel"
+        );
+    }
+    eprintln!("caduceus {who} metrics on http://{bound}/metrics");
+    Ok(listener)
 }
 
 async fn run(cli: Cli) -> Result<()> {
@@ -495,6 +532,16 @@ async fn serve(args: ServeArgs, config: &Config) -> Result<()> {
             sessions = resumed,
             "resuming sessions a restart interrupted once their workers are back"
         );
+    }
+    let stop_metrics = CancellationToken::new();
+    let _stop_metrics = stop_metrics.clone().drop_guard();
+    if let Some(address) = &args.metrics {
+        let listener = metrics_listener(address, "coordinator").await?;
+        tokio::spawn(caduceus_coordinator::server::serve_metrics(
+            coordinator.clone(),
+            listener,
+            stop_metrics.clone(),
+        ));
     }
     let shutdown = async {
         let _ = tokio::signal::ctrl_c().await;
@@ -797,6 +844,15 @@ async fn worker(args: WorkerArgs, config: &Config) -> Result<()> {
         signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     let mut interrupt = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
     let shutdown = CancellationToken::new();
+    if let Some(address) = &args.metrics {
+        let listener = metrics_listener(address, "worker").await?;
+        tokio::spawn(caduceus_worker::metrics::serve_metrics(
+            worker.clone(),
+            listener,
+            token.clone(),
+            shutdown.clone(),
+        ));
+    }
     worker.start_housekeeping(shutdown.clone()).await;
     let stop = shutdown.clone();
     let stopping = worker.clone();

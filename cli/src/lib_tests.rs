@@ -22,3 +22,12 @@ fn the_command_line_definition_is_consistent() {
     // this checks every one of them.
     Cli::command().debug_assert();
 }
+
+#[test]
+fn json_logs_only_when_asked_for() {
+    assert!(json_logs(Some("json")));
+    assert!(json_logs(Some(" JSON ")));
+    assert!(!json_logs(Some("text")));
+    assert!(!json_logs(Some("")));
+    assert!(!json_logs(None));
+}

@@ -86,6 +86,10 @@ pub struct ToolCallLine {
     pub worker: Option<String>,
     pub status: CallStatus,
     pub duration_ms: u64,
+    /// The call's W3C trace id: the same id is on the call's log lines of
+    /// the coordinator and the worker.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
 }
 
 /// An operator's (or a session client's) answer to an approval request.
@@ -212,6 +216,7 @@ impl AuditLog {
             worker: done.worker.clone(),
             status: done.status,
             duration_ms: u64::try_from(done.duration.as_millis()).unwrap_or(u64::MAX),
+            trace_id: done.trace.map(|t| t.trace_id_hex()),
         }));
     }
 

@@ -45,6 +45,9 @@ pub struct CallContext {
     pub from_agent_loop: bool,
     /// The tools this caller may use (a session's toolsets, a child's blocked tools).
     pub filter: ToolFilter,
+    /// The caller's trace context (a client's `traceparent`); dispatch starts
+    /// a new trace when there is none, and puts the call's own here.
+    pub trace: Option<caduceus_proto::trace::TraceParent>,
 }
 
 /// A finished call: each part is set where it is known (the tool's reply on
@@ -70,6 +73,8 @@ pub struct ToolResult {
     pub duration: Duration,
     /// Arguments after coercion (for traces), when they parsed.
     pub arguments: Option<Map<String, Value>>,
+    /// The call's trace context (its trace id is in both sides' logs).
+    pub trace: Option<caduceus_proto::trace::TraceParent>,
 }
 
 impl ToolResult {
@@ -84,6 +89,7 @@ impl ToolResult {
             approval: None,
             duration: Duration::ZERO,
             arguments: None,
+            trace: None,
         }
     }
 

@@ -9,6 +9,7 @@ pub mod call;
 pub mod dispatch;
 pub mod gate;
 pub mod memory;
+pub mod metrics;
 pub mod registry;
 pub mod scheduler;
 pub mod server;
@@ -117,6 +118,7 @@ pub struct Coordinator {
     /// Workers attached with a scoped token: revoking it, or its expiry,
     /// disconnects them.
     worker_tokens: Mutex<Vec<AttachedWith>>,
+    metrics: metrics::Metrics,
 }
 
 /// A worker's command channel and the scoped token it attached with.
@@ -167,12 +169,14 @@ impl Coordinator {
         }
         let (registry, _) = RegistryHandle::start(initial).await?;
         let (notices, notices_rx) = mpsc::unbounded_channel();
+        let metrics = metrics::Metrics::default();
         let (scheduler, _) = SchedulerHandle::start(
             registry.clone(),
             SchedulerConfig {
                 liveness: config.liveness,
                 notices: Some(notices),
                 placement: config.placement.clone(),
+                metrics: metrics.clone(),
             },
         )
         .await?;
@@ -183,6 +187,7 @@ impl Coordinator {
             max_foreground_timeout_secs: config.max_foreground_timeout_secs,
             environment_settings: config.environment_settings.clone(),
             audit: config.audit.clone(),
+            metrics: metrics.clone(),
             ..DispatchConfig::default()
         };
         let dispatcher = Arc::new(Dispatcher::new(
@@ -203,6 +208,7 @@ impl Coordinator {
             sessions,
             tokens,
             worker_tokens: Mutex::new(Vec::new()),
+            metrics,
         });
         let weak = Arc::downgrade(&coordinator);
         tokio::spawn(async move {
@@ -343,6 +349,22 @@ impl Coordinator {
         caller: Option<String>,
         labels: std::collections::BTreeMap<String, String>,
     ) -> ToolResult {
+        self.call_tool_traced(tool, arguments, task_id, session_id, caller, labels, None)
+            .await
+    }
+
+    /// [`call_tool`](Self::call_tool) continuing the caller's trace (a
+    /// client's `traceparent`).
+    pub async fn call_tool_traced(
+        &self,
+        tool: &str,
+        arguments: RawArguments,
+        task_id: &str,
+        session_id: Option<String>,
+        caller: Option<String>,
+        labels: std::collections::BTreeMap<String, String>,
+        trace: Option<caduceus_proto::trace::TraceParent>,
+    ) -> ToolResult {
         let task_id = if task_id.is_empty() {
             "default"
         } else {
@@ -359,6 +381,7 @@ impl Coordinator {
                     task_id: task_id.to_owned(),
                     session_id,
                     caller,
+                    trace,
                     ..CallContext::default()
                 },
             })
@@ -369,6 +392,25 @@ impl Coordinator {
     pub fn definitions(&self, filter: &ToolFilter) -> Result<(Vec<Value>, u64), RegistryError> {
         let snapshot = self.registry.snapshot();
         Ok((snapshot.definitions(filter)?, snapshot.generation()))
+    }
+
+    /// The metrics as a scrape of `GET /metrics` reads them (OpenMetrics
+    /// text): the counters, and the gauges read from the live state now.
+    pub async fn metrics_text(&self) -> String {
+        let workers = self.scheduler.status().await;
+        let sessions = self.sessions.statuses();
+        let child_sessions = sessions.iter().filter(|s| !s.parent_id.is_empty()).count();
+        let live = metrics::LiveState {
+            environment_backends: workers
+                .iter()
+                .flat_map(|w| w.environments.iter().map(|e| e.backend.clone()))
+                .collect(),
+            worker_states: workers.into_iter().map(|w| w.state).collect(),
+            top_level_sessions: sessions.len() - child_sessions,
+            child_sessions,
+            approvals_pending: self.approvals().map_or(0, |a| a.list().len()),
+        };
+        self.metrics.render(live).await
     }
 
     pub async fn status(&self) -> StatusResponse {

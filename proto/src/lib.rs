@@ -9,6 +9,8 @@ pub mod v1 {
 
 pub use v1::*;
 
+pub mod trace;
+
 impl From<caduceus_common::result::CallStatus> for CallStatus {
     fn from(status: caduceus_common::result::CallStatus) -> Self {
         use caduceus_common::result::CallStatus as S;

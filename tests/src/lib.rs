@@ -607,3 +607,44 @@ pub fn signal(pid: u32, signal: &str) {
         .unwrap();
     assert!(status.success(), "kill -{signal} {pid} failed");
 }
+
+/// A `GET` of `path` on `address` (`host:port`) over plain HTTP/1.1, with
+/// `Authorization: Bearer <token>` when given: the status code and the body.
+pub fn http_get(address: &str, path: &str, token: Option<&str>) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {address}\r\n{auth}Connection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw).unwrap();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("not an HTTP answer: {raw}"));
+    (status, body.to_owned())
+}
+
+/// The value of the sample `series` (`name{label="v",…}` exactly as the
+/// exposition writes it, or a bare name) in OpenMetrics text; 0 when absent
+/// (a counter nothing has incremented yet is not written).
+pub fn sample(exposition: &str, series: &str) -> f64 {
+    exposition
+        .lines()
+        .filter(|line| !line.starts_with('#'))
+        .find_map(|line| {
+            let (name, value) = line.rsplit_once(' ')?;
+            (name == series).then(|| value.parse().ok()).flatten()
+        })
+        .unwrap_or(0.0)
+}

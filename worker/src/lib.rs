@@ -5,6 +5,7 @@
 pub mod backends;
 pub mod env;
 pub mod link;
+pub mod metrics;
 pub mod process;
 mod recovery;
 pub mod sandbox;
@@ -18,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use caduceus_common::result::ToolReply;
 use caduceus_proto::{CallResult, EnvironmentNotice, Heartbeat, Hello, PersistResult, RunCall};
@@ -110,6 +112,7 @@ pub struct Worker {
     heartbeat_due: tokio::sync::Notify,
     /// Background-process notices waiting for the coordinator link.
     notices: tokio::sync::Mutex<tokio::sync::mpsc::Receiver<EnvironmentNotice>>,
+    metrics: metrics::WorkerMetrics,
 }
 
 impl Worker {
@@ -145,6 +148,7 @@ impl Worker {
             draining: AtomicBool::new(false),
             heartbeat_due: tokio::sync::Notify::new(),
             notices: tokio::sync::Mutex::new(notices),
+            metrics: metrics::WorkerMetrics::new(),
         })
     }
 
@@ -220,6 +224,7 @@ impl Worker {
             .await;
         if !removed.is_empty() {
             tracing::info!(count = removed.len(), "sweeper removed sandboxes");
+            self.metrics.swept(removed.len());
         }
         removed
     }
@@ -240,6 +245,11 @@ impl Worker {
 
     pub fn environments(&self) -> &EnvManager {
         &self.envs
+    }
+
+    /// What `worker --metrics` serves.
+    pub fn metrics(&self) -> &metrics::WorkerMetrics {
+        &self.metrics
     }
 
     /// The queue of background-process notices for the coordinator. One
@@ -307,7 +317,20 @@ impl Worker {
     }
 
     /// Runs one call to completion. Never fails: problems are error results.
+    /// Its log lines carry the coordinator's trace id (`RunCall.traceparent`).
     pub async fn run_call(&self, call: RunCall, output: Option<OutputSink>) -> CallResult {
+        let trace = caduceus_proto::trace::TraceParent::parse(&call.traceparent);
+        let span = tracing::info_span!(
+            "tool_call",
+            trace_id = %trace.map(|t| t.trace_id_hex()).unwrap_or_default(),
+            parent_span_id = %trace.map(|t| t.span_id_hex()).unwrap_or_default(),
+            tool = %call.tool,
+            task = %call.task_id,
+        );
+        self.run_call_in_span(call, output).instrument(span).await
+    }
+
+    async fn run_call_in_span(&self, call: RunCall, output: Option<OutputSink>) -> CallResult {
         let started = Instant::now();
         let cancel = CancellationToken::new();
         if let Ok(mut calls) = self.calls.lock() {
@@ -317,6 +340,14 @@ impl Worker {
         if let Ok(mut calls) = self.calls.lock() {
             calls.remove(&call.call_id);
         }
+        // The call's status is final here: counted and logged once.
+        self.metrics
+            .call_finished(&call.tool, reply.status, started.elapsed());
+        tracing::info!(
+            status = reply.status.as_str(),
+            duration_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
+            "tool call finished"
+        );
         call_result(call.call_id, reply, reset, started)
     }
 
@@ -460,7 +491,9 @@ impl Worker {
 
     /// Ends idle environments; returns the task ids ended.
     pub async fn reap_idle(&self) -> Vec<String> {
-        self.envs.reap_idle(self.config.env_lifetime).await
+        let reaped = self.envs.reap_idle(self.config.env_lifetime).await;
+        self.metrics.reaped(reaped.len());
+        reaped
     }
 
     pub fn reap_interval(&self) -> Duration {

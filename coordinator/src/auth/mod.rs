@@ -5,7 +5,7 @@
 //! | role | may call |
 //! |---|---|
 //! | worker | `WorkerGateway.Attach` only |
-//! | client | `Control`: tools, status, environments, sessions, clarify answers |
+//! | client | `Control`: tools, status, environments, sessions, clarify answers; `GET /metrics` |
 //! | admin | everything: also approvals and tokens (the shared `--token` is admin) |
 //!
 //! The caller (its role and scoped token, if any) rides in the request's
@@ -48,6 +48,11 @@ const CLIENT_METHODS: &[&str] = &[
 /// listed needs admin: a method added later is closed until it is classified
 /// here.
 pub fn required_role(path: &str) -> Role {
+    // `GET /metrics` of `serve --metrics` (its own listener, same tokens):
+    // what a client could learn from `Status` anyway.
+    if path == caduceus_metrics::METRICS_PATH {
+        return Role::Client;
+    }
     let mut parts = path.trim_start_matches('/').splitn(2, '/');
     let (service, method) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     if service == caduceus_proto::worker_gateway_server::SERVICE_NAME && method == "Attach" {

@@ -113,6 +113,7 @@ async fn dispatcher(hook: Option<Arc<Recorder>>) -> Dispatcher {
             liveness: Liveness::from_interval(Duration::from_secs(5)),
             notices: None,
             placement: Default::default(),
+            metrics: Default::default(),
         },
     )
     .await

@@ -19,12 +19,15 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
+use tracing::Instrument;
 
 use caduceus_common::result::{python_type, tool_error};
 use caduceus_common::text::sanitize_tool_error;
+use caduceus_proto::trace::TraceParent;
 
 use crate::call::{CallContext, CallStatus, ToolFilter, ToolReply, ToolResult};
 use crate::gate::{Gate, GateCall};
+use crate::metrics::{Metrics, UNKNOWN_TOOL};
 use crate::registry::actor::RegistryHandle;
 use crate::registry::{Handler, ToolEntry, ToolRegistry};
 use crate::scheduler::{ScheduleError, SchedulerHandle, WorkerCall};
@@ -63,6 +66,8 @@ pub struct DispatchConfig {
     pub default_call_deadline: Duration,
     /// Where every call is recorded as it leaves the pipeline.
     pub audit: Option<crate::audit::AuditLog>,
+    /// Where every call is counted as it leaves the pipeline.
+    pub metrics: Metrics,
 }
 
 impl Default for DispatchConfig {
@@ -75,6 +80,7 @@ impl Default for DispatchConfig {
             environment_settings: Value::Object(Map::new()),
             default_call_deadline: Duration::from_secs(600),
             audit: None,
+            metrics: Metrics::default(),
         }
     }
 }
@@ -167,19 +173,61 @@ impl Dispatcher {
     }
 
     /// Like [`call`](Self::call), forwarding live output chunks of worker tools.
-    /// Every call leaves here, and is written to the audit log.
+    /// Every call leaves here: it is counted in the metrics, logged in its
+    /// trace's span and written to the audit log.
     pub async fn call_streaming(
+        &self,
+        mut request: CallRequest,
+        output: Option<mpsc::Sender<Bytes>>,
+    ) -> ToolResult {
+        // The one place a call's trace is decided: the caller's, continued
+        // with a span of ours, or a new one.
+        let trace = request
+            .ctx
+            .trace
+            .map_or_else(TraceParent::new_root, |caller| caller.child());
+        request.ctx.trace = Some(trace);
+        let span = tracing::info_span!(
+            "tool_call",
+            trace_id = %trace.trace_id_hex(),
+            span_id = %trace.span_id_hex(),
+            tool = %request.tool,
+            task = %request.ctx.task_id,
+        );
+        self.traced(request, output).instrument(span).await
+    }
+
+    async fn traced(
         &self,
         request: CallRequest,
         output: Option<mpsc::Sender<Bytes>>,
     ) -> ToolResult {
-        let Some(audit) = &self.config.audit else {
-            return self.pipeline(request, output, &OnceLock::new()).await;
-        };
-        let ctx = request.ctx.clone();
+        let audited = self
+            .config
+            .audit
+            .as_ref()
+            .map(|audit| (audit, request.ctx.clone()));
+        let trace = request.ctx.trace;
         let verdict = OnceLock::new();
-        let done = self.pipeline(request, output, &verdict).await;
-        audit.tool_call(&ctx, &done, verdict.get().copied());
+        let mut done = self.pipeline(request, output, &verdict).await;
+        done.trace = trace;
+        // Only registered names label the metrics: a client cannot grow
+        // the label set by calling made-up tools.
+        let known = self.registry.snapshot().get(&done.tool).is_some();
+        self.config.metrics.call_finished(
+            if known { &done.tool } else { UNKNOWN_TOOL },
+            done.status,
+            done.duration,
+        );
+        tracing::info!(
+            status = done.status.as_str(),
+            duration_us = u64::try_from(done.duration.as_micros()).unwrap_or(u64::MAX),
+            worker = done.worker.as_deref().unwrap_or(""),
+            "tool call finished"
+        );
+        if let Some((audit, ctx)) = audited {
+            audit.tool_call(&ctx, &done, verdict.get().copied());
+        }
         done
     }
 
@@ -437,6 +485,7 @@ impl Dispatcher {
             result_cap_chars: self.result_cap(entry),
             output,
             timeout,
+            traceparent: ctx.trace.map(|t| t.to_string()).unwrap_or_default(),
             // The worker's own timeout handling (which kills the process
             // tree) always answers first.
             deadline: timeout.map_or(self.config.default_call_deadline, |t| {

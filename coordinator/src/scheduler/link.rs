@@ -266,6 +266,8 @@ pub struct LinkArgs {
     /// The scheduler's placements: notices are forwarded only for tasks
     /// placed on this worker (a stale environment answers nothing).
     pub placements: super::Placements,
+    /// A worker declared lost here is counted here.
+    pub metrics: crate::metrics::Metrics,
 }
 
 impl LinkArgs {
@@ -317,6 +319,9 @@ impl Actor for WorkerLink {
                     tracing::info!(worker = %state.name, "worker left");
                 } else {
                     tracing::warn!(worker = %state.name, %reason, "worker stream closed");
+                    state
+                        .metrics
+                        .worker_lost(crate::metrics::LostReason::Stream);
                 }
                 state
                     .calls
@@ -342,6 +347,9 @@ impl Actor for WorkerLink {
                 if age > state.liveness.lost_after {
                     let reason = format!("no heartbeat for {:.1}s", age.as_secs_f64());
                     tracing::warn!(worker = %state.name, %reason, "worker presumed dead");
+                    state
+                        .metrics
+                        .worker_lost(crate::metrics::LostReason::Heartbeat);
                     state.calls.close(&format!(
                         "worker '{}' stopped answering ({reason})",
                         state.name

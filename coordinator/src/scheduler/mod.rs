@@ -58,6 +58,8 @@ pub struct WorkerCall {
     pub output: Option<mpsc::Sender<Bytes>>,
     /// The tool's own timeout, decided by dispatch; the worker obeys it.
     pub timeout: Option<Duration>,
+    /// The call's W3C trace context, for the worker's logs ("" = none).
+    pub traceparent: String,
     /// After this long the call is cancelled on the worker and answered here.
     pub deadline: Duration,
 }
@@ -326,6 +328,8 @@ pub struct SchedulerConfig {
     pub liveness: Liveness,
     pub notices: Option<NoticeSink>,
     pub placement: PlacementConfig,
+    /// Placement waits, lost workers and released environments are counted here.
+    pub metrics: crate::metrics::Metrics,
 }
 
 /// `placement:` in the configuration.
@@ -754,6 +758,7 @@ impl Actor for Scheduler {
                     .is_some_and(|p| p.worker_id == worker_id)
                 {
                     tracing::debug!(%task_id, %reason, "environment released by its worker");
+                    state.config.metrics.environment_released(&reason);
                     placements.remove(&task_id);
                     // The environment is gone either way: the task's next
                     // call tells the model so.
@@ -867,6 +872,7 @@ async fn attach(
         scheduler: myself.clone(),
         notices: state.config.notices.clone(),
         placements: state.placements.clone(),
+        metrics: state.config.metrics.clone(),
     };
     let (link, _join) = Actor::spawn_linked(None, WorkerLink, args, myself.get_cell())
         .await
@@ -953,6 +959,7 @@ pub struct SchedulerHandle {
     changes: watch::Receiver<u64>,
     /// How long a call waits for an eligible worker.
     placement_wait: Duration,
+    metrics: crate::metrics::Metrics,
 }
 
 impl SchedulerHandle {
@@ -964,6 +971,7 @@ impl SchedulerHandle {
         let liveness = config.liveness;
         let placement_wait = config.placement.wait;
         let (changes_tx, changes) = watch::channel(0);
+        let metrics = config.metrics.clone();
         let args = SchedulerArgs {
             registry,
             config,
@@ -978,6 +986,7 @@ impl SchedulerHandle {
                 liveness,
                 changes,
                 placement_wait,
+                metrics,
             },
             join,
         ))
@@ -1023,10 +1032,9 @@ impl SchedulerHandle {
         .unwrap_or(Err(ScheduleError::Unavailable))
     }
 
-    /// Runs a worker tool call on the worker that holds (or will hold) the
-    /// task's environment. Cancelled on the worker when the returned future is
-    /// dropped or the deadline passes.
-    pub async fn run_call(&self, call: WorkerCall) -> Result<WorkerCallDone, ScheduleError> {
+    /// Where `call` runs: its task's placement, waiting while the only
+    /// workers for it are suspect.
+    async fn placement_for(&self, call: &WorkerCall) -> Result<Placement, ScheduleError> {
         // A suspect worker is either heard from again or lost within
         // `lost_after`; the margin covers a coordinator that was itself slow.
         let wait_until = Instant::now() + self.liveness.lost_after + self.liveness.suspect_after;
@@ -1035,7 +1043,7 @@ impl SchedulerHandle {
         // most `placement.wait_seconds`; never polled.
         let eligible_by = tokio::time::Instant::now() + self.placement_wait;
         let mut changes = self.changes.clone();
-        let mut placement = loop {
+        let placement = loop {
             // Seen before placing: a change after this wakes the wait below.
             changes.borrow_and_update();
             match self.place(&call.task_id, &call.backend).await {
@@ -1059,8 +1067,20 @@ impl SchedulerHandle {
         if placement.calls.is_closed() {
             // The worker left between the placement and now: placing again
             // records the loss and picks another worker.
-            placement = self.place(&call.task_id, &call.backend).await?;
+            return self.place(&call.task_id, &call.backend).await;
         }
+        Ok(placement)
+    }
+
+    /// Runs a worker tool call on the worker that holds (or will hold) the
+    /// task's environment. Cancelled on the worker when the returned future is
+    /// dropped or the deadline passes.
+    pub async fn run_call(&self, call: WorkerCall) -> Result<WorkerCallDone, ScheduleError> {
+        let placing = Instant::now();
+        let placed = self.placement_for(&call).await;
+        self.metrics
+            .placement_waited(placing.elapsed(), placed.is_ok());
+        let placement = placed?;
         let call_id = uuid::Uuid::new_v4().simple().to_string();
         let deadline = call.deadline;
         let run = RunCall {
@@ -1080,6 +1100,7 @@ impl SchedulerHandle {
             timeout_ms: call
                 .timeout
                 .map_or(0, |t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+            traceparent: call.traceparent,
         };
         let (reply, result) = oneshot::channel();
         placement

@@ -36,6 +36,7 @@ async fn scheduler_placing(
             liveness,
             notices: None,
             placement,
+            metrics: Default::default(),
         },
     )
     .await
@@ -155,6 +156,7 @@ fn call(task_id: &str) -> WorkerCall {
         result_cap_chars: 0,
         output: None,
         timeout: None,
+        traceparent: String::new(),
         deadline: Duration::from_secs(5),
     }
 }

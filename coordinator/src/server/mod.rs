@@ -2,6 +2,10 @@
 //! Both sit behind [`Authorized`] (tokens and their roles, see `crate::auth`);
 //! TLS when a certificate is configured.
 
+mod metrics;
+
+pub use metrics::serve_metrics;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -15,6 +19,7 @@ use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 use tonic::{Request, Response, Status, Streaming};
 
 use caduceus_proto::control_server::{Control, ControlServer};
+use caduceus_proto::trace::{TRACEPARENT, TraceParent};
 use caduceus_proto::worker_gateway_server::{WorkerGateway, WorkerGatewayServer};
 use caduceus_proto::*;
 
@@ -176,25 +181,42 @@ impl Control for ControlService {
         request: Request<CallToolRequest>,
     ) -> Result<Response<CallToolResponse>, Status> {
         let caller = caller_name(&request);
+        // A client's trace context continues; a malformed one is ignored
+        // (the call gets a new trace), never an error.
+        let trace = request
+            .metadata()
+            .get(TRACEPARENT)
+            .and_then(|v| v.to_str().ok())
+            .and_then(TraceParent::parse);
         let req = request.into_inner();
         let session = (!req.session_id.is_empty()).then_some(req.session_id);
         let outcome = self
             .coordinator
-            .call_tool(
+            .call_tool_traced(
                 &req.tool,
                 RawArguments::Text(req.arguments_json),
                 &req.task_id,
                 session,
                 caller,
                 req.labels.into_iter().collect(),
+                trace,
             )
             .await;
-        Ok(Response::new(CallToolResponse {
+        let mut response = Response::new(CallToolResponse {
             result: outcome.render(),
             worker: outcome.worker.unwrap_or_default(),
             duration_us: u64::try_from(outcome.duration.as_micros()).unwrap_or(u64::MAX),
             status: caduceus_proto::CallStatus::from(outcome.status) as i32,
-        }))
+        });
+        // The call's own context goes back, so a client can find its log lines.
+        if let Some(value) = outcome.trace.and_then(|t| {
+            t.to_string()
+                .parse::<tonic::metadata::MetadataValue<_>>()
+                .ok()
+        }) {
+            response.metadata_mut().insert(TRACEPARENT, value);
+        }
+        Ok(response)
     }
 
     async fn status(

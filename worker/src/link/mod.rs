@@ -116,6 +116,7 @@ where
             command: Some(worker_command::Command::Welcome(welcome)),
         }))) => {
             tracing::info!(worker = %worker.name(), coordinator = %welcome.coordinator_id, id = %welcome.worker_id, "attached");
+            worker.metrics().set_attached(true);
             welcome
         }
         Ok(Some(Ok(_))) => {
@@ -230,6 +231,7 @@ where
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    worker.metrics().set_attached(false);
     if matches!(end, Disconnect::Lost(_)) {
         // The coordinator already answered these calls with an error; stop
         // them rather than let unobserved commands carry on.

@@ -56,6 +56,11 @@ pub struct ToolCall {
     pub timeout: Option<Duration>,
 }
 
+/// Whether this worker serves `tool` (the ones [`run`] knows).
+pub fn serves(tool: &str) -> bool {
+    matches!(tool, "terminal" | "process") || files::is_file_tool(tool)
+}
+
 /// Runs the call and returns the tool's answer.
 pub async fn run(settings: &ToolSettings, mut call: ToolCall) -> ToolReply {
     if !files::is_file_tool(&call.tool) {

@@ -175,6 +175,8 @@ impl CallSite {
                 from_agent_loop: true,
                 filter: self.filter.clone(),
                 caller: self.caller.clone(),
+                // Each of the model's calls is a trace of its own.
+                trace: None,
             },
         };
         let done = tokio::select! {
