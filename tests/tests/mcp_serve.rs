@@ -224,6 +224,7 @@ fn stdio_two_environments_on_two_workers_run_at_once() {
     env.push(("RENDEZVOUS", rendezvous.path().display().to_string()));
     let seen = drive(&fleet, "fleet", &env);
     assert_fleet_scenario(&seen);
+    assert_session_environments_released(&fleet, &coordinator);
 }
 
 #[test]
@@ -238,6 +239,35 @@ fn http_two_environments_on_two_workers_run_at_once() {
     env.push(("RENDEZVOUS", rendezvous.path().display().to_string()));
     let seen = drive(&fleet, "fleet", &env);
     assert_fleet_scenario(&seen);
+    assert_session_environments_released(&fleet, &coordinator);
+}
+
+/// The session's end releases what it still held (its default environment
+/// was never released by the client).
+fn assert_session_environments_released(fleet: &Fleet, coordinator: &Proc) {
+    let held = |status: &Value| -> Vec<String> {
+        status["workers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|w| w["environments"].as_array().unwrap().clone())
+            .filter_map(|e| e["task_id"].as_str().map(str::to_owned))
+            .filter(|t| t.starts_with("mcp-"))
+            .collect()
+    };
+    // Workers report their environments with each heartbeat (1 s).
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let left = held(&fleet.status(coordinator));
+        if left.is_empty() {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "environments of an ended MCP session are still held: {left:?}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
 }
 
 fn dangerous(dir: &Path) -> String {

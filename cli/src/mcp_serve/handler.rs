@@ -677,6 +677,9 @@ impl ServerHandler for Session {
             tools::ENVIRONMENT_RELEASE => {
                 Some(self.release_environment(&credential, &arguments).await)
             }
+            name if tools::is_agent_loop_tool(name) => Some(Err(format!(
+                "'{name}' belongs to caduceus' own agent loop and is not offered over MCP; use your client's own equivalent"
+            ))),
             _ => None,
         };
         let result = match environment_tool {

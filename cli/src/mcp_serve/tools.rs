@@ -44,6 +44,11 @@ pub fn fleet_tools(definitions: &[Value]) -> Vec<Tool> {
         .collect()
 }
 
+/// Whether `name` is one of the loop's tools, which MCP clients are not offered.
+pub fn is_agent_loop_tool(name: &str) -> bool {
+    AGENT_LOOP_TOOLS.contains(&name)
+}
+
 pub fn is_environment_tool(name: &str) -> bool {
     [ENVIRONMENT_CREATE, ENVIRONMENT_LIST, ENVIRONMENT_RELEASE].contains(&name)
 }
