@@ -14,10 +14,21 @@ pub const ENVIRONMENT_RELEASE: &str = "environment_release";
 pub const ENVIRONMENT_ARG: &str = "environment";
 
 /// Tools of the coordinator's agent loop: they act on a model conversation
-/// (its todo list, a question to its user, a child agent), which an MCP
-/// client has and caduceus does not; called from outside a loop they only
-/// answer errors.
-const AGENT_LOOP_TOOLS: &[&str] = &["todo", "clarify", "delegate_task"];
+/// (its todo list, a question to its user, a child agent) or on the state
+/// caduceus keeps for its own sessions (their memory, their transcripts,
+/// their skills). An MCP client has its own conversation and state; offered
+/// here they would only answer errors or let a client read and rewrite what
+/// caduceus' sessions rely on.
+const AGENT_LOOP_TOOLS: &[&str] = &[
+    "todo",
+    "clarify",
+    "delegate_task",
+    "memory",
+    "session_search",
+    "skills_list",
+    "skill_view",
+    "skill_manage",
+];
 
 /// MCP tools from the registry's OpenAI-shaped definitions.
 pub fn fleet_tools(definitions: &[Value]) -> Vec<Tool> {

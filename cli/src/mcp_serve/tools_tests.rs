@@ -38,6 +38,8 @@ fn agent_loop_tools_are_not_offered() {
         definition("todo", &json!({})),
         definition("clarify", &json!({})),
         definition("delegate_task", &json!({})),
+        definition("memory", &json!({})),
+        definition("session_search", &json!({})),
         definition("read_file", &json!({})),
     ]);
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
