@@ -194,7 +194,31 @@ async def refused():
     return seen
 
 
-SCENARIOS = {"fleet": fleet, "approval": approval, "refused": refused}
+async def cancel():
+    """A call the client gives up on (it sends notifications/cancelled) stops
+    its command on the worker; the environment takes the next call."""
+    import subprocess
+
+    marker = f"sleep 4{os.getpid() % 1000:03d}.5"
+    seen = {}
+    async with connect() as session:
+        try:
+            await session.call_tool("terminal", {"command": f"{marker}; echo finished"}, read_timeout_seconds=3)
+            seen["gave_up"] = False
+        except Exception as error:  # the SDK's timeout
+            seen["gave_up"] = type(error).__name__
+        running = True
+        for _ in range(100):
+            running = subprocess.run(["pgrep", "-f", marker], capture_output=True).returncode == 0
+            if not running:
+                break
+            await asyncio.sleep(0.1)
+        seen["still_running"] = running
+        seen["next"] = parsed(await session.call_tool("terminal", {"command": "echo next"}))
+    return seen
+
+
+SCENARIOS = {"fleet": fleet, "approval": approval, "refused": refused, "cancel": cancel}
 
 if __name__ == "__main__":
     print(json.dumps(asyncio.run(SCENARIOS[sys.argv[1]]())))

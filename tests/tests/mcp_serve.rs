@@ -387,3 +387,15 @@ fn http_refuses_a_missing_or_wrong_token_and_respects_scoped_roles() {
     assert_eq!(seen["client_asked"], serde_json::json!([]));
     assert!(dir.path().join("build").exists());
 }
+
+#[test]
+fn stdio_a_call_the_client_cancels_stops_its_command_on_the_worker() {
+    if !sdk_present() {
+        return;
+    }
+    let (fleet, coordinator, _workers) = fleet();
+    let seen = drive(&fleet, "cancel", &stdio_env(&fleet, &coordinator));
+    assert_ne!(seen["gave_up"], false, "{seen}");
+    assert_eq!(seen["still_running"], false, "{seen}");
+    assert_eq!(seen["next"]["output"], "next", "{seen}");
+}
