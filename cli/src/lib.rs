@@ -9,6 +9,7 @@
 mod agent_settings;
 pub mod config;
 mod hardening;
+mod mcp_serve;
 mod progress;
 mod run;
 mod sandbox_user;
@@ -92,6 +93,11 @@ enum Command {
     Approvals {
         #[command(subcommand)]
         command: approvals::ApprovalsCommand,
+    },
+    /// caduceus as an MCP server: `mcp serve` offers the fleet's tools to any MCP client.
+    Mcp {
+        #[command(subcommand)]
+        command: mcp_serve::McpCommand,
     },
     /// Scoped tokens (worker, client, admin) on a running coordinator: create, list, revoke.
     Tokens {
@@ -427,6 +433,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Call(args) => call(args, &config).await,
         Command::Tools(args) => tools(args, &config).await,
         Command::Status(args) => status(args, &config).await,
+        Command::Mcp { command } => mcp_serve::run(command, &config).await,
         Command::Run(args) => run::run(args, &config).await,
         Command::Guard {
             command: GuardCommand::Check { command, json: _ },

@@ -355,6 +355,9 @@ impl Coordinator {
 
     /// [`call_tool`](Self::call_tool) continuing the caller's trace (a
     /// client's `traceparent`).
+    // The Control API's request fields, one each; a struct would only be
+    // built and taken apart again at its one other caller.
+    #[allow(clippy::too_many_arguments)]
     pub async fn call_tool_traced(
         &self,
         tool: &str,
