@@ -61,6 +61,8 @@ pub struct CoordinatorConfig {
     pub agent: AgentSettings,
     /// The audit log (`$CADUCEUS_HOME/audit.jsonl`); `None`: not kept.
     pub audit: Option<audit::AuditLog>,
+    /// Hooks around every call and session (plugins', the configuration's).
+    pub hooks: dispatch::HookSet,
 }
 
 impl Default for CoordinatorConfig {
@@ -76,6 +78,7 @@ impl Default for CoordinatorConfig {
             result_cap: 100_000,
             agent: AgentSettings::default(),
             audit: None,
+            hooks: dispatch::HookSet::default(),
         }
     }
 }
@@ -162,12 +165,12 @@ impl Coordinator {
             audit: config.audit.clone(),
             ..DispatchConfig::default()
         };
-        let dispatcher = Arc::new(Dispatcher::new(
-            registry.clone(),
-            scheduler.clone(),
-            gate,
-            dispatch_config,
-        ));
+        let mut dispatcher =
+            Dispatcher::new(registry.clone(), scheduler.clone(), gate, dispatch_config);
+        for hook in &config.hooks.0 {
+            dispatcher.add_hook(hook.clone());
+        }
+        let dispatcher = Arc::new(dispatcher);
         let sessions = SessionHub::new(dispatcher.clone(), config.agent.clone());
         // Background-process notices go to the session that started the process.
         sessions.spawn_notice_router(notices_rx);
