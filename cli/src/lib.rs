@@ -500,6 +500,7 @@ pub(crate) fn coordinator_config(config: &Config, token: String) -> Result<Coord
         max_foreground_timeout_secs: config.terminal.max_foreground_timeout,
         environment_settings: config.terminal.environment_settings(),
         agent,
+        home: Some(crate::config::home_dir()),
         ..CoordinatorConfig::default()
     })
 }

@@ -4,13 +4,19 @@
 
 mod ansi;
 mod head_tail;
+mod tail_window;
 mod tool_error;
 mod truncate;
+mod utf8_stream;
 
 pub use ansi::strip_ansi;
 pub use head_tail::HeadTailBuffer;
+pub use tail_window::TailWindow;
 pub use tool_error::sanitize_tool_error;
-pub use truncate::{group_thousands, truncate_head_tail, truncate_head_tail_with_suffix};
+pub use truncate::{
+    group_thousands, last_chars, truncate_head_tail, truncate_head_tail_with_suffix,
+};
+pub use utf8_stream::Utf8Stream;
 
 /// Single-quotes a string for a POSIX shell (an embedded `'` becomes `'\''`).
 ///

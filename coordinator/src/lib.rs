@@ -8,6 +8,7 @@ pub mod auth;
 pub mod call;
 pub mod dispatch;
 pub mod gate;
+pub mod memory;
 pub mod registry;
 pub mod scheduler;
 pub mod server;
@@ -63,6 +64,9 @@ pub struct CoordinatorConfig {
     pub audit: Option<audit::AuditLog>,
     /// Hooks around every call and session (plugins', the configuration's).
     pub hooks: dispatch::HookSet,
+    /// `$CADUCEUS_HOME`: where the agent's state lives (`memories/`,
+    /// `skills/`); `None`: the memory and skill tools are not offered.
+    pub home: Option<std::path::PathBuf>,
 }
 
 impl Default for CoordinatorConfig {
@@ -79,6 +83,7 @@ impl Default for CoordinatorConfig {
             agent: AgentSettings::default(),
             audit: None,
             hooks: dispatch::HookSet::default(),
+            home: None,
         }
     }
 }
@@ -145,6 +150,14 @@ impl Coordinator {
                 agent::delegate::registry_entry(schema, config.agent.delegation.clone()),
                 false,
             )?;
+        }
+        if let Some(home) = &config.home {
+            let memory = Arc::new(memory::MemoryStore::new(home.join("memories")));
+            initial.register(memory::registry_entry(memory.clone())?, false)?;
+            config.agent.memory = Some(memory);
+        }
+        if let Some(db) = &config.agent.state_db {
+            initial.register(agent::search::registry_entry(db.clone())?, false)?;
         }
         let (registry, _) = RegistryHandle::start(initial).await?;
         let (notices, notices_rx) = mpsc::unbounded_channel();

@@ -137,7 +137,7 @@ pub(super) fn first_chars(s: &str, n: usize) -> &str {
 }
 
 /// The last `n` characters of `s` (all of it if shorter).
-pub(super) fn last_chars(s: &str, n: usize) -> &str {
+pub fn last_chars(s: &str, n: usize) -> &str {
     // A character has at least one byte: n bytes or fewer are n characters
     // or fewer.
     let Some(start) = s.len().checked_sub(n) else {

@@ -23,6 +23,7 @@ pub mod messages;
 pub mod notices;
 pub mod planner;
 mod resume;
+pub mod search;
 mod session;
 pub mod store;
 pub mod todo;
@@ -62,6 +63,9 @@ pub struct AgentSettings {
     /// After its final answer, how long a session waits for the background
     /// processes it asked to be notified about before it ends.
     pub notice_wait: Duration,
+    /// The agent's memory: a top-level session's system prompt carries its
+    /// snapshot, taken when the session starts.
+    pub memory: Option<Arc<crate::memory::MemoryStore>>,
 }
 
 impl Default for AgentSettings {
@@ -74,6 +78,7 @@ impl Default for AgentSettings {
             durable: false,
             clarify_timeout: Duration::from_secs(600),
             notice_wait: Duration::from_secs(1800),
+            memory: None,
         }
     }
 }

@@ -15,8 +15,9 @@
 //! sessions(id PRIMARY KEY, parent_id, root_id, depth, task_id, model, prompt, state,
 //!          started_at, ended_at, api_calls, exit_reason, final_response, error,
 //!          input_tokens, output_tokens, parent_call_id, task_index, spec, owner, durable)
-//! messages(session_id, idx, role, content, tool_calls, tool_call_id, tool_name, message, created_at,
-//!          PRIMARY KEY(session_id, idx))
+//! messages(id INTEGER PRIMARY KEY, session_id, idx, role, content, tool_calls, tool_call_id,
+//!          tool_name, message, created_at, UNIQUE(session_id, idx))
+//! messages_fts USING fts5(content)  -- rowid = messages.id, kept by triggers
 //! calls(session_id, turn, call_id, tool, arguments, task_id, state, status, worker, result,
 //!       started_at, finished_at, PRIMARY KEY(session_id, turn, call_id))
 //! events(root_id, seq, session_id, kind, json, PRIMARY KEY(root_id, seq))
@@ -200,9 +201,10 @@ fn open(path: &Path) -> Result<Connection, StoreError> {
             input_tokens INTEGER NOT NULL DEFAULT 0, output_tokens INTEGER NOT NULL DEFAULT 0);
          CREATE INDEX IF NOT EXISTS sessions_root ON sessions(root_id);
          CREATE TABLE IF NOT EXISTS messages (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
             session_id TEXT NOT NULL, idx INTEGER NOT NULL, role TEXT NOT NULL, content TEXT,
             tool_calls TEXT, tool_call_id TEXT, tool_name TEXT, message TEXT NOT NULL,
-            created_at REAL NOT NULL, PRIMARY KEY (session_id, idx));
+            created_at REAL NOT NULL, UNIQUE (session_id, idx));
          CREATE TABLE IF NOT EXISTS calls (
             session_id TEXT NOT NULL, turn INTEGER NOT NULL, call_id TEXT NOT NULL,
             tool TEXT NOT NULL, arguments TEXT NOT NULL, task_id TEXT NOT NULL,
@@ -232,7 +234,83 @@ fn open(path: &Path) -> Result<Connection, StoreError> {
         }
     }
     drop(columns);
+    migrate_message_ids(&conn)?;
+    ensure_search_index(&conn)?;
     Ok(conn)
+}
+
+/// Creates the database, or brings an older one up to date (message ids,
+/// the search index).
+pub fn ensure_schema(path: &Path) -> Result<(), StoreError> {
+    open(path).map(drop)
+}
+
+/// Databases written before session_search keyed messages by (session, idx)
+/// alone; the search index and `around_message_id` need a stable integer id
+/// per message. The table is rebuilt once with one, in the order messages
+/// were written.
+fn migrate_message_ids(conn: &Connection) -> Result<(), rusqlite::Error> {
+    // Checked inside the write transaction: two processes opening an old
+    // database at once migrate it once.
+    conn.execute_batch("BEGIN IMMEDIATE")?;
+    let has_id: bool = conn.query_row(
+        "SELECT COUNT(*) > 0 FROM pragma_table_info('messages') WHERE name = 'id'",
+        [],
+        |row| row.get(0),
+    )?;
+    if has_id {
+        return conn.execute_batch("COMMIT");
+    }
+    conn.execute_batch(
+        "CREATE TABLE messages_with_ids (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            session_id TEXT NOT NULL, idx INTEGER NOT NULL, role TEXT NOT NULL, content TEXT,
+            tool_calls TEXT, tool_call_id TEXT, tool_name TEXT, message TEXT NOT NULL,
+            created_at REAL NOT NULL, UNIQUE (session_id, idx));
+         INSERT INTO messages_with_ids
+            (session_id, idx, role, content, tool_calls, tool_call_id, tool_name, message, created_at)
+            SELECT session_id, idx, role, content, tool_calls, tool_call_id, tool_name, message, created_at
+            FROM messages ORDER BY created_at, session_id, idx;
+         DROP TABLE messages;
+         ALTER TABLE messages_with_ids RENAME TO messages;
+         COMMIT;",
+    )
+}
+
+/// The text of a message the full-text index holds (hermes indexes the
+/// tool name and the calls' arguments too).
+const INDEXED_TEXT: &str = "COALESCE(new.content, '') || ' ' || COALESCE(new.tool_name, '') || ' ' || COALESCE(new.tool_calls, '')";
+
+/// The FTS5 index over messages (`messages_fts`, rowid = `messages.id`),
+/// kept by triggers on every write; built from the transcripts already
+/// there when it is first created.
+fn ensure_search_index(conn: &Connection) -> Result<(), rusqlite::Error> {
+    conn.execute_batch("BEGIN IMMEDIATE")?;
+    let exists: bool = conn.query_row(
+        "SELECT COUNT(*) > 0 FROM sqlite_master WHERE name = 'messages_fts'",
+        [],
+        |row| row.get(0),
+    )?;
+    if exists {
+        return conn.execute_batch("COMMIT");
+    }
+    let text = INDEXED_TEXT;
+    let existing = text.replace("new.", "");
+    conn.execute_batch(&format!(
+        "CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5(content);
+         CREATE TRIGGER IF NOT EXISTS messages_fts_insert AFTER INSERT ON messages BEGIN
+            INSERT INTO messages_fts(rowid, content) VALUES (new.id, {text});
+         END;
+         CREATE TRIGGER IF NOT EXISTS messages_fts_delete AFTER DELETE ON messages BEGIN
+            DELETE FROM messages_fts WHERE rowid = old.id;
+         END;
+         CREATE TRIGGER IF NOT EXISTS messages_fts_update AFTER UPDATE ON messages BEGIN
+            DELETE FROM messages_fts WHERE rowid = old.id;
+            INSERT INTO messages_fts(rowid, content) VALUES (new.id, {text});
+         END;
+         INSERT INTO messages_fts(rowid, content) SELECT id, {existing} FROM messages;
+         COMMIT;"
+    ))
 }
 
 fn now() -> f64 {
@@ -283,8 +361,13 @@ fn apply(conn: &Connection, op: Op) -> Result<(), rusqlite::Error> {
                 .then(|| serde_json::to_string(&message.tool_calls).unwrap_or_default());
             let whole = serde_json::to_string(&message).unwrap_or_default();
             conn.execute(
-                "INSERT OR REPLACE INTO messages (session_id, idx, role, content, tool_calls, tool_call_id, tool_name, message, created_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                // An upsert, not a replace: the message keeps its id, and the
+                // search index's update trigger sees the change.
+                "INSERT INTO messages (session_id, idx, role, content, tool_calls, tool_call_id, tool_name, message, created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+                 ON CONFLICT(session_id, idx) DO UPDATE SET role = excluded.role, content = excluded.content,
+                 tool_calls = excluded.tool_calls, tool_call_id = excluded.tool_call_id,
+                 tool_name = excluded.tool_name, message = excluded.message",
                 params![
                     session_id,
                     sql_index(index),

@@ -46,6 +46,24 @@ pub const STATIC_TOOLSETS: &[ToolsetDef] = &[
         includes: &[],
     },
     ToolsetDef {
+        name: "memory",
+        description: "Persistent memory across sessions (personal notes + user profile)",
+        tools: &["memory"],
+        includes: &[],
+    },
+    ToolsetDef {
+        name: "session_search",
+        description: "Search and recall past conversations",
+        tools: &["session_search"],
+        includes: &[],
+    },
+    ToolsetDef {
+        name: "skills",
+        description: "Access, create, edit, and manage skill documents with specialized instructions and knowledge",
+        tools: &["skills_list", "skill_view", "skill_manage"],
+        includes: &[],
+    },
+    ToolsetDef {
         name: "web",
         description: "Web research and content extraction tools",
         tools: &["web_search", "web_extract"],

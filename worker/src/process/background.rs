@@ -12,11 +12,11 @@ use caduceus_common::text::strip_ansi;
 
 use super::clean::OutputCleaner;
 use super::notice::{self, Completion, NoticeHub, Origin};
-use super::tail::{TailBuffer, Utf8Stream};
 use super::watch::{Watch, WatchEvent};
 use crate::sandbox::{BoxedReader, BoxedWriter, ProcessHandle, Sandbox, StopSignal};
 use crate::shell::marker::MarkerScanner;
 use crate::shell::signal_tree;
+use caduceus_common::text::{TailWindow, Utf8Stream};
 
 /// Characters of output kept per process (hermes: 200,000, tail kept).
 pub const MAX_OUTPUT_CHARS: usize = 200_000;
@@ -57,7 +57,7 @@ pub struct Status {
 }
 
 struct State {
-    output: TailBuffer,
+    output: TailWindow,
     exited: bool,
     exit_code: Option<i32>,
     reason: EndReason,
@@ -127,7 +127,7 @@ impl BackgroundProcess {
             started_at: SystemTime::now(),
             started: Instant::now(),
             state: std::sync::Mutex::new(State {
-                output: TailBuffer::new(MAX_OUTPUT_CHARS),
+                output: TailWindow::new(MAX_OUTPUT_CHARS),
                 exited: false,
                 exit_code: None,
                 reason: EndReason::Exited,
@@ -505,7 +505,7 @@ impl Intake<'_> {
         }
         let tail = self.decoder.finish();
         if !tail.is_empty() {
-            self.process.record(&tail, Instant::now());
+            self.process.record(tail, Instant::now());
         }
         self.exit_code
     }

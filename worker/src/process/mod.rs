@@ -15,7 +15,6 @@ pub mod background;
 pub mod clean;
 pub mod launch;
 pub mod notice;
-pub mod tail;
 pub mod watch;
 
 use std::sync::Arc;

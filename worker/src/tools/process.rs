@@ -14,7 +14,7 @@ use caduceus_common::result::ToolReply;
 
 use crate::env::{EnvManager, Environment};
 use crate::process::background::{BackgroundProcess, WaitEnd};
-use crate::process::tail::last_chars;
+use caduceus_common::text::last_chars;
 
 /// One `process` call.
 pub struct ProcessCall<'a> {

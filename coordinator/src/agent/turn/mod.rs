@@ -384,11 +384,10 @@ impl AgentLoop {
             }),
         );
         self.record_row();
-        let system = self
-            .spec
-            .system_prompt
-            .clone()
-            .unwrap_or_else(|| root_system_prompt(&tool_names));
+        let system = self.spec.system_prompt.clone().unwrap_or_else(|| {
+            let memory = self.hub.settings.memory.as_ref().and_then(|m| m.snapshot());
+            root_system_prompt(&tool_names, memory.as_deref())
+        });
         self.push(ChatMessage::system(system), None);
         self.push(ChatMessage::user(self.spec.prompt.clone()), None);
         let ending = self.converse().await;

@@ -27,8 +27,8 @@ fn the_root_prompt_mentions_only_tools_the_session_has() {
     let with: BTreeSet<String> = ["delegate_task".to_owned(), "todo".to_owned()]
         .into_iter()
         .collect();
-    assert!(root_system_prompt(&with).contains("delegate_task hands independent subtasks"));
-    assert!(!root_system_prompt(&BTreeSet::new()).contains("delegate_task"));
+    assert!(root_system_prompt(&with, None).contains("delegate_task hands independent subtasks"));
+    assert!(!root_system_prompt(&BTreeSet::new(), None).contains("delegate_task"));
 }
 
 #[tokio::test]
