@@ -21,6 +21,10 @@ const BASE_ENV: &[&str] = &[
 /// PATH when the coordinator has none.
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
+/// How long output is still read after the process exited, while something it
+/// left behind holds its stdout open.
+const LEFTOVER_GRACE: Duration = Duration::from_millis(200);
+
 /// Bytes of stderr kept for messages (the end of it).
 const STDERR_TAIL: usize = 4096;
 
@@ -207,24 +211,42 @@ pub async fn run(exec: &Exec) -> Outcome {
     });
     let stderr_task = tokio::spawn(read_tail(stderr, STDERR_TAIL));
     let limit = exec.max_output;
+    let mut stdout_bytes = Vec::new();
     let work = async {
-        let (out, more) = read_capped(stdout, limit).await;
-        if more {
-            return (out, None);
+        let mut reading = Box::pin(read_capped(stdout, limit, &mut stdout_bytes));
+        tokio::select! {
+            more = &mut reading => {
+                if more {
+                    return None;
+                }
+                drop(reading);
+                Some(child.wait().await.ok().and_then(|s| s.code()))
+            }
+            status = child.wait() => {
+                // The process is gone. Whatever it left running may still hold
+                // stdout open; its output is read for a moment, not waited for.
+                let more = tokio::time::timeout(LEFTOVER_GRACE, &mut reading)
+                    .await
+                    .unwrap_or(false);
+                if more {
+                    return None;
+                }
+                Some(status.ok().and_then(|s| s.code()))
+            }
         }
-        let status = child.wait().await;
-        (out, Some(status.ok().and_then(|s| s.code())))
     };
-    let (ended, stdout) = match tokio::time::timeout(exec.timeout, work).await {
-        Ok((stdout, Some(code))) => (Ended::Exited(code), stdout),
-        Ok((stdout, None)) => {
-            kill_group(pgid);
-            (Ended::TooMuchOutput, stdout)
-        }
-        Err(_) => {
-            kill_group(pgid);
-            (Ended::TimedOut, Vec::new())
-        }
+    let ended = match tokio::time::timeout(exec.timeout, work).await {
+        Ok(Some(code)) => Ended::Exited(code),
+        Ok(None) => Ended::TooMuchOutput,
+        Err(_) => Ended::TimedOut,
+    };
+    // Nothing a call started outlives it: its process group ends here, however
+    // the call ended (a daemon it forked into the group included).
+    kill_group(pgid);
+    let stdout = if ended == Ended::TimedOut {
+        Vec::new()
+    } else {
+        stdout_bytes
     };
     feed.abort();
     // The group is gone or finished: its stderr closes soon after.
@@ -251,18 +273,17 @@ fn kill_group(pid: Option<u32>) {
     }
 }
 
-/// Reads up to `limit` bytes; `true` when there was more.
-async fn read_capped(mut reader: impl AsyncRead + Unpin, limit: usize) -> (Vec<u8>, bool) {
-    let mut out = Vec::new();
+/// Reads up to `limit` bytes into `out`; `true` when there was more.
+async fn read_capped(mut reader: impl AsyncRead + Unpin, limit: usize, out: &mut Vec<u8>) -> bool {
     let mut buf = [0u8; 8192];
     loop {
         match reader.read(&mut buf).await {
-            Ok(0) | Err(_) => return (out, false),
+            Ok(0) | Err(_) => return false,
             Ok(n) => {
                 if out.len() + n > limit {
                     let room = limit - out.len();
                     out.extend_from_slice(&buf[..room]);
-                    return (out, true);
+                    return true;
                 }
                 out.extend_from_slice(&buf[..n]);
             }

@@ -64,3 +64,27 @@ fn commands_split_as_a_shell_would() {
     );
     assert!(split_command("echo 'open").is_err());
 }
+
+#[tokio::test]
+async fn a_process_that_leaves_a_child_holding_stdout_returns_when_it_exits() {
+    let mut e = exec("sleep 313133 & echo done");
+    e.timeout = Duration::from_secs(20);
+    let out = run(&e).await;
+    assert_eq!(out.ended, Ended::Exited(Some(0)));
+    assert_eq!(out.stdout_text(), "done\n");
+    // The leftover was in the call's process group and ended with it.
+    let alive = || {
+        std::process::Command::new("pgrep")
+            .args(["-f", "sleep 313133"])
+            .status()
+            .unwrap()
+            .success()
+    };
+    for _ in 0..100 {
+        if !alive() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the leftover child outlived the call");
+}

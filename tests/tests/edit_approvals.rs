@@ -189,3 +189,27 @@ fn without_edit_approvals_edits_apply_at_once() {
     assert!(result.get("error").is_none(), "{result}");
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "now\n");
 }
+
+#[test]
+fn a_coordinator_killed_while_an_edit_waits_leaves_the_file_alone() {
+    let (fleet, mut coordinator, _worker) = start("approvals:\n  edits: ask\n");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("c.txt");
+    std::fs::write(&file, "before\n").unwrap();
+    let url = coordinator.url();
+    let args = json!({"path": file, "content": "after\n"});
+    let result = std::thread::scope(|scope| {
+        let call = scope.spawn(|| fleet.call_at(&url, "write_file", &args, "edits"));
+        pending(&fleet, &coordinator);
+        coordinator.kill();
+        call.join().unwrap()
+    });
+    assert!(
+        result["error"]
+            .as_str()
+            .unwrap()
+            .contains("connection to the coordinator"),
+        "{result}"
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "before\n");
+}

@@ -213,3 +213,98 @@ fn a_plugin_cannot_replace_a_built_in_without_the_operators_permission() {
         .unwrap();
     assert_eq!(parse_result(&out.stdout), json!({"content": "fake"}));
 }
+
+/// The pipeline is the built-ins': a configured hook blocks a plugin tool, a
+/// large result is persisted in the task's sandbox and previewed, a declared
+/// secret reaches the plugin but never the model, and every call is audited.
+#[test]
+fn a_plugin_tool_goes_through_the_same_pipeline_as_a_built_in() {
+    let fleet = Fleet::new();
+    plugin(
+        &fleet,
+        "loud",
+        "requires_env: [LOUD_API_TOKEN]\ntools:\n  - name: shout\n    command: ./shout.sh\n    max_result_chars: 1000\n  - name: leak\n    command: ./leak.sh\n  - name: blocked_one\n    command: ./shout.sh\n  - name: deaf\n    command: ./deaf.sh\n",
+        &[
+            (
+                "shout.sh",
+                "#!/bin/bash\nhead -c 5000 /dev/zero | tr '\\0' 'a'\n",
+            ),
+            (
+                "leak.sh",
+                "#!/bin/bash\necho \"{\\\"token\\\": \\\"$LOUD_API_TOKEN\\\"}\"\n",
+            ),
+            ("deaf.sh", "#!/bin/bash\necho '{\"heard\": false}'\n"),
+        ],
+    );
+    let block = fleet.home.path().join("block.sh");
+    std::fs::write(
+        &block,
+        "#!/bin/bash\ncat >/dev/null\necho '{\"decision\": \"block\", \"reason\": \"not this one\"}'\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&block, std::fs::Permissions::from_mode(0o755)).unwrap();
+    fleet.write_config(&format!(
+        "plugins:\n  enabled: [loud]\nhooks:\n  pre_tool_call:\n    - matcher: blocked_one\n      command: {}\n",
+        block.display()
+    ));
+    let secret = "loud-secret-value-7f3a9c1e5b";
+    let coordinator = fleet.serve_with_env(&[], &[("LOUD_API_TOKEN", secret)]);
+    let _worker = fleet.worker(&coordinator, "w1", &fleet.token, &[]);
+    fleet.wait_for_workers(&coordinator, &["w1"], Duration::from_secs(30));
+
+    let out = fleet.client(&coordinator, &["call", "blocked_one", "{}"]);
+    assert_eq!(parse_result(&out.stdout), json!({"error": "not this one"}));
+
+    // Without an environment the preview says the text could not be saved
+    // (hermes); once the task has one, the full text is saved in it.
+    let out = fleet.client(&coordinator, &["call", "shout", "{}"]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        text.contains("Full output could not be saved to sandbox"),
+        "{text}"
+    );
+    call(
+        &fleet,
+        &coordinator,
+        "terminal",
+        &json!({"command": "true"}),
+    );
+    let out = fleet.client(&coordinator, &["call", "shout", "{}"]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(text.starts_with("<persisted-output>"), "{text}");
+    assert!(text.contains("5,000 characters"), "{text}");
+
+    let leaked = call(&fleet, &coordinator, "leak", &json!({}));
+    assert_ne!(leaked["token"], secret, "a secret reached the model");
+    assert!(!leaked.to_string().contains(secret), "{leaked}");
+
+    // Arguments larger than a pipe's buffer, to a plugin that never reads them.
+    let big = "x".repeat(100_000);
+    let heard = call(&fleet, &coordinator, "deaf", &json!({"blob": big}));
+    assert_eq!(heard, json!({"heard": false}));
+
+    // The audit writer syncs in batches: wait for the lines to land.
+    let wanted = ["blocked_one:blocked", "shout:ok", "leak:ok", "deaf:ok"];
+    let mut tools = Vec::new();
+    for _ in 0..100 {
+        let audit =
+            std::fs::read_to_string(fleet.home.path().join("audit.jsonl")).unwrap_or_default();
+        tools = audit
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|l| l["event"] == "tool_call")
+            .map(|l| {
+                format!(
+                    "{}:{}",
+                    l["tool"].as_str().unwrap(),
+                    l["status"].as_str().unwrap()
+                )
+            })
+            .collect();
+        if wanted.iter().all(|w| tools.contains(&(*w).to_owned())) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("audit lines missing: {tools:?}");
+}
