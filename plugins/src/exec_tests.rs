@@ -74,11 +74,13 @@ async fn a_process_that_leaves_a_child_holding_stdout_returns_when_it_exits() {
     assert_eq!(out.stdout_text(), "done\n");
     // The leftover was in the call's process group and ended with it.
     let alive = || {
-        std::process::Command::new("pgrep")
-            .args(["-f", "sleep 313133"])
-            .status()
-            .unwrap()
-            .success()
+        std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+            std::fs::read(e.path().join("cmdline")).is_ok_and(|raw| {
+                String::from_utf8_lossy(&raw)
+                    .replace('\0', " ")
+                    .contains("sleep 313133")
+            })
+        })
     };
     for _ in 0..100 {
         if !alive() {
