@@ -1,5 +1,6 @@
 //! `caduceus approvals list | approve ID | deny ID`: answers the command
-//! guard's pending approvals on a running coordinator.
+//! guard's pending approvals, and edits held by `approvals.edits: ask` (with
+//! the diff they would apply), on a running coordinator.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -115,6 +116,10 @@ pub async fn run(command: ApprovalsCommand, config: &Config) -> Result<()> {
             for line in table(&approvals) {
                 out(&line)?;
             }
+            // An edit's diff follows the table: what approving it applies.
+            for a in approvals.iter().filter(|a| !a.diff.is_empty()) {
+                out(&format!("\n{} would apply:\n{}", a.id, a.diff.trim_end()))?;
+            }
             Ok(())
         }
         ApprovalsCommand::Approve {
@@ -190,6 +195,7 @@ fn approval_json(a: &Approval) -> Value {
         "expires_in_ms": a.expires_in_ms,
         "waiting": a.waiting,
         "allow_permanent": a.allow_permanent,
+        "diff": (!a.diff.is_empty()).then_some(&a.diff),
     })
 }
 

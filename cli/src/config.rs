@@ -9,7 +9,9 @@ use anyhow::{Context, Result};
 use serde::Deserialize;
 
 use caduceus_common::process_env;
-use caduceus_coordinator::gate::{ApprovalMode, ApprovalSettings, ContainerApprovals};
+use caduceus_coordinator::gate::{
+    ApprovalMode, ApprovalSettings, ContainerApprovals, EditApprovals,
+};
 use caduceus_worker::backends::docker::settings::DockerSettings;
 use caduceus_worker::backends::lease::LeasePolicy;
 use caduceus_worker::backends::pool::PoolSpec;
@@ -34,7 +36,8 @@ pub struct Config {
     pub terminal: TerminalSection,
     pub worker: WorkerSection,
     pub tool_output: ToolOutputSection,
-    /// The command guard's approvals (`mode`, `timeout`, `deny`, `containers`).
+    /// The command guard's approvals (`mode`, `timeout`, `deny`, `containers`,
+    /// `edits`).
     pub approvals: ApprovalsSection,
     /// The audit log (`enabled`, `max_bytes`, `keep`).
     pub audit: AuditSection,
@@ -73,6 +76,9 @@ pub struct ApprovalsSection {
     /// Dangerous-command approvals on container backends: off (relaxed, as
     /// hermes) or ask (like the host).
     pub containers: ContainerApprovals,
+    /// Edits by write_file and patch: off, or ask (each waits for a person,
+    /// who sees its diff).
+    pub edits: EditApprovals,
 }
 
 impl Default for ApprovalsSection {
@@ -82,6 +88,7 @@ impl Default for ApprovalsSection {
             timeout: Duration::from_secs(60),
             deny: Vec::new(),
             containers: ContainerApprovals::Off,
+            edits: EditApprovals::Off,
         }
     }
 }
@@ -94,6 +101,7 @@ struct RawApprovals {
     #[serde(deserialize_with = "string_list")]
     deny: Vec<String>,
     containers: Option<serde_yaml::Value>,
+    edits: Option<serde_yaml::Value>,
 }
 
 impl TryFrom<RawApprovals> for ApprovalsSection {
@@ -120,6 +128,7 @@ impl TryFrom<RawApprovals> for ApprovalsSection {
             timeout,
             deny: raw.deny,
             containers: ContainerApprovals::parse(&word(raw.containers, "containers")?)?,
+            edits: EditApprovals::parse(&word(raw.edits, "edits")?)?,
         })
     }
 }
@@ -558,6 +567,7 @@ impl Config {
             deny: self.approvals.deny.clone(),
             allowlist: self.command_allowlist.clone(),
             containers: self.approvals.containers,
+            edits: self.approvals.edits,
             sudo_password_configured: process_env::var("SUDO_PASSWORD").is_some(),
             allowlist_file: self.path.clone(),
         }

@@ -190,3 +190,11 @@ fn local_isolation_defaults_to_none() {
     assert_eq!(config.terminal.local_isolation, "strict");
     assert_eq!(Config::default().terminal.local_isolation, "none");
 }
+
+#[test]
+fn edit_approvals_are_off_unless_asked_for() {
+    assert_eq!(parse("{}").unwrap().approvals.edits, EditApprovals::Off);
+    let config = parse("approvals:\n  edits: ask\n").unwrap();
+    assert_eq!(config.approval_settings().edits, EditApprovals::Ask);
+    assert!(parse("approvals:\n  edits: maybe\n").is_err());
+}

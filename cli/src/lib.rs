@@ -1,6 +1,6 @@
 //! `caduceus` — one binary: `serve`, `worker`, `call`, `tools`, `status`,
 //! `run`, `sessions`, `approvals`, `tokens`, `workers`, `audit tail`,
-//! `guard check`. Results go to stdout; logs go to stderr. Every client
+//! `guard check`, `plugins list`. Results go to stdout; logs go to stderr. Every client
 //! command takes `--json`: its result as one JSON document on stdout, and a
 //! failure as `{"error": "..."}` there (exit status 1). The command logic
 //! lives in this library so that the integration tests can build the same
@@ -19,6 +19,7 @@ pub mod token;
 
 mod approvals;
 mod audit;
+mod plugins;
 mod tokens;
 mod workers;
 
@@ -35,11 +36,11 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
 use caduceus_common::redact;
+use caduceus_coordinator::CoordinatorConfig;
 use caduceus_coordinator::call::ToolFilter;
 use caduceus_coordinator::gate::{CommandGate, Gate};
 use caduceus_coordinator::scheduler::Liveness;
 use caduceus_coordinator::server::TlsFiles;
-use caduceus_coordinator::{Coordinator, CoordinatorConfig};
 use caduceus_worker::backends::isolation::{Confinement, LocalIsolation};
 use caduceus_worker::link::LinkOptions;
 use caduceus_worker::tools::ToolSettings;
@@ -113,6 +114,11 @@ enum Command {
     Audit {
         #[command(subcommand)]
         command: audit::AuditCommand,
+    },
+    /// Plugins in $CADUCEUS_HOME/plugins (and ./.caduceus/plugins when enabled).
+    Plugins {
+        #[command(subcommand)]
+        command: plugins::PluginsCommand,
     },
 }
 
@@ -446,6 +452,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Tokens { command } => tokens::run(command, &config).await,
         Command::Workers { command } => workers::run(command, &config).await,
         Command::Audit { command } => audit::run(command).await,
+        Command::Plugins { command } => plugins::run(command, &config),
     }
 }
 
@@ -515,7 +522,8 @@ async fn serve(args: ServeArgs, config: &Config) -> Result<()> {
     let mut coordinator_config = coordinator_config(config, token)?;
     // A served coordinator's sessions outlive it: the next one resumes them.
     coordinator_config.agent.durable = true;
-    let coordinator = Coordinator::start(
+    let coordinator = plugins::start_coordinator(
+        config,
         CoordinatorConfig {
             liveness,
             ..coordinator_config

@@ -344,8 +344,13 @@ async fn ask_and_answer(target: &mut Target, event: &SessionEvent) -> Result<()>
 /// an explicit yes is a deny (hermes' Enter-means-once is a known complaint).
 async fn ask_approval(asked: &Value) -> Result<Decision> {
     let permanent = asked["allow_permanent"].as_bool().unwrap_or(false);
+    // An edit shows the diff it would apply above the question.
+    let diff = match asked["diff"].as_str() {
+        Some(diff) => format!("{}\n", diff.trim_end()),
+        None => String::new(),
+    };
     let line = read_answer(format!(
-        "  approve {}? [o]nce, [s]ession{}, [d]eny (default deny): ",
+        "{diff}  approve {}? [o]nce, [s]ession{}, [d]eny (default deny): ",
         asked["command"].as_str().unwrap_or_default(),
         if permanent { ", [a]lways" } else { "" }
     ))

@@ -247,7 +247,8 @@ impl Embedded {
     /// and waits until they have joined (the registry then offers their
     /// tools: attaching publishes a worker's backends before it returns).
     pub async fn start(config: &Config, gate: Arc<dyn Gate>, workers: usize) -> Result<Self> {
-        let coordinator = Coordinator::start(
+        let coordinator = crate::plugins::start_coordinator(
+            config,
             crate::coordinator_config(config, uuid::Uuid::new_v4().simple().to_string())?,
             gate,
         )

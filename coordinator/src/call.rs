@@ -75,6 +75,10 @@ pub struct ToolResult {
     pub arguments: Option<Map<String, Value>>,
     /// The call's trace context (its trace id is in both sides' logs).
     pub trace: Option<caduceus_proto::trace::TraceParent>,
+    /// Which stage refused the call, when one did (`plugin_block`: a
+    /// `pre_tool_call` hook; `guard_block`: the command guard;
+    /// `edit_denied`: an edit approval). See [`error_type`](Self::error_type).
+    pub refused_by: Option<&'static str>,
 }
 
 impl ToolResult {
@@ -90,6 +94,25 @@ impl ToolResult {
             duration: Duration::ZERO,
             arguments: None,
             trace: None,
+            refused_by: None,
+        }
+    }
+
+    /// hermes' `error_type` of a finished call, as `post_tool_call` hooks
+    /// receive it: `None` when it succeeded, the refusing stage when one
+    /// refused it (`plugin_block` for a hook, as hermes), else its status
+    /// (`tool_error`, `timeout`, `cancelled`, `pending_approval`).
+    pub fn error_type(&self) -> Option<&'static str> {
+        if let Some(stage) = self.refused_by {
+            return Some(stage);
+        }
+        match self.status {
+            CallStatus::Ok => None,
+            CallStatus::Error => Some("tool_error"),
+            CallStatus::Blocked => Some("blocked"),
+            CallStatus::PendingApproval => Some("pending_approval"),
+            CallStatus::Cancelled => Some("cancelled"),
+            CallStatus::Timeout => Some("timeout"),
         }
     }
 

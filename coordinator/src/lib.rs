@@ -63,6 +63,8 @@ pub struct CoordinatorConfig {
     pub agent: AgentSettings,
     /// The audit log (`$CADUCEUS_HOME/audit.jsonl`); `None`: not kept.
     pub audit: Option<audit::AuditLog>,
+    /// Hooks around every call and session (plugins', the configuration's).
+    pub hooks: dispatch::HookSet,
     /// `$CADUCEUS_HOME`: where the agent's state lives (`memories/`,
     /// `skills/`); `None`: the memory and skill tools are not offered.
     pub home: Option<std::path::PathBuf>,
@@ -87,6 +89,7 @@ impl Default for CoordinatorConfig {
             result_cap: 100_000,
             agent: AgentSettings::default(),
             audit: None,
+            hooks: dispatch::HookSet::default(),
             home: None,
             placement: scheduler::PlacementConfig::default(),
             backend_choice: Vec::new(),
@@ -190,12 +193,12 @@ impl Coordinator {
             metrics: metrics.clone(),
             ..DispatchConfig::default()
         };
-        let dispatcher = Arc::new(Dispatcher::new(
-            registry.clone(),
-            scheduler.clone(),
-            gate,
-            dispatch_config,
-        ));
+        let mut dispatcher =
+            Dispatcher::new(registry.clone(), scheduler.clone(), gate, dispatch_config);
+        for hook in &config.hooks.0 {
+            dispatcher.add_hook(hook.clone());
+        }
+        let dispatcher = Arc::new(dispatcher);
         let sessions = SessionHub::new(dispatcher.clone(), config.agent.clone());
         // Background-process notices go to the session that started the process.
         sessions.spawn_notice_router(notices_rx);

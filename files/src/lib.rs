@@ -19,6 +19,7 @@ pub mod lines;
 pub mod lint;
 pub mod local;
 pub mod paths;
+pub mod preview;
 pub mod safety;
 pub mod search;
 pub mod text;

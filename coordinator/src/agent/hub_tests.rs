@@ -195,6 +195,23 @@ async fn harness_with_gate(
     tune: impl FnOnce(&mut AgentSettings),
     gate: Arc<dyn Gate>,
 ) -> Harness {
+    harness_with_hooks(
+        script,
+        stream,
+        tune,
+        gate,
+        crate::dispatch::HookSet::default(),
+    )
+    .await
+}
+
+async fn harness_with_hooks(
+    script: Vec<ScriptedResponse>,
+    stream: bool,
+    tune: impl FnOnce(&mut AgentSettings),
+    gate: Arc<dyn Gate>,
+    hooks: crate::dispatch::HookSet,
+) -> Harness {
     let server = ScriptedServer::start(script).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("state.db");
@@ -214,6 +231,7 @@ async fn harness_with_gate(
         CoordinatorConfig {
             token: "t".into(),
             agent,
+            hooks,
             ..CoordinatorConfig::default()
         },
         gate,
@@ -1126,4 +1144,73 @@ async fn an_interactive_session_with_approvals_ends_its_stream_after_the_final_e
         final_of(&events, &root(&events))["text"],
         "Nothing to approve."
     );
+}
+
+/// One thing a hook heard: (event, session, parent, data).
+type HeardEvent = (String, String, Option<String>, Value);
+
+/// Records what the hooks hear.
+#[derive(Default)]
+struct Heard(std::sync::Mutex<Vec<HeardEvent>>);
+
+#[async_trait]
+impl crate::dispatch::ToolHook for Heard {
+    async fn post_tool_call(&self, call: &crate::dispatch::PostToolCall<'_>) {
+        self.0.lock().unwrap().push((
+            "post_tool_call".into(),
+            call.ctx.session_id.clone().unwrap_or_default(),
+            None,
+            json!({"tool": call.result.tool, "status": call.result.status.as_str()}),
+        ));
+    }
+
+    async fn session_event(&self, event: &crate::dispatch::SessionEvent<'_>) {
+        self.0.lock().unwrap().push((
+            event.kind.hook_name().into(),
+            event.session_id.to_owned(),
+            event.parent_session_id.map(str::to_owned),
+            Value::Object(event.data.clone()),
+        ));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn hooks_hear_sessions_children_and_calls_in_order() {
+    let mut script = vec![ScriptedResponse::tool_calls(vec![call(
+        "d",
+        "delegate_task",
+        json!({"goal": "job alpha"}),
+    )])];
+    script.extend(child_turns("alpha"));
+    script.push(ScriptedResponse::text("All done."));
+    let heard = Arc::new(Heard::default());
+    let mut hooks = crate::dispatch::HookSet::default();
+    hooks.push(heard.clone());
+    let h = harness_with_hooks(script, false, |_| {}, Arc::new(OpenGate), hooks).await;
+    let events = run(&h, "Delegate it", |_| {}).await;
+    let root_id = root(&events);
+    let heard = heard.0.lock().unwrap().clone();
+    let kinds: Vec<&str> = heard.iter().map(|h| h.0.as_str()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "on_session_start",
+            "subagent_start",
+            "post_tool_call",
+            "subagent_stop",
+            "on_session_end"
+        ],
+        "{heard:#?}"
+    );
+    assert_eq!(heard[0].1, root_id);
+    let child = &heard[1];
+    assert_eq!(child.2.as_deref(), Some(root_id.as_str()));
+    assert_eq!(child.3["child_goal"], "job alpha");
+    assert_eq!(heard[2].1, child.1, "the child's call");
+    assert_eq!(heard[2].3, json!({"tool": "slow", "status": "ok"}));
+    assert_eq!(heard[3].3["child_status"], "completed");
+    assert_eq!(heard[3].3["child_summary"], "alpha finished");
+    assert_eq!(heard[4].1, root_id);
+    assert_eq!(heard[4].3["completed"], true);
+    assert_eq!(heard[4].3["interrupted"], false);
 }

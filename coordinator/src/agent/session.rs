@@ -31,6 +31,7 @@ use super::resume::Restored;
 use super::store::SessionEnd;
 use super::turn::AgentLoop;
 use crate::call::ToolFilter;
+use crate::dispatch::{SessionEvent, SessionEventKind};
 
 /// Everything that defines one session.
 #[derive(Debug, Clone)]
@@ -196,6 +197,10 @@ impl Actor for SessionActor {
         args: SessionArgs,
     ) -> Result<SessionState, ActorProcessingErr> {
         let (notices_tx, notices_rx) = mpsc::unbounded_channel();
+        // A resumed session started before; its hooks heard that then.
+        if args.restored.is_none() {
+            lifecycle_started(&args.hub, &args.spec).await;
+        }
         let shared = Arc::new(SessionShared::default());
         args.hub
             .register(&args.spec, myself.clone(), shared.clone());
@@ -353,6 +358,7 @@ pub(crate) async fn conclude(
         });
         store.flush().await;
     }
+    lifecycle_ended(hub, spec, outcome, exit_reason).await;
     if let Some(error) = &outcome.error {
         stream.emit(&spec.session_id, events::ERROR, &json!({"message": error}));
     }
@@ -373,4 +379,81 @@ pub(crate) async fn conclude(
     if spec.parent_id.is_none() {
         hub.stream_ended(&spec.session_id);
     }
+}
+
+/// `on_session_start` (a top-level session) or `subagent_start` (a child).
+async fn lifecycle_started(hub: &HubInner, spec: &SessionSpec) {
+    let mut data = serde_json::Map::new();
+    data.insert("model".to_owned(), json!(spec.model_label));
+    data.insert("platform".to_owned(), json!("caduceus"));
+    let kind = match &spec.parent_id {
+        None => SessionEventKind::Start,
+        Some(_) => {
+            data.insert("child_session_id".to_owned(), json!(spec.session_id));
+            data.insert("child_goal".to_owned(), json!(spec.prompt));
+            data.insert("child_role".to_owned(), json!(role_name(spec.role)));
+            SessionEventKind::SubagentStart
+        }
+    };
+    hub.dispatcher
+        .session_event(SessionEvent {
+            kind,
+            session_id: &spec.session_id,
+            parent_session_id: spec.parent_id.as_deref(),
+            task_id: &spec.task_id,
+            data,
+        })
+        .await;
+}
+
+/// `on_session_end` (a top-level session) or `subagent_stop` (a child),
+/// before the `final` event: a client that exits on it finds the hooks run.
+async fn lifecycle_ended(
+    hub: &HubInner,
+    spec: &SessionSpec,
+    outcome: &SessionOutcome,
+    exit_reason: &str,
+) {
+    let mut data = serde_json::Map::new();
+    let duration_ms = u64::try_from(outcome.duration.as_millis()).unwrap_or(u64::MAX);
+    data.insert("model".to_owned(), json!(spec.model_label));
+    data.insert("platform".to_owned(), json!("caduceus"));
+    let kind = match &spec.parent_id {
+        None => {
+            data.insert(
+                "completed".to_owned(),
+                json!(outcome.status == EndStatus::Completed),
+            );
+            data.insert(
+                "interrupted".to_owned(),
+                json!(outcome.status == EndStatus::Interrupted),
+            );
+            data.insert("status".to_owned(), json!(outcome.status.as_str()));
+            data.insert("exit_reason".to_owned(), json!(exit_reason));
+            data.insert("api_calls".to_owned(), json!(outcome.api_calls));
+            data.insert("duration_ms".to_owned(), json!(duration_ms));
+            SessionEventKind::End
+        }
+        Some(_) => {
+            data.insert("child_session_id".to_owned(), json!(spec.session_id));
+            data.insert("child_role".to_owned(), json!(role_name(spec.role)));
+            data.insert("child_summary".to_owned(), json!(outcome.final_text));
+            data.insert("child_status".to_owned(), json!(outcome.status.as_str()));
+            data.insert("duration_ms".to_owned(), json!(duration_ms));
+            SessionEventKind::SubagentStop
+        }
+    };
+    hub.dispatcher
+        .session_event(SessionEvent {
+            kind,
+            session_id: &spec.session_id,
+            parent_session_id: spec.parent_id.as_deref(),
+            task_id: &spec.task_id,
+            data,
+        })
+        .await;
+}
+
+fn role_name(role: Option<Role>) -> &'static str {
+    role.unwrap_or(Role::Leaf).as_str()
 }

@@ -26,12 +26,18 @@ use caduceus_common::text::sanitize_tool_error;
 use caduceus_proto::trace::TraceParent;
 
 use crate::call::{CallContext, CallStatus, ToolFilter, ToolReply, ToolResult};
-use crate::gate::{Gate, GateCall};
+use crate::gate::{Approvals, EditApprovals, EditQuery, Gate, GateCall};
 use crate::metrics::{Metrics, UNKNOWN_TOOL};
 use crate::registry::actor::RegistryHandle;
 use crate::registry::{Handler, ToolEntry, ToolRegistry};
 use crate::scheduler::{ScheduleError, SchedulerHandle, WorkerCall};
-pub use hooks::{HookDecision, PostToolCall, PreToolCall, ToolHook};
+pub use hooks::{
+    HookDecision, HookSet, PostToolCall, PreToolCall, SessionEvent, SessionEventKind, ToolHook,
+};
+
+/// The worker's edit preview (`worker/src/tools/files.rs`): the diff of a
+/// `write_file` or `patch` call, nothing written.
+const EDIT_PREVIEW: &str = "edit_preview";
 
 /// Raw arguments: text straight from a model, or an already-parsed value.
 #[derive(Debug, Clone)]
@@ -292,7 +298,10 @@ impl Dispatcher {
                 .await;
             if let HookDecision::Block { message } = decision {
                 let reply = ToolReply::new(CallStatus::Blocked, tool_error(message));
-                let done = finish(name, reply, Some(args));
+                let done = ToolResult {
+                    refused_by: Some("plugin_block"),
+                    ..finish(name, reply, Some(args))
+                };
                 self.post_hooks(&done, &ctx).await;
                 return done;
             }
@@ -329,12 +338,41 @@ impl Dispatcher {
             }
             Err(refusal) => {
                 let _ = verdict.set("refused");
+                let refused_by = (refusal.status == CallStatus::Blocked).then_some("guard_block");
                 let reply = ToolReply::new(refusal.status, refusal.result);
-                let done = finish(name, reply, Some(args));
+                let done = ToolResult {
+                    refused_by,
+                    ..finish(name, reply, Some(args))
+                };
                 self.post_hooks(&done, &ctx).await;
                 return done;
             }
         };
+        let mut approval_note = admission.approval_note;
+
+        // 7b. Edit approvals: the worker previews the edit, a person decides
+        // with its diff in front of them; refused, nothing is written.
+        if matches!(entry.handler, Handler::Worker)
+            && caduceus_files::preview::is_edit_tool(&name)
+            && let Some(approvals) = self.gate.approvals()
+            && approvals.settings().edits == EditApprovals::Ask
+        {
+            match self
+                .approve_edit(&approvals, &name, &args, &ctx, snapshot.terminal_backend())
+                .await
+            {
+                Ok(note) => approval_note = approval_note.or(note),
+                Err((reply, refused_by)) => {
+                    let _ = verdict.set("refused");
+                    let done = ToolResult {
+                        refused_by,
+                        ..finish(name, reply, Some(args))
+                    };
+                    self.post_hooks(&done, &ctx).await;
+                    return done;
+                }
+            }
+        }
 
         // 9. Route.
         let mut worker = None;
@@ -360,7 +398,15 @@ impl Dispatcher {
             }
             Handler::Worker => {
                 let ran = self
-                    .run_on_worker(&entry, &args, &ctx, &backend, timeout, output)
+                    .run_on_worker(
+                        &entry.name,
+                        self.result_cap(&entry),
+                        &args,
+                        &ctx,
+                        &backend,
+                        timeout,
+                        output,
+                    )
                     .await;
                 worker = ran.worker;
                 environment_reset = ran.environment_reset;
@@ -387,7 +433,7 @@ impl Dispatcher {
         let done = ToolResult {
             worker,
             environment_reset,
-            approval: admission.approval_note,
+            approval: approval_note,
             ..finish(name, reply, Some(args))
         };
         self.post_hooks(&done, &ctx).await;
@@ -397,6 +443,14 @@ impl Dispatcher {
     async fn post_hooks(&self, result: &ToolResult, ctx: &CallContext) {
         for hook in &self.hooks {
             hook.post_tool_call(&PostToolCall { result, ctx }).await;
+        }
+    }
+
+    /// Tells every hook about a session starting or ending (observers:
+    /// nothing they answer changes the session).
+    pub async fn session_event(&self, event: SessionEvent<'_>) {
+        for hook in &self.hooks {
+            hook.session_event(&event).await;
         }
     }
 
@@ -458,9 +512,64 @@ impl Dispatcher {
         }
     }
 
+    /// The diff a `write_file` or `patch` call would apply, previewed on the
+    /// worker (nothing is written), put to a person. `Ok`: the note for the
+    /// result; `Err`: the reply the model reads instead — the tool's own
+    /// refusal when the preview already fails, else the person's "no".
+    async fn approve_edit(
+        &self,
+        approvals: &Approvals,
+        tool: &str,
+        args: &Map<String, Value>,
+        ctx: &CallContext,
+        backend: &str,
+    ) -> Result<Option<String>, (ToolReply, Option<&'static str>)> {
+        let mut preview_args = Map::new();
+        preview_args.insert("tool".to_owned(), Value::String(tool.to_owned()));
+        preview_args.insert("arguments".to_owned(), Value::Object(args.clone()));
+        let ran = self
+            .run_on_worker(EDIT_PREVIEW, 0, &preview_args, ctx, backend, None, None)
+            .await;
+        if ran.reply.status != CallStatus::Ok {
+            return Err((ran.reply, None));
+        }
+        let preview: Value = serde_json::from_str(&ran.reply.body).unwrap_or(Value::Null);
+        let files: Vec<String> = preview["files"]
+            .as_array()
+            .map(|f| {
+                f.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default();
+        if files.is_empty() {
+            // Nothing would change: there is nothing to approve.
+            return Ok(None);
+        }
+        let diff = preview["diff"].as_str().unwrap_or_default();
+        approvals
+            .request_edit(EditQuery {
+                tool,
+                files: &files,
+                diff,
+                task_id: &ctx.task_id,
+                session_id: ctx.session_id.as_deref().filter(|s| !s.is_empty()),
+            })
+            .await
+            .map_err(|message| {
+                (
+                    ToolReply::new(CallStatus::Blocked, tool_error(message)),
+                    Some("edit_denied"),
+                )
+            })
+    }
+
+    #[allow(clippy::too_many_arguments)]
     async fn run_on_worker(
         &self,
-        entry: &ToolEntry,
+        tool: &str,
+        result_cap_chars: u64,
         args: &Map<String, Value>,
         ctx: &CallContext,
         backend: &str,
@@ -477,12 +586,12 @@ impl Dispatcher {
         let call = WorkerCall {
             task_id,
             session_id: ctx.session_id.clone().unwrap_or_default(),
-            tool: entry.name.clone(),
+            tool: tool.to_owned(),
             arguments_json: serde_json::to_string(args).unwrap_or_else(|_| "{}".to_owned()),
             backend: backend.to_owned(),
             settings_json: self.settings_json.clone(),
             owner: self.config.owner.clone(),
-            result_cap_chars: self.result_cap(entry),
+            result_cap_chars,
             output,
             timeout,
             traceparent: ctx.trace.map(|t| t.to_string()).unwrap_or_default(),

@@ -98,17 +98,20 @@ pub struct ApprovalRequest {
     pub timeout: Duration,
     /// False when "always" would be downgraded to "session".
     pub allow_permanent: bool,
+    /// An edit's unified diff (`approvals.edits: ask`); `None` for commands.
+    pub diff: Option<String>,
 }
 
 impl ApprovalRequest {
     /// `{"approval_id", "tool", "command", "description", "pattern_key",
-    /// "task_id", "session_id", "timeout_ms", "allow_permanent", "scopes"}`.
+    /// "task_id", "session_id", "timeout_ms", "allow_permanent", "scopes"}`,
+    /// and `"kind": "edit"` with the `"diff"` for an edit.
     pub fn to_json(&self) -> Value {
         let mut scopes = vec!["once", "session"];
         if self.allow_permanent {
             scopes.push("always");
         }
-        json!({
+        let mut value = json!({
             "approval_id": self.id,
             "tool": self.tool,
             "command": self.command,
@@ -119,7 +122,12 @@ impl ApprovalRequest {
             "timeout_ms": u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX),
             "allow_permanent": self.allow_permanent,
             "scopes": scopes,
-        })
+        });
+        if let (Some(diff), Some(object)) = (&self.diff, value.as_object_mut()) {
+            object.insert("kind".to_owned(), json!("edit"));
+            object.insert("diff".to_owned(), json!(diff));
+        }
+        value
     }
 }
 
@@ -140,6 +148,8 @@ pub struct PendingApproval {
     /// than waiting for the model's retry.
     pub waiting: bool,
     pub allow_permanent: bool,
+    /// An edit's unified diff; `None` for commands.
+    pub diff: Option<String>,
 }
 
 /// The outcome of [`Approvals::answer`].
@@ -214,6 +224,7 @@ struct Pending {
     created: Instant,
     expires: Instant,
     allow_permanent: bool,
+    diff: Option<String>,
     /// Set when a call waits for the answer.
     waiter: Option<oneshot::Sender<Decision>>,
 }
@@ -406,6 +417,7 @@ impl Approvals {
                 expires_in: p.expires.saturating_duration_since(now),
                 waiting: p.waiter.is_some(),
                 allow_permanent: p.allow_permanent,
+                diff: p.diff.clone(),
             })
             .collect();
         pending.sort_by(|a, b| b.age.cmp(&a.age).then_with(|| a.id.cmp(&b.id)));
@@ -591,6 +603,7 @@ impl Approvals {
                 session_id: query.session_id.map(str::to_owned),
                 timeout: self.settings.timeout,
                 allow_permanent: may_be_permanent(query.pattern_key),
+                diff: None,
             };
             if listener.send(request).is_err() {
                 // The listener went away between the check and the send.
@@ -669,9 +682,132 @@ impl Approvals {
             created: now,
             expires: now + self.settings.timeout,
             allow_permanent: may_be_permanent(query.pattern_key),
+            diff: None,
             waiter,
         }
     }
+
+    /// Decides an edit (`approvals.edits: ask`): a session grant for edits
+    /// lets it apply; a standing answer decides at once; otherwise the call
+    /// waits, up to `approvals.timeout`, for a person — the session's client
+    /// when one listens, and `caduceus approvals approve|deny ID` in any
+    /// case (an edit is never held for a retry: the diff the person saw is
+    /// the one about to be applied).
+    ///
+    /// `Ok` carries the note for the result; `Err` the refusal the model reads.
+    pub async fn request_edit(&self, query: EditQuery<'_>) -> Result<Option<String>, String> {
+        let now = Instant::now();
+        let key = scope_key(query.session_id, query.task_id);
+        let files = query.files.join(", ");
+        let command = format!("{} {files}", query.tool);
+        let (id, receiver) = {
+            let mut state = self.lock();
+            expire(&mut state, now);
+            if state.grants.contains(&(key.clone(), EDIT_KEY.to_owned())) {
+                return Ok(None);
+            }
+            let listener = match query.session_id.and_then(|s| state.listeners.get(s)) {
+                Some(Listener {
+                    route: Route::Auto(answer),
+                    ..
+                }) => {
+                    return match answer {
+                        AutoAnswer::ApproveOnce => Ok(Some(texts::edit_approved(&files))),
+                        AutoAnswer::Deny => Err(texts::edit_auto_denied()),
+                    };
+                }
+                Some(Listener {
+                    route: Route::Person(sender),
+                    ..
+                }) if !sender.is_closed() => Some(sender.clone()),
+                _ => None,
+            };
+            let shown = redact(&command, RedactMode::General).into_owned();
+            let diff = shown_diff(&redact(query.diff, RedactMode::General));
+            let id = new_id();
+            let (sender, receiver) = oneshot::channel();
+            if let Some(listener) = listener {
+                // A listener that went away meanwhile leaves the CLI to answer.
+                let _ = listener.send(ApprovalRequest {
+                    id: id.clone(),
+                    tool: query.tool.to_owned(),
+                    command: shown.clone(),
+                    description: EDIT_KEY.to_owned(),
+                    pattern_key: EDIT_KEY.to_owned(),
+                    task_id: query.task_id.to_owned(),
+                    session_id: query.session_id.map(str::to_owned),
+                    timeout: self.settings.timeout,
+                    allow_permanent: false,
+                    diff: Some(diff.clone()),
+                });
+            }
+            tracing::info!(%id, edit = %shown, "edit waits for approval");
+            state.pending.insert(
+                id.clone(),
+                Pending {
+                    scope_key: key,
+                    tool: query.tool.to_owned(),
+                    command: command.clone(),
+                    display_command: shown,
+                    description: EDIT_KEY.to_owned(),
+                    pattern_key: EDIT_KEY.to_owned(),
+                    task_id: query.task_id.to_owned(),
+                    session_id: query.session_id.map(str::to_owned),
+                    created: now,
+                    expires: now + self.settings.timeout,
+                    allow_permanent: false,
+                    diff: Some(diff),
+                    waiter: Some(sender),
+                },
+            );
+            (id, receiver)
+        };
+        let _cleanup = WaitGuard {
+            approvals: self,
+            id: &id,
+        };
+        match tokio::time::timeout(self.settings.timeout, receiver).await {
+            Ok(Ok(Decision::Approve(_))) => Ok(Some(texts::edit_approved(&files))),
+            Ok(Ok(Decision::Deny { reason })) => Err(texts::edit_denied(reason.as_deref())),
+            Ok(Err(_)) => Err(texts::edit_withdrawn()),
+            Err(_) => {
+                tracing::info!(%id, "edit approval timed out");
+                Err(texts::edit_timed_out())
+            }
+        }
+    }
+}
+
+/// The approval key of edits: approving one for the session lets every later
+/// edit of that session (or task) apply without asking.
+pub const EDIT_KEY: &str = "file edit";
+
+/// Characters of an edit's diff a person is shown (a whole-file rewrite of a
+/// large file would otherwise fill the event stream).
+pub const SHOWN_DIFF_CHARS: usize = 64 * 1024;
+
+fn shown_diff(diff: &str) -> String {
+    let total = diff.chars().count();
+    if total <= SHOWN_DIFF_CHARS {
+        return diff.to_owned();
+    }
+    let mut shown: String = diff.chars().take(SHOWN_DIFF_CHARS).collect();
+    shown.push_str(&format!(
+        "\n[diff truncated: {} more characters]\n",
+        total - SHOWN_DIFF_CHARS
+    ));
+    shown
+}
+
+/// An edit that needs approval, with the diff the worker previewed.
+#[derive(Debug, Clone)]
+pub struct EditQuery<'a> {
+    pub tool: &'a str,
+    /// The files it changes (absolute paths in the sandbox).
+    pub files: &'a [String],
+    pub diff: &'a str,
+    pub task_id: &'a str,
+    pub session_id: Option<&'a str>,
 }
 
 fn pending_ruling(id: String, pending: &Pending, now: Instant) -> Ruling {
@@ -690,7 +826,7 @@ fn covers(allowlist: &[String], command: &str, pattern_key: &str) -> bool {
 
 /// hermes never makes scanner verdicts (`tirith:<rule>`) permanent.
 fn may_be_permanent(pattern_key: &str) -> bool {
-    !pattern_key.starts_with("tirith:")
+    !pattern_key.starts_with("tirith:") && pattern_key != EDIT_KEY
 }
 
 fn describe_scope(entry: &Pending) -> String {

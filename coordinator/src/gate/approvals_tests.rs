@@ -391,3 +391,80 @@ async fn a_standing_answer_decides_without_asking() {
         Ruling::Pending { .. }
     ));
 }
+
+fn edit<'a>(files: &'a [String], session: Option<&'a str>) -> EditQuery<'a> {
+    EditQuery {
+        tool: "patch",
+        files,
+        diff: "--- a/x\n+++ b/x\n-old\n+new\n",
+        task_id: "t1",
+        session_id: session,
+    }
+}
+
+/// Waits until one request is listed, and returns it.
+async fn listed_one(a: &Approvals) -> PendingApproval {
+    for _ in 0..200 {
+        if let Some(first) = a.list().into_iter().next() {
+            return first;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("no request was listed");
+}
+
+#[tokio::test]
+async fn an_edit_waits_for_an_answer_from_anyone_and_shows_its_diff() {
+    let a = approvals(Duration::from_secs(30));
+    let files = vec!["/w/x".to_owned()];
+    let waiting = {
+        let a = a.clone();
+        let files = files.clone();
+        tokio::spawn(async move { a.request_edit(edit(&files, None)).await })
+    };
+    let request = listed_one(&a).await;
+    assert!(request.waiting);
+    assert_eq!(
+        request.diff.as_deref(),
+        Some("--- a/x\n+++ b/x\n-old\n+new\n")
+    );
+    assert_eq!(request.command, "patch /w/x");
+    assert!(!request.allow_permanent);
+    a.answer(&request.id, Decision::Approve(Scope::Once))
+        .unwrap();
+    let note = waiting.await.unwrap().unwrap();
+    assert!(note.unwrap().contains("approved by the user"));
+}
+
+#[tokio::test]
+async fn a_session_grant_covers_later_edits_and_deny_and_timeout_refuse() {
+    let a = approvals(Duration::from_secs(30));
+    let files = vec!["/w/x".to_owned()];
+    let first = {
+        let a = a.clone();
+        let files = files.clone();
+        tokio::spawn(async move { a.request_edit(edit(&files, Some("s1"))).await })
+    };
+    let request = listed_one(&a).await;
+    a.answer(&request.id, Decision::Approve(Scope::Always))
+        .unwrap();
+    assert!(first.await.unwrap().is_ok());
+    // "always" is applied as "session" for edits: the next edit runs unasked.
+    assert_eq!(a.request_edit(edit(&files, Some("s1"))).await, Ok(None));
+
+    let denied = {
+        let a = a.clone();
+        let files = files.clone();
+        tokio::spawn(async move { a.request_edit(edit(&files, Some("s2"))).await })
+    };
+    let request = listed_one(&a).await;
+    a.answer(&request.id, Decision::Deny { reason: None })
+        .unwrap();
+    let refusal = denied.await.unwrap().unwrap_err();
+    assert!(refusal.contains("not modified"), "{refusal}");
+
+    let quick = approvals(Duration::from_millis(50));
+    let refusal = quick.request_edit(edit(&files, None)).await.unwrap_err();
+    assert!(refusal.contains("timed out"), "{refusal}");
+    assert!(quick.list().is_empty());
+}

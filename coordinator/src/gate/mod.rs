@@ -1,6 +1,7 @@
 //! The gate in front of every tool call: the command guard (hardline refusals,
-//! `sudo -S`, `approvals.deny` rules, dangerous-command approvals) and, later,
-//! write approvals.
+//! `sudo -S`, `approvals.deny` rules, dangerous-command approvals). Edit
+//! approvals (`approvals.edits: ask`) go through the same [`Approvals`], asked
+//! by the call pipeline once the worker has previewed the edit's diff.
 //!
 //! - [`Gate`]: what the call pipeline asks before routing a call.
 //! - [`CommandGate`]: the real gate (see `command_gate.rs` for the order of
@@ -30,8 +31,11 @@ pub use approvals::{
     AnswerError, Answered, ApprovalListener, ApprovalRequest, Approvals, AutoAnswer, Decision,
     ListenerGuard, PendingApproval, Scope,
 };
+pub use approvals::{EDIT_KEY, EditQuery};
 pub use command_gate::CommandGate;
-pub use settings::{ApprovalMode, ApprovalSettings, ContainerApprovals, is_container_backend};
+pub use settings::{
+    ApprovalMode, ApprovalSettings, ContainerApprovals, EditApprovals, is_container_backend,
+};
 
 /// One call as the gate sees it.
 #[derive(Debug, Clone, Copy)]

@@ -74,6 +74,36 @@ impl ContainerApprovals {
     }
 }
 
+/// Edits by `write_file` and `patch` (hermes' ACP edit approvals).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum EditApprovals {
+    /// Edits apply without asking.
+    #[default]
+    Off,
+    /// Each edit waits for a person, who sees the diff it would apply;
+    /// denied or unanswered, nothing is written.
+    Ask,
+}
+
+impl EditApprovals {
+    pub fn parse(value: &str) -> Result<Self, String> {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "" | "off" | "false" | "no" => Ok(EditApprovals::Off),
+            "ask" | "on" | "true" | "yes" | "manual" => Ok(EditApprovals::Ask),
+            other => Err(format!(
+                "unknown approvals.edits '{other}' (expected off or ask)"
+            )),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EditApprovals::Off => "off",
+            EditApprovals::Ask => "ask",
+        }
+    }
+}
+
 /// Backends whose sandboxes are containers or VMs rather than the worker host.
 pub fn is_container_backend(backend: &str) -> bool {
     matches!(
@@ -96,6 +126,9 @@ pub struct ApprovalSettings {
     pub allowlist: Vec<String>,
     /// `approvals.containers` (off).
     pub containers: ContainerApprovals,
+    /// `approvals.edits` (off): `ask` holds every `write_file` and `patch`
+    /// for a person, whatever `mode` says.
+    pub edits: EditApprovals,
     /// Whether a sudo password is configured (hermes `SUDO_PASSWORD`). Without
     /// one, a command that feeds sudo from stdin (`sudo -S`) is refused.
     pub sudo_password_configured: bool,
@@ -115,6 +148,7 @@ impl Default for ApprovalSettings {
             deny: Vec::new(),
             allowlist: Vec::new(),
             containers: ContainerApprovals::Off,
+            edits: EditApprovals::Off,
             sudo_password_configured: false,
             allowlist_file: None,
         }

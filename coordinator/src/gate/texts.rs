@@ -154,3 +154,33 @@ pub fn pending_result(
 #[cfg(test)]
 #[path = "texts_tests.rs"]
 mod tests;
+
+/// An edit a person denied (hermes' ACP text, with the reason when given).
+pub fn edit_denied(reason: Option<&str>) -> String {
+    match reason.map(str::trim).filter(|r| !r.is_empty()) {
+        Some(reason) => format!(
+            "Edit approval denied by the user; the file was not modified. Reason given by the user: \"{reason}\"."
+        ),
+        None => "Edit approval denied by the user; the file was not modified.".to_owned(),
+    }
+}
+
+/// An edit nobody answered within `approvals.timeout`.
+pub fn edit_timed_out() -> String {
+    "Edit approval timed out without a user response; the file was not modified.".to_owned()
+}
+
+/// An edit whose request was withdrawn (the session stopped listening).
+pub fn edit_withdrawn() -> String {
+    "Edit approval was withdrawn before the user answered (the session stopped listening); the file was not modified.".to_owned()
+}
+
+/// An edit a standing answer refused (a delegated child nobody watches).
+pub fn edit_auto_denied() -> String {
+    "Edit approval denied: nobody is watching this session to approve edits (approvals.edits is ask); the file was not modified.".to_owned()
+}
+
+/// The note on an approved edit's result.
+pub fn edit_approved(files: &str) -> String {
+    format!("Edit of {files} required approval and was approved by the user.")
+}

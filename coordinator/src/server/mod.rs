@@ -561,6 +561,7 @@ fn approval_message(pending: PendingApproval) -> Approval {
         tool: pending.tool,
         waiting: pending.waiting,
         allow_permanent: pending.allow_permanent,
+        diff: pending.diff.unwrap_or_default(),
     }
 }
 

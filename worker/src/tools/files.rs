@@ -5,12 +5,45 @@
 use serde_json::{Map, Value};
 
 use caduceus_common::result::ToolReply;
+use caduceus_files::preview::EditPreview;
 use caduceus_files::{FileToolContext, FileToolsConfig};
 
 use crate::env::Environment;
 
 pub fn is_file_tool(tool: &str) -> bool {
     matches!(tool, "read_file" | "write_file" | "patch" | "search_files")
+}
+
+/// The coordinator's request for an edit's diff before a person approves
+/// it: `{"tool": "write_file" | "patch", "arguments": {…}}`. Answers
+/// `{"diff", "files"}`, or the tool's own refusal; writes nothing.
+pub const EDIT_PREVIEW: &str = "edit_preview";
+
+pub async fn preview(
+    config: &FileToolsConfig,
+    env: &Environment,
+    args: &Map<String, Value>,
+) -> ToolReply {
+    let tool = args.get("tool").and_then(Value::as_str).unwrap_or_default();
+    let Some(Value::Object(arguments)) = args.get("arguments") else {
+        return ToolReply::error("edit_preview needs {\"tool\", \"arguments\"}");
+    };
+    let fs = env.sandbox.files();
+    let cwd = env.shell.cwd();
+    let home = env.sandbox.home_dir();
+    let ctx = FileToolContext {
+        fs: fs.as_ref(),
+        cwd: &cwd,
+        home: Some(&home),
+        tracker: &env.reads,
+        config,
+    };
+    match caduceus_files::preview::preview_edit(&ctx, tool, arguments).await {
+        EditPreview::Changes { diff, files } => {
+            ToolReply::json(&serde_json::json!({"diff": diff, "files": files}))
+        }
+        EditPreview::Refused(reply) => reply,
+    }
 }
 
 pub async fn run(

@@ -63,7 +63,7 @@ pub fn serves(tool: &str) -> bool {
 
 /// Runs the call and returns the tool's answer.
 pub async fn run(settings: &ToolSettings, mut call: ToolCall) -> ToolReply {
-    if !files::is_file_tool(&call.tool) {
+    if !files::is_file_tool(&call.tool) && call.tool != files::EDIT_PREVIEW {
         // hermes: any other tool resets the consecutive-read loop guard.
         call.env.reads.note_other_tool();
     }
@@ -71,6 +71,7 @@ pub async fn run(settings: &ToolSettings, mut call: ToolCall) -> ToolReply {
         tool if files::is_file_tool(tool) => {
             files::run(&settings.files, &call.env, tool, &call.args).await
         }
+        files::EDIT_PREVIEW => files::preview(&settings.files, &call.env, &call.args).await,
         "terminal" => {
             let terminal_call = terminal::TerminalCall {
                 env: &call.env,
