@@ -26,13 +26,29 @@ use super::utf8_stream::Utf8Stream;
 #[derive(Debug, Clone)]
 pub struct HeadTailBuffer {
     max_chars: usize,
-    head_limit: usize,
-    /// The first `head_limit` characters of the stream (fewer until then).
-    head: String,
-    head_chars: usize,
-    /// The last `tail_limit` characters of the stream.
+    head: Head,
+    /// The last `tail_limit` characters of the stream; it also counts every
+    /// character received.
     tail: TailWindow,
     decoder: Utf8Stream,
+}
+
+/// The first `limit` characters of the stream (fewer until then).
+#[derive(Debug, Clone)]
+struct Head {
+    limit: usize,
+    text: String,
+    chars: usize,
+}
+
+impl Head {
+    fn push(&mut self, text: &str) {
+        if self.chars < self.limit {
+            let taken = first_chars(text, self.limit - self.chars);
+            self.text.push_str(taken);
+            self.chars += taken.chars().count();
+        }
+    }
 }
 
 impl HeadTailBuffer {
@@ -43,9 +59,11 @@ impl HeadTailBuffer {
         let (head_limit, tail_limit) = split_budget(max_chars);
         Self {
             max_chars,
-            head_limit,
-            head: String::new(),
-            head_chars: 0,
+            head: Head {
+                limit: head_limit,
+                text: String::new(),
+                chars: 0,
+            },
             tail: TailWindow::new(tail_limit),
             decoder: Utf8Stream::default(),
         }
@@ -54,15 +72,14 @@ impl HeadTailBuffer {
     /// Appends raw output bytes.
     pub fn push(&mut self, bytes: &[u8]) {
         let Self {
-            head_limit,
             head,
-            head_chars,
             tail,
             decoder,
             ..
         } = self;
         decoder.push(bytes, |text| {
-            accept(text, *head_limit, head, head_chars, tail);
+            head.push(text);
+            tail.push(text);
         });
     }
 
@@ -79,7 +96,7 @@ impl HeadTailBuffer {
 
     /// Bytes of memory held for text (capacity, not length).
     pub fn retained_bytes(&self) -> usize {
-        self.head.capacity() + self.tail.retained_bytes() + 4
+        self.head.text.capacity() + self.tail.retained_bytes()
     }
 
     /// The capture, cut as [`truncate_head_tail`](super::truncate_head_tail)
@@ -92,13 +109,8 @@ impl HeadTailBuffer {
     /// [`truncate_head_tail_with_suffix`](super::truncate_head_tail_with_suffix).
     pub fn finish_with_suffix(mut self, suffix: &str) -> String {
         let rest = self.decoder.finish();
-        accept(
-            rest,
-            self.head_limit,
-            &mut self.head,
-            &mut self.head_chars,
-            &mut self.tail,
-        );
+        self.head.push(rest);
+        self.tail.push(rest);
         self.render(suffix)
     }
 
@@ -107,13 +119,13 @@ impl HeadTailBuffer {
     pub fn render(&self, suffix: &str) -> String {
         let full = || {
             // Everything fits, so the tail still holds what the head lacks.
-            let missing = self.total_chars() - self.head_chars;
-            let mut text = self.head.clone();
+            let missing = self.total_chars() - self.head.chars;
+            let mut text = self.head.text.clone();
             text.push_str(self.tail.last(missing));
             text
         };
         render_parts(
-            &self.head,
+            &self.head.text,
             self.tail.text(),
             full,
             self.total_chars(),
@@ -121,26 +133,6 @@ impl HeadTailBuffer {
             suffix,
         )
     }
-}
-
-/// Records decoded text: into the head until it is full, and always into the
-/// tail (which also counts every character).
-fn accept(
-    text: &str,
-    head_limit: usize,
-    head: &mut String,
-    head_chars: &mut usize,
-    tail: &mut TailWindow,
-) {
-    if text.is_empty() {
-        return;
-    }
-    if *head_chars < head_limit {
-        let taken = first_chars(text, head_limit - *head_chars);
-        head.push_str(taken);
-        *head_chars += taken.chars().count();
-    }
-    tail.push(text);
 }
 
 #[cfg(test)]
