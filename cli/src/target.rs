@@ -304,7 +304,7 @@ async fn attach_in_process(
     shutdown: CancellationToken,
 ) -> Result<()> {
     let (events, events_rx) = mpsc::channel(256);
-    let (commands, commands_rx) = mpsc::channel(64);
+    let (commands, commands_rx) = mpsc::unbounded_channel();
     events
         .send(caduceus_proto::WorkerEvent {
             event: Some(worker_event::Event::Hello(worker.hello())),
@@ -318,7 +318,7 @@ async fn attach_in_process(
         .map_err(|s| status_error(&s))?;
     tokio::spawn(caduceus_worker::link::serve_in_process(
         worker,
-        ReceiverStream::new(commands_rx),
+        tokio_stream::wrappers::UnboundedReceiverStream::new(commands_rx),
         events,
         shutdown,
     ));

@@ -134,7 +134,11 @@ struct AttachedWith {
 const EXPIRY_CHECK: Duration = Duration::from_secs(1);
 
 /// Where a worker's commands go (its attach response stream).
-pub type CommandSender = mpsc::Sender<Result<WorkerCommand, Status>>;
+/// Commands to one attached worker. Unbounded: how many calls a worker may
+/// hold is placement's decision (`--max-envs`) and whether it is gone is
+/// liveness' (heartbeats), never the depth of a queue — a bounded queue
+/// failed the 65th concurrent call on a healthy worker.
+pub type CommandSender = mpsc::UnboundedSender<Result<WorkerCommand, Status>>;
 
 /// The events a worker sends, from gRPC or from an in-process worker.
 pub type WorkerEventStream = Pin<Box<dyn Stream<Item = Result<WorkerEvent, Status>> + Send>>;
@@ -307,10 +311,7 @@ impl Coordinator {
             let status = Status::unauthenticated(message.replace("{name}", &token.name));
             // Ending the response stream with an error closes the attach; a
             // worker too busy to take it gets it as soon as it reads again.
-            if tokio::time::timeout(Duration::from_secs(5), commands.send(Err(status)))
-                .await
-                .is_ok_and(|sent| sent.is_ok())
-            {
+            if commands.send(Err(status)).is_ok() {
                 disconnected += 1;
             }
         }
@@ -458,7 +459,7 @@ impl Coordinator {
     pub async fn attach_worker(
         &self,
         mut events: WorkerEventStream,
-        commands: mpsc::Sender<Result<WorkerCommand, Status>>,
+        commands: CommandSender,
         peer: String,
     ) -> Result<String, Status> {
         let first = tokio::time::timeout(Duration::from_secs(10), events.next())
@@ -498,7 +499,7 @@ impl Coordinator {
                 stale: attached.stale,
             })),
         };
-        if commands.send(Ok(welcome)).await.is_err() {
+        if commands.send(Ok(welcome)).is_err() {
             attached
                 .link
                 .stop(Some("the worker left before its welcome".to_owned()));

@@ -277,3 +277,31 @@ fn large_results_are_persisted_in_the_sandbox_with_a_preview() {
         "the saved result holds the whole output ({size} bytes)"
     );
 }
+
+/// A burst of calls on one worker, far more than it runs at once: every call
+/// is answered by its command. (The coordinator's queue of commands to a
+/// worker once held 64, and the 65th call in flight failed with "worker is
+/// not reading its commands" although the worker was healthy.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_a_thousand_calls_on_one_worker_is_answered_call_by_call() {
+    let fleet = Fleet::new();
+    let coordinator = fleet.serve(&[]);
+    let _w1 = fleet.worker(&coordinator, "w1", &fleet.token, &["--max-envs", "20"]);
+    fleet.wait_for_workers(&coordinator, &["w1"], Duration::from_secs(30));
+    let client = control_client(&coordinator.url(), &fleet.token).await;
+
+    let calls = (0..1000).map(|i| {
+        let mut client = client.clone();
+        async move {
+            let task = format!("burst-{}", i % 20);
+            let (result, worker) =
+                terminal_call(&mut client, &task, &format!("echo call-{i}")).await;
+            (i, result, worker)
+        }
+    });
+    for (i, result, worker) in futures::future::join_all(calls).await {
+        assert_eq!(result["output"], format!("call-{i}"), "call {i}: {result}");
+        assert_eq!(result["exit_code"], 0, "call {i}: {result}");
+        assert_eq!(worker, "w1");
+    }
+}

@@ -22,7 +22,6 @@ use bytes::Bytes;
 use futures::StreamExt;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::sync::{mpsc, oneshot};
-use tonic::Status;
 
 use caduceus_proto::{
     CallResult, CancelCall, EnvironmentInfo, PersistResult, RunCall, WorkerCommand, WorkerEvent,
@@ -108,7 +107,7 @@ pub enum LinkMsg {
 /// The calls in flight on one worker.
 pub struct CallTable {
     name: String,
-    commands: mpsc::Sender<Result<WorkerCommand, Status>>,
+    commands: crate::CommandSender,
     shared: Arc<WorkerShared>,
     state: Mutex<TableState>,
 }
@@ -121,11 +120,7 @@ struct TableState {
 }
 
 impl CallTable {
-    pub fn new(
-        name: String,
-        commands: mpsc::Sender<Result<WorkerCommand, Status>>,
-        shared: Arc<WorkerShared>,
-    ) -> Self {
+    pub fn new(name: String, commands: crate::CommandSender, shared: Arc<WorkerShared>) -> Self {
         CallTable {
             name,
             commands,
@@ -170,7 +165,7 @@ impl CallTable {
             state.pending.insert(call_id, Pending { reply, output });
         } else {
             let _ = reply.send(Err(LinkFailure::Lost(format!(
-                "worker '{}' is not reading its commands",
+                "worker '{}' has closed its command stream",
                 self.name
             ))));
         }
@@ -186,11 +181,11 @@ impl CallTable {
         }
     }
 
-    /// try_send: a worker that does not read its commands (64 queued) is as
-    /// good as gone, and neither a caller nor the link actor may wait on it.
+    /// Never waits: a worker that stops reading is found out by liveness
+    /// (see [`crate::CommandSender`]); false once its stream has ended.
     pub(crate) fn send(&self, command: worker_command::Command) -> bool {
         self.commands
-            .try_send(Ok(WorkerCommand {
+            .send(Ok(WorkerCommand {
                 command: Some(command),
             }))
             .is_ok()

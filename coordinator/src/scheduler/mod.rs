@@ -30,11 +30,10 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use tokio::sync::{mpsc, oneshot, watch};
-use tonic::Status;
 
 use caduceus_proto::{
     Drain, EnvironmentSpec, Hello, PersistResult, ReleaseEnvironment, RunCall, StaleEnvironment,
-    WorkerCommand, WorkerStatus, worker_command,
+    WorkerStatus, worker_command,
 };
 
 use crate::ask;
@@ -166,7 +165,7 @@ pub enum SchedulerMsg {
     Attach {
         hello: Hello,
         peer: String,
-        commands: mpsc::Sender<Result<WorkerCommand, Status>>,
+        commands: crate::CommandSender,
         reply: RpcReplyPort<Result<AttachedWorker, AttachError>>,
     },
     Place {
@@ -837,7 +836,7 @@ async fn attach(
     state: &mut SchedulerState,
     hello: Hello,
     peer: String,
-    commands: mpsc::Sender<Result<WorkerCommand, Status>>,
+    commands: crate::CommandSender,
 ) -> Result<AttachedWorker, AttachError> {
     let name = hello.name.trim().to_owned();
     if name.is_empty() {
@@ -996,7 +995,7 @@ impl SchedulerHandle {
         &self,
         hello: Hello,
         peer: String,
-        commands: mpsc::Sender<Result<WorkerCommand, Status>>,
+        commands: crate::CommandSender,
     ) -> Result<AttachedWorker, AttachError> {
         ask(&self.actor, |reply| SchedulerMsg::Attach {
             hello,

@@ -97,7 +97,7 @@ async fn attach_hello(
     environments: Vec<(&str, u64)>,
     hello: Hello,
 ) -> FakeWorker {
-    let (commands, mut rx) = mpsc::channel(64);
+    let (commands, mut rx) = mpsc::unbounded_channel();
     let attached = scheduler
         .attach(
             Hello {

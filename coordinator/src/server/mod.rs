@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::wrappers::{ReceiverStream, UnboundedReceiverStream};
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 use tonic::{Request, Response, Status, Streaming};
@@ -124,7 +124,7 @@ struct GatewayService {
 
 #[tonic::async_trait]
 impl WorkerGateway for GatewayService {
-    type AttachStream = ReceiverStream<Result<WorkerCommand, Status>>;
+    type AttachStream = UnboundedReceiverStream<Result<WorkerCommand, Status>>;
 
     async fn attach(
         &self,
@@ -138,7 +138,7 @@ impl WorkerGateway for GatewayService {
             .extensions()
             .get::<Caller>()
             .and_then(|caller| caller.token.clone());
-        let (commands, rx) = mpsc::channel(64);
+        let (commands, rx) = mpsc::unbounded_channel();
         self.coordinator
             .attach_worker(Box::pin(request.into_inner()), commands.clone(), peer)
             .await?;
@@ -146,7 +146,7 @@ impl WorkerGateway for GatewayService {
             // Revoking the token, or its expiry, disconnects this worker.
             self.coordinator.worker_attached_with(token, commands);
         }
-        Ok(Response::new(ReceiverStream::new(rx)))
+        Ok(Response::new(UnboundedReceiverStream::new(rx)))
     }
 }
 

@@ -283,7 +283,7 @@ async fn attach_sim_inproc(
     stop: tokio_util::sync::CancellationToken,
 ) {
     let (events, events_rx) = mpsc::channel::<WorkerEvent>(256);
-    let (commands, commands_rx) = mpsc::channel(64);
+    let (commands, commands_rx) = mpsc::unbounded_channel();
     events
         .send(event(worker_event::Event::Hello(hello(&name))))
         .await
@@ -294,7 +294,8 @@ async fn attach_sim_inproc(
         .await
         .unwrap();
     tokio::spawn(async move {
-        let commands = ReceiverStream::new(commands_rx).map(|c| c.map_err(|s| s.to_string()));
+        let commands = tokio_stream::wrappers::UnboundedReceiverStream::new(commands_rx)
+            .map(|c| c.map_err(|s| s.to_string()));
         serve_sim(commands, events, stop).await;
     });
 }
