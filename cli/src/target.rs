@@ -17,10 +17,10 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 use tonic::{Request, Status};
 
-use caduceus_coordinator::Coordinator;
 use caduceus_coordinator::call::ToolFilter;
 use caduceus_coordinator::dispatch::RawArguments;
 use caduceus_coordinator::gate::Gate;
+use caduceus_coordinator::{ClientCall, Coordinator};
 use caduceus_proto::control_client::ControlClient;
 use caduceus_proto::{
     CallToolRequest, ListToolsRequest, StatusRequest, StatusResponse, bearer, worker_event,
@@ -163,14 +163,10 @@ impl Target {
             Target::Embedded(embedded) => {
                 let outcome = embedded
                     .coordinator
-                    .call_tool(
-                        tool,
-                        RawArguments::Text(arguments.to_owned()),
-                        task_id,
-                        None,
-                        None,
+                    .call_tool(ClientCall {
                         labels,
-                    )
+                        ..ClientCall::new(tool, RawArguments::Text(arguments.to_owned()), task_id)
+                    })
                     .await;
                 Ok(CallReply {
                     result: outcome.render(),

@@ -143,6 +143,37 @@ pub type CommandSender = mpsc::UnboundedSender<Result<WorkerCommand, Status>>;
 /// The events a worker sends, from gRPC or from an in-process worker.
 pub type WorkerEventStream = Pin<Box<dyn Stream<Item = Result<WorkerEvent, Status>> + Send>>;
 
+/// A client's tool call: what the Control API's `CallTool` carries, and what
+/// embedded front ends (`caduceus call`, `mcp serve`, the benches) build.
+#[derive(Debug)]
+pub struct ClientCall {
+    pub tool: String,
+    pub arguments: RawArguments,
+    /// Empty: the `default` task.
+    pub task_id: String,
+    pub session_id: Option<String>,
+    /// Who is calling (for the audit log).
+    pub caller: Option<String>,
+    /// Placement labels for the task (empty: leave them as they are).
+    pub labels: std::collections::BTreeMap<String, String>,
+    pub trace: Option<caduceus_proto::trace::TraceParent>,
+}
+
+impl ClientCall {
+    /// `tool` with `arguments` in `task_id`, nothing else set.
+    pub fn new(tool: &str, arguments: RawArguments, task_id: &str) -> Self {
+        ClientCall {
+            tool: tool.to_owned(),
+            arguments,
+            task_id: task_id.to_owned(),
+            session_id: None,
+            caller: None,
+            labels: Default::default(),
+            trace: None,
+        }
+    }
+}
+
 impl Coordinator {
     /// Starts the registry and scheduler actors with the built-in tools.
     pub async fn start(
@@ -343,35 +374,19 @@ impl Coordinator {
 
     /// One tool call through the whole pipeline, as a client makes it.
     /// Non-empty `labels` become the task's placement labels (they decide
-    /// where its environment goes when it has none yet).
-    pub async fn call_tool(
-        &self,
-        tool: &str,
-        arguments: RawArguments,
-        task_id: &str,
-        session_id: Option<String>,
-        caller: Option<String>,
-        labels: std::collections::BTreeMap<String, String>,
-    ) -> ToolResult {
-        self.call_tool_traced(tool, arguments, task_id, session_id, caller, labels, None)
-            .await
-    }
-
-    /// [`call_tool`](Self::call_tool) continuing the caller's trace (a
-    /// client's `traceparent`).
-    // The Control API's request fields, one each; a struct would only be
-    // built and taken apart again at its one other caller.
-    #[allow(clippy::too_many_arguments)]
-    pub async fn call_tool_traced(
-        &self,
-        tool: &str,
-        arguments: RawArguments,
-        task_id: &str,
-        session_id: Option<String>,
-        caller: Option<String>,
-        labels: std::collections::BTreeMap<String, String>,
-        trace: Option<caduceus_proto::trace::TraceParent>,
-    ) -> ToolResult {
+    /// where its environment goes when it has none yet); a `trace` continues
+    /// the client's (its `traceparent`).
+    pub async fn call_tool(&self, call: ClientCall) -> ToolResult {
+        let ClientCall {
+            tool,
+            arguments,
+            task_id,
+            session_id,
+            caller,
+            labels,
+            trace,
+        } = call;
+        let task_id = task_id.as_str();
         let task_id = if task_id.is_empty() {
             "default"
         } else {
@@ -382,7 +397,7 @@ impl Coordinator {
         }
         self.dispatcher
             .call(CallRequest {
-                tool: tool.to_owned(),
+                tool,
                 arguments,
                 ctx: CallContext {
                     task_id: task_id.to_owned(),

@@ -17,6 +17,7 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
 use caduceus_common::result::CallStatus;
+use caduceus_coordinator::ClientCall;
 use caduceus_coordinator::call::ToolFilter;
 use caduceus_coordinator::dispatch::RawArguments;
 use caduceus_coordinator::gate::{Decision, Scope};
@@ -250,14 +251,11 @@ impl Fleet {
             Fleet::Embedded(embedded) => {
                 let outcome = embedded
                     .coordinator
-                    .call_tool(
-                        tool,
-                        RawArguments::Text(arguments_json),
-                        task_id,
-                        None,
-                        Some(EMBEDDED_CALLER.to_owned()),
+                    .call_tool(ClientCall {
+                        caller: Some(EMBEDDED_CALLER.to_owned()),
                         labels,
-                    )
+                        ..ClientCall::new(tool, RawArguments::Text(arguments_json), task_id)
+                    })
                     .await;
                 Ok(Reply {
                     text: outcome.render(),

@@ -23,7 +23,6 @@ use caduceus_proto::trace::{TRACEPARENT, TraceParent};
 use caduceus_proto::worker_gateway_server::{WorkerGateway, WorkerGatewayServer};
 use caduceus_proto::*;
 
-use crate::Coordinator;
 use crate::agent::{SessionError, StartRequest};
 use crate::audit::{ApprovalLine, AuditEvent};
 use crate::auth::{Authorized, Caller, Role, TokenError, TokenInfo};
@@ -31,6 +30,7 @@ use crate::call::ToolFilter;
 use crate::dispatch::RawArguments;
 use crate::gate::{AnswerError, Answered, Approvals, Decision, PendingApproval, Scope};
 use crate::scheduler::OperationError;
+use crate::{ClientCall, Coordinator};
 
 /// Largest message either side accepts (a write_file of a big file, a large result).
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
@@ -192,15 +192,17 @@ impl Control for ControlService {
         let session = (!req.session_id.is_empty()).then_some(req.session_id);
         let outcome = self
             .coordinator
-            .call_tool_traced(
-                &req.tool,
-                RawArguments::Text(req.arguments_json),
-                &req.task_id,
-                session,
+            .call_tool(ClientCall {
+                session_id: session,
                 caller,
-                req.labels.into_iter().collect(),
+                labels: req.labels.into_iter().collect(),
                 trace,
-            )
+                ..ClientCall::new(
+                    &req.tool,
+                    RawArguments::Text(req.arguments_json),
+                    &req.task_id,
+                )
+            })
             .await;
         let mut response = Response::new(CallToolResponse {
             result: outcome.render(),

@@ -99,14 +99,11 @@ async fn run(mode: &str, n: usize, work: &Path) -> Value {
                 let fleet = fleet.clone();
                 async move {
                     fleet
-                        .call_tool(
+                        .call_tool(caduceus_coordinator::ClientCall::new(
                             &tool,
                             RawArguments::Text(args),
                             &task,
-                            None,
-                            None,
-                            Default::default(),
-                        )
+                        ))
                         .await
                         .render()
                 }

@@ -325,14 +325,11 @@ async fn inproc(n: usize, clients: &[usize], seconds: f64) -> Vec<Value> {
             let task = format!("{tag}-{i}");
             async move {
                 let done = c
-                    .call_tool(
+                    .call_tool(caduceus_coordinator::ClientCall::new(
                         "terminal",
                         RawArguments::Text(ARGS.to_owned()),
                         &task,
-                        None,
-                        None,
-                        Default::default(),
-                    )
+                    ))
                     .await;
                 done.status == caduceus_common::result::CallStatus::Ok
             }
