@@ -25,21 +25,9 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use caduceus_common::result::CallStatus;
+use caduceus_metrics::{Described, ToolCalls, gauge_value, set_counts};
 
-/// Tool name used for calls of a tool the registry does not know (the label
-/// set stays bounded whatever names clients send).
-pub const UNKNOWN_TOOL: &str = "(unknown)";
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct CallLabels {
-    tool: String,
-    status: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ToolLabel {
-    tool: String,
-}
+pub use caduceus_metrics::UNKNOWN_TOOL;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabel {
@@ -92,8 +80,7 @@ pub struct LiveState {
 
 pub struct CoordinatorMetrics {
     registry: Registry,
-    tool_calls: Family<CallLabels, Counter>,
-    call_duration: HistogramFamily<ToolLabel>,
+    tool_calls: ToolCalls,
     placement_wait: HistogramFamily<OutcomeLabel>,
     workers_lost: Family<ReasonLabel, Counter>,
     environments_released: Family<ReasonLabel, Counter>,
@@ -120,18 +107,16 @@ impl Default for CoordinatorMetrics {
 impl CoordinatorMetrics {
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("caduceus");
-        let tool_calls = Family::<CallLabels, Counter>::default();
-        registry.register(
-            "tool_calls",
-            "Tool calls finished, by tool and how they ended",
-            tool_calls.clone(),
-        );
-        let call_duration: HistogramFamily<ToolLabel> =
-            Family::new_with_constructor(caduceus_metrics::latency_histogram);
-        registry.register(
-            "tool_call_duration_seconds",
-            "Wall time of tool calls through the coordinator's pipeline, by tool",
-            call_duration.clone(),
+        let tool_calls = ToolCalls::register(
+            &mut registry,
+            Described {
+                name: "tool_calls",
+                help: "Tool calls finished, by tool and how they ended",
+            },
+            Described {
+                name: "tool_call_duration_seconds",
+                help: "Wall time of tool calls through the coordinator's pipeline, by tool",
+            },
         );
         let placement_wait: HistogramFamily<OutcomeLabel> =
             Family::new_with_constructor(caduceus_metrics::latency_histogram);
@@ -175,7 +160,6 @@ impl CoordinatorMetrics {
         CoordinatorMetrics {
             registry,
             tool_calls,
-            call_duration,
             placement_wait,
             workers_lost,
             environments_released,
@@ -189,17 +173,7 @@ impl CoordinatorMetrics {
 
     /// A finished call (`tool` is a registered tool's name or [`UNKNOWN_TOOL`]).
     pub fn call_finished(&self, tool: &str, status: CallStatus, duration: Duration) {
-        self.tool_calls
-            .get_or_create(&CallLabels {
-                tool: tool.to_owned(),
-                status: status.as_str(),
-            })
-            .inc();
-        self.call_duration
-            .get_or_create(&ToolLabel {
-                tool: tool.to_owned(),
-            })
-            .observe(duration.as_secs_f64());
+        self.tool_calls.record(tool, status.as_str(), duration);
     }
 
     /// How long a call waited for its placement.
@@ -259,26 +233,6 @@ impl CoordinatorMetrics {
             .set(gauge_value(live.approvals_pending));
         caduceus_metrics::encode(&self.registry)
     }
-}
-
-/// Sets `family` to the number of times each value occurs in `values` (a
-/// value no longer seen disappears from the exposition).
-fn set_counts<L>(family: &Family<L, Gauge>, values: Vec<String>, label: impl Fn(String) -> L)
-where
-    L: Clone + std::hash::Hash + Eq,
-{
-    let mut counts: std::collections::BTreeMap<String, usize> = Default::default();
-    for value in values {
-        *counts.entry(value).or_default() += 1;
-    }
-    family.clear();
-    for (value, count) in counts {
-        family.get_or_create(&label(value)).set(gauge_value(count));
-    }
-}
-
-fn gauge_value(count: usize) -> i64 {
-    i64::try_from(count).unwrap_or(i64::MAX)
 }
 
 /// Shared by the pipeline, the scheduler and the links.

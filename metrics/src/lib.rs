@@ -19,6 +19,9 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+mod families;
+
+pub use families::{Described, ToolCalls, UNKNOWN_TOOL, gauge_value, set_counts};
 pub use prometheus_client;
 
 /// The content type of the OpenMetrics text format.

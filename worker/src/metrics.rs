@@ -20,7 +20,6 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -29,19 +28,7 @@ use caduceus_common::result::CallStatus;
 
 use crate::Worker;
 
-/// Tool label of a call naming a tool this worker does not serve.
-pub const UNKNOWN_TOOL: &str = "(unknown)";
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct CallLabels {
-    tool: String,
-    status: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ToolLabel {
-    tool: String,
-}
+use caduceus_metrics::{Described, ToolCalls, UNKNOWN_TOOL, gauge_value, set_counts};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BackendLabel {
@@ -50,8 +37,7 @@ struct BackendLabel {
 
 pub struct WorkerMetrics {
     registry: Registry,
-    calls: Family<CallLabels, Counter>,
-    call_duration: Family<ToolLabel, Histogram, fn() -> Histogram>,
+    calls: ToolCalls,
     swept: Counter,
     reaped: Counter,
     attaches: Counter,
@@ -77,18 +63,16 @@ impl Default for WorkerMetrics {
 impl WorkerMetrics {
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("caduceus_worker");
-        let calls = Family::<CallLabels, Counter>::default();
-        registry.register(
-            "calls",
-            "Tool calls this worker finished, by tool and how they ended",
-            calls.clone(),
-        );
-        let call_duration: Family<ToolLabel, Histogram, fn() -> Histogram> =
-            Family::new_with_constructor(caduceus_metrics::latency_histogram);
-        registry.register(
-            "call_duration_seconds",
-            "Wall time of tool calls on this worker, by tool",
-            call_duration.clone(),
+        let calls = ToolCalls::register(
+            &mut registry,
+            Described {
+                name: "calls",
+                help: "Tool calls this worker finished, by tool and how they ended",
+            },
+            Described {
+                name: "call_duration_seconds",
+                help: "Wall time of tool calls on this worker, by tool",
+            },
         );
         let swept = Counter::default();
         registry.register(
@@ -125,7 +109,6 @@ impl WorkerMetrics {
         WorkerMetrics {
             registry,
             calls,
-            call_duration,
             swept,
             reaped,
             attaches,
@@ -143,17 +126,7 @@ impl WorkerMetrics {
         } else {
             UNKNOWN_TOOL
         };
-        self.calls
-            .get_or_create(&CallLabels {
-                tool: tool.to_owned(),
-                status: status.as_str(),
-            })
-            .inc();
-        self.call_duration
-            .get_or_create(&ToolLabel {
-                tool: tool.to_owned(),
-            })
-            .observe(duration.as_secs_f64());
+        self.calls.record(tool, status.as_str(), duration);
     }
 
     pub fn swept(&self, sandboxes: usize) {
@@ -174,18 +147,12 @@ impl WorkerMetrics {
 
     async fn render(&self, worker: &Worker) -> String {
         let _one = self.scrape.lock().await;
-        let mut counts: std::collections::BTreeMap<String, i64> = Default::default();
-        for info in worker.environments().infos() {
-            *counts.entry(info.backend).or_default() += 1;
-        }
-        self.environments.clear();
-        for (backend, count) in counts {
-            self.environments
-                .get_or_create(&BackendLabel { backend })
-                .set(count);
-        }
-        self.running_calls
-            .set(i64::try_from(worker.running_calls()).unwrap_or(i64::MAX));
+        set_counts(
+            &self.environments,
+            worker.environments().infos().into_iter().map(|i| i.backend),
+            |backend| BackendLabel { backend },
+        );
+        self.running_calls.set(gauge_value(worker.running_calls()));
         self.attached_gauge
             .set(i64::from(self.attached.load(Ordering::Relaxed)));
         caduceus_metrics::encode(&self.registry)
