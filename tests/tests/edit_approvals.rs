@@ -213,3 +213,36 @@ fn a_coordinator_killed_while_an_edit_waits_leaves_the_file_alone() {
     );
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "before\n");
 }
+
+/// The person approves the diff they were shown. When the file changes while
+/// they look (another process, the model's own terminal), the same call
+/// would apply another diff: it is refused and writes nothing.
+#[test]
+fn an_edit_whose_file_changed_while_it_waited_is_refused_and_writes_nothing() {
+    let (fleet, coordinator, _worker) = start("approvals:\n  edits: ask\n  timeout: 60\n");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("config.txt");
+    std::fs::write(&file, "mode = old\nsafe = yes\n").unwrap();
+    let (result, request) = held_call(
+        &fleet,
+        &coordinator,
+        "patch",
+        &json!({"path": file, "old_string": "mode = old", "new_string": "mode = new"}),
+        |_| {
+            std::fs::write(&file, "mode = old\nsafe = no\n").unwrap();
+            vec!["approve"]
+        },
+    );
+    assert!(
+        request["diff"].as_str().unwrap().contains(" safe = yes"),
+        "{request}"
+    );
+    assert_eq!(
+        result,
+        json!({"error": "The file changed while the edit waited for approval, so the approved diff no longer applies; nothing was written. Read the file again and retry."})
+    );
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        "mode = old\nsafe = no\n"
+    );
+}

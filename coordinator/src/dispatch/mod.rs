@@ -524,35 +524,19 @@ impl Dispatcher {
         ctx: &CallContext,
         backend: &str,
     ) -> Result<Option<String>, (ToolReply, Option<&'static str>)> {
-        let mut preview_args = Map::new();
-        preview_args.insert("tool".to_owned(), Value::String(tool.to_owned()));
-        preview_args.insert("arguments".to_owned(), Value::Object(args.clone()));
-        let ran = self
-            .run_on_worker(EDIT_PREVIEW, 0, &preview_args, ctx, backend, None, None)
-            .await;
-        if ran.reply.status != CallStatus::Ok {
-            return Err((ran.reply, None));
-        }
-        let preview: Value = serde_json::from_str(&ran.reply.body).unwrap_or(Value::Null);
-        let files: Vec<String> = preview["files"]
-            .as_array()
-            .map(|f| {
-                f.iter()
-                    .filter_map(Value::as_str)
-                    .map(str::to_owned)
-                    .collect()
-            })
-            .unwrap_or_default();
+        let (files, diff) = self
+            .preview_edit(tool, args, ctx, backend)
+            .await
+            .map_err(|reply| (reply, None))?;
         if files.is_empty() {
             // Nothing would change: there is nothing to approve.
             return Ok(None);
         }
-        let diff = preview["diff"].as_str().unwrap_or_default();
-        approvals
+        let note = approvals
             .request_edit(EditQuery {
                 tool,
                 files: &files,
-                diff,
+                diff: &diff,
                 task_id: &ctx.task_id,
                 session_id: ctx.session_id.as_deref().filter(|s| !s.is_empty()),
             })
@@ -562,7 +546,55 @@ impl Dispatcher {
                     ToolReply::new(CallStatus::Blocked, tool_error(message)),
                     Some("edit_denied"),
                 )
+            })?;
+        // The person approved this diff. A file that changed while they
+        // looked would make the same call apply another one: previewed
+        // again, it must still be the diff they saw.
+        match self.preview_edit(tool, args, ctx, backend).await {
+            Ok((_, now)) if now == diff => Ok(note),
+            Ok(_) => Err((
+                ToolReply::new(
+                    CallStatus::Blocked,
+                    tool_error(
+                        "The file changed while the edit waited for approval, so the approved diff no longer applies; nothing was written. Read the file again and retry.",
+                    ),
+                ),
+                Some("edit_denied"),
+            )),
+            Err(reply) => Err((reply, None)),
+        }
+    }
+
+    /// What an edit would change, computed on the worker without writing:
+    /// the files and their unified diff, or the tool's own refusal.
+    async fn preview_edit(
+        &self,
+        tool: &str,
+        args: &Map<String, Value>,
+        ctx: &CallContext,
+        backend: &str,
+    ) -> Result<(Vec<String>, String), ToolReply> {
+        let mut preview_args = Map::new();
+        preview_args.insert("tool".to_owned(), Value::String(tool.to_owned()));
+        preview_args.insert("arguments".to_owned(), Value::Object(args.clone()));
+        let ran = self
+            .run_on_worker(EDIT_PREVIEW, 0, &preview_args, ctx, backend, None, None)
+            .await;
+        if ran.reply.status != CallStatus::Ok {
+            return Err(ran.reply);
+        }
+        let preview: Value = serde_json::from_str(&ran.reply.body).unwrap_or(Value::Null);
+        let files = preview["files"]
+            .as_array()
+            .map(|f| {
+                f.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect()
             })
+            .unwrap_or_default();
+        let diff = preview["diff"].as_str().unwrap_or_default().to_owned();
+        Ok((files, diff))
     }
 
     #[allow(clippy::too_many_arguments)]
