@@ -559,8 +559,18 @@ fn discover(
                 })
             })
             .and_then(|rows| rows.collect::<Result<Vec<_>, _>>());
-        // A query FTS5 still cannot parse finds nothing (hermes: no error).
-        found.unwrap_or_default()
+        match found {
+            Ok(hits) => hits,
+            // A query FTS5 still cannot parse (SQLITE_ERROR: "fts5: syntax
+            // error …") finds nothing, as in hermes; a busy or broken
+            // database is an error, not "no matches".
+            Err(rusqlite::Error::SqliteFailure(err, _))
+                if err.code == rusqlite::ErrorCode::Unknown =>
+            {
+                Vec::new()
+            }
+            Err(err) => return Err(err),
+        }
     };
     let mut chosen: Vec<Hit> = Vec::new();
     for hit in hits {

@@ -123,6 +123,12 @@ async fn role_filter_reaches_tool_output_and_bad_syntax_finds_nothing() {
     assert_eq!(hyphen["count"], 1, "{hyphen}");
     let junk = search(&path, json!({"query": "AND ((( \"unbalanced"}), None);
     assert_eq!(junk["success"], true);
+    // What the sanitiser lets through and FTS5 then refuses finds nothing
+    // too (a refused query is not a database error).
+    for query in ["-login", "login NOT NOT", "login AND AND send", "a:b"] {
+        let refused = search(&path, json!({"query": query}), None);
+        assert_eq!(refused["success"], true, "{query}: {refused}");
+    }
     let prefix = search(&path, json!({"query": "network*"}), None);
     assert_eq!(prefix["results"][0]["session_id"], "s2");
 }

@@ -244,14 +244,6 @@ fn concurrent_writers_lose_no_entry() {
 }
 
 #[test]
-fn thousands_separators() {
-    assert_eq!(thousands(0), "0");
-    assert_eq!(thousands(999), "999");
-    assert_eq!(thousands(1375), "1,375");
-    assert_eq!(thousands(1_234_567), "1,234,567");
-}
-
-#[test]
 fn every_threat_pattern_compiles() {
     assert_eq!(threats::pattern_count(), 36);
 }

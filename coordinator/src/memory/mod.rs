@@ -84,17 +84,8 @@ fn chars(text: &str) -> usize {
     text.chars().count()
 }
 
-/// `1234567` → `1,234,567` (Python's `{:,}`).
 fn thousands(n: usize) -> String {
-    let digits = n.to_string();
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
+    caduceus_common::text::group_thousands(n as u64)
 }
 
 fn joined_len(entries: &[String]) -> usize {
