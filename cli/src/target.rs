@@ -12,7 +12,8 @@ use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
-use tonic::metadata::MetadataValue;
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::Interceptor;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 use tonic::{Request, Status};
@@ -30,8 +31,34 @@ use caduceus_worker::{Worker, WorkerConfig};
 use crate::config::Config;
 use crate::token::TokenArgs;
 
-type AuthFn = Box<dyn FnMut(Request<()>) -> Result<Request<()>, Status> + Send>;
-pub type Client = ControlClient<InterceptedService<Channel, AuthFn>>;
+/// A Control client that presents a token on every request. Cloning it is
+/// cheap and clones share one connection (calls then run concurrently).
+pub type Client = ControlClient<InterceptedService<Channel, Bearer>>;
+
+/// Adds `authorization: Bearer <token>` to every request.
+#[derive(Clone)]
+pub struct Bearer(MetadataValue<Ascii>);
+
+impl Interceptor for Bearer {
+    fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
+        request
+            .metadata_mut()
+            .insert(caduceus_proto::AUTHORIZATION, self.0.clone());
+        Ok(request)
+    }
+}
+
+/// The token cannot be sent: it holds characters a header may not carry.
+#[derive(Debug)]
+pub struct TokenNotAHeader;
+
+impl std::fmt::Display for TokenNotAHeader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the token contains characters not allowed in a header")
+    }
+}
+
+impl std::error::Error for TokenNotAHeader {}
 
 /// The connection to a remote coordinator broke while a call was in flight
 /// (the coordinator died or the network failed): no result will come.
@@ -328,16 +355,8 @@ pub async fn connect(url: &str, token: &str, ca: Option<&std::path::Path>) -> Re
         .connect()
         .await
         .with_context(|| format!("cannot reach the coordinator at {}", endpoint.uri()))?;
-    let value: MetadataValue<_> = bearer(token)
-        .parse()
-        .map_err(|_| anyhow!("the token contains characters not allowed in a header"))?;
-    let auth: AuthFn = Box::new(move |mut request: Request<()>| {
-        request
-            .metadata_mut()
-            .insert(caduceus_proto::AUTHORIZATION, value.clone());
-        Ok(request)
-    });
-    Ok(ControlClient::with_interceptor(channel, auth)
+    let value = bearer(token).parse().map_err(|_| TokenNotAHeader)?;
+    Ok(ControlClient::with_interceptor(channel, Bearer(value))
         .max_decoding_message_size(caduceus_proto::MAX_MESSAGE_BYTES)
         .max_encoding_message_size(caduceus_proto::MAX_MESSAGE_BYTES))
 }

@@ -11,23 +11,18 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use tonic::Code;
-use tonic::metadata::MetadataValue;
-use tonic::service::Interceptor;
-use tonic::service::interceptor::InterceptedService;
-use tonic::transport::Channel;
 
 use caduceus_common::result::CallStatus;
 use caduceus_coordinator::ClientCall;
 use caduceus_coordinator::call::ToolFilter;
 use caduceus_coordinator::dispatch::RawArguments;
 use caduceus_coordinator::gate::{Decision, Scope};
-use caduceus_proto::control_client::ControlClient;
 use caduceus_proto::{
     AnswerApprovalRequest, CallToolRequest, ListApprovalsRequest, ListToolsRequest,
     ReleaseEnvironmentRequest, StatusRequest, StatusResponse,
 };
 
-use crate::target::Embedded;
+use crate::target::{Client, Embedded, TokenNotAHeader, connect};
 
 /// The audit log's name for calls an embedded fleet takes from MCP clients.
 const EMBEDDED_CALLER: &str = "mcp";
@@ -98,52 +93,22 @@ impl RemoteFleet {
         if let Some((client, _)) = lock(&self.clients).get(token) {
             return Ok(client.clone());
         }
-        let client = connect(&self.url, token, self.ca.as_deref()).await?;
+        let client = connect(&self.url, token, self.ca.as_deref())
+            .await
+            .map_err(|e| connect_error(&e))?;
         lock(&self.clients).insert(token.to_owned(), (client.clone(), None));
         Ok(client)
     }
 }
 
-/// A Control client that can be cloned per call (calls then run
-/// concurrently over one connection).
-type Client = ControlClient<InterceptedService<Channel, Bearer>>;
-
-#[derive(Clone)]
-struct Bearer(MetadataValue<tonic::metadata::Ascii>);
-
-impl Interceptor for Bearer {
-    fn call(
-        &mut self,
-        mut request: tonic::Request<()>,
-    ) -> Result<tonic::Request<()>, tonic::Status> {
-        request
-            .metadata_mut()
-            .insert(caduceus_proto::AUTHORIZATION, self.0.clone());
-        Ok(request)
+/// A failed connection: a token no header can carry is the caller's to fix
+/// (401); anything else means the coordinator cannot be reached.
+fn connect_error(err: &anyhow::Error) -> FleetError {
+    if err.is::<TokenNotAHeader>() {
+        FleetError::Unauthenticated(err.to_string())
+    } else {
+        FleetError::Unavailable(format!("{err:#}"))
     }
-}
-
-async fn connect(
-    url: &str,
-    token: &str,
-    ca: Option<&std::path::Path>,
-) -> Result<Client, FleetError> {
-    let endpoint = caduceus_proto::coordinator_endpoint(url, ca, None, Duration::from_secs(10))
-        .map_err(|e| FleetError::Unavailable(format!("{e:#}")))?;
-    let channel = endpoint.connect().await.map_err(|e| {
-        FleetError::Unavailable(format!(
-            "cannot reach the coordinator at {}: {e}",
-            endpoint.uri()
-        ))
-    })?;
-    let value: MetadataValue<_> = caduceus_proto::bearer(token).parse().map_err(|_| {
-        FleetError::Unauthenticated(
-            "the token contains characters not allowed in a header".to_owned(),
-        )
-    })?;
-    Ok(ControlClient::with_interceptor(channel, Bearer(value))
-        .max_decoding_message_size(caduceus_proto::MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(caduceus_proto::MAX_MESSAGE_BYTES))
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
