@@ -88,6 +88,24 @@ fn thousands(n: usize) -> String {
     caduceus_common::text::group_thousands(n as u64)
 }
 
+/// The one entry `old_text` names, or the answer that says why there is
+/// none (no match, or several) for an action that would `verb` it.
+fn locate(entries: &[String], old_text: &str, verb: &str) -> Result<usize, Value> {
+    match find_one(entries, old_text) {
+        Ok(Some(index)) => Ok(index),
+        Ok(None) => Err(json!({
+            "success": false,
+            "error": format!("No entry matched '{old_text}'. Check current_entries below and retry with the exact text of the entry you want to {verb}."),
+            "current_entries": entries,
+        })),
+        Err(matches) => Err(json!({
+            "success": false,
+            "error": format!("Multiple entries matched '{old_text}'. Be more specific."),
+            "matches": matches,
+        })),
+    }
+}
+
 fn joined_len(entries: &[String]) -> usize {
     if entries.is_empty() {
         0
@@ -399,22 +417,9 @@ impl MemoryStore {
             return Ok(self.drift_error(target, &backup));
         }
         let mut entries = self.entries(target);
-        let index = match find_one(&entries, old_text) {
-            Ok(Some(index)) => index,
-            Ok(None) => {
-                return Ok(json!({
-                    "success": false,
-                    "error": format!("No entry matched '{old_text}'. Check current_entries below and retry with the exact text of the entry you want to replace."),
-                    "current_entries": entries,
-                }));
-            }
-            Err(matches) => {
-                return Ok(json!({
-                    "success": false,
-                    "error": format!("Multiple entries matched '{old_text}'. Be more specific."),
-                    "matches": matches,
-                }));
-            }
+        let index = match locate(&entries, old_text, "replace") {
+            Ok(index) => index,
+            Err(answer) => return Ok(answer),
         };
         let limit = self.limit(target);
         let mut next = entries.clone();
@@ -446,22 +451,9 @@ impl MemoryStore {
             return Ok(self.drift_error(target, &backup));
         }
         let mut entries = self.entries(target);
-        let index = match find_one(&entries, old_text) {
-            Ok(Some(index)) => index,
-            Ok(None) => {
-                return Ok(json!({
-                    "success": false,
-                    "error": format!("No entry matched '{old_text}'. Check current_entries below and retry with the exact text of the entry you want to remove."),
-                    "current_entries": entries,
-                }));
-            }
-            Err(matches) => {
-                return Ok(json!({
-                    "success": false,
-                    "error": format!("Multiple entries matched '{old_text}'. Be more specific."),
-                    "matches": matches,
-                }));
-            }
+        let index = match locate(&entries, old_text, "remove") {
+            Ok(index) => index,
+            Err(answer) => return Ok(answer),
         };
         entries.remove(index);
         self.save(target, &entries)?;
