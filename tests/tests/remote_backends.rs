@@ -582,9 +582,13 @@ async fn ssh_environments_end_themselves_when_their_lease_is_not_renewed() {
     let (_, env_dir) =
         dead_ssh_environment(&sshd, Duration::from_secs(3), "expiring-worker", "3183").await;
     assert!(std::path::Path::new(&env_dir).exists());
-    // Lease 3 s, looked at every second.
+    // Lease 3 s, looked at every second. The watchdog removes the directory
+    // and then exits: all three are waited for (the full suite once saw it
+    // still running just after the directory went).
     let deadline = Instant::now() + Duration::from_secs(20);
-    while (std::path::Path::new(&env_dir).exists() || count_host_processes("sleep 3183") > 0)
+    while (std::path::Path::new(&env_dir).exists()
+        || count_host_processes("sleep 3183") > 0
+        || !watchdogs(&env_dir).is_empty())
         && Instant::now() < deadline
     {
         tokio::time::sleep(Duration::from_millis(200)).await;
