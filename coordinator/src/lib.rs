@@ -13,6 +13,7 @@ pub mod metrics;
 pub mod registry;
 pub mod scheduler;
 pub mod server;
+pub mod skills;
 
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -201,6 +202,11 @@ impl Coordinator {
             let memory = Arc::new(memory::MemoryStore::new(home.join("memories")));
             initial.register(memory::registry_entry(memory.clone())?, false)?;
             config.agent.memory = Some(memory);
+            for entry in
+                skills::registry_entries(&Arc::new(skills::SkillStore::new(home.join("skills"))))?
+            {
+                initial.register(entry, false)?;
+            }
         }
         if let Some(db) = &config.agent.state_db {
             initial.register(agent::search::registry_entry(db.clone())?, false)?;

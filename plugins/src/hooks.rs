@@ -8,7 +8,8 @@
 //!     - matcher: "terminal|patch"     # regex, full match on the tool name
 //!       command: "~/hooks/check.py --strict"
 //!       timeout: 10                   # seconds (60; at most 300)
-//!       fail_closed: true             # a failing hook blocks (default: false)
+//!       fail_closed: true             # a failing hook blocks (default: false): one that
+//!                                     # exits non-zero, times out, or answers non-JSON
 //!   post_tool_call:
 //!     - command: "~/hooks/log.sh"
 //!   on_session_start: [{command: …}]
@@ -363,6 +364,13 @@ pub fn block_message(stdout: &str) -> Option<String> {
     None
 }
 
+/// An answer that says something but not as a JSON object (empty output is
+/// a hook with nothing to say).
+fn unreadable_answer(stdout: &str) -> bool {
+    let trimmed = stdout.trim();
+    !trimmed.is_empty() && !matches!(serde_json::from_str::<Value>(trimmed), Ok(Value::Object(_)))
+}
+
 fn tail(text: &str) -> String {
     let trimmed = text.trim();
     let count = trimmed.chars().count();
@@ -402,6 +410,19 @@ impl ToolHook for ShellHook {
                 Some(message) => {
                     tracing::info!(tool = call.tool, hook = %self.spec.command, "pre_tool_call hook blocked the call");
                     HookDecision::Block { message }
+                }
+                // A fail-closed hook whose answer cannot be read has failed:
+                // it may have meant to block (a typo in its JSON must not
+                // let the call through).
+                None if self.spec.fail_closed && unreadable_answer(&stdout) => {
+                    let reason = "its answer is not a JSON object";
+                    self.warn(reason);
+                    HookDecision::Block {
+                        message: format!(
+                            "Blocked: the pre_tool_call hook `{}` failed ({reason}) and is fail-closed, so the call was not run.",
+                            self.spec.command
+                        ),
+                    }
                 }
                 None => HookDecision::Continue,
             },

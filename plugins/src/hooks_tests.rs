@@ -46,3 +46,13 @@ fn both_block_shapes_are_read() {
     assert_eq!(block_message(r#"{"decision": "allow"}"#), None);
     assert_eq!(block_message("not json"), None);
 }
+
+#[test]
+fn an_answer_that_is_not_a_json_object_is_unreadable_but_silence_is_not() {
+    assert!(unreadable_answer("{\"decision\": \"block\""));
+    assert!(unreadable_answer("block"));
+    assert!(unreadable_answer("[1]"));
+    assert!(!unreadable_answer(""));
+    assert!(!unreadable_answer("  \n"));
+    assert!(!unreadable_answer("{\"decision\": \"allow\"}"));
+}

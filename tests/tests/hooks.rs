@@ -187,6 +187,29 @@ fn a_failing_or_hanging_hook_is_ignored_unless_it_is_fail_closed() {
         "{blocked}"
     );
     assert!(blocked.get("output").is_none(), "{blocked}");
+
+    // A fail-closed hook that meant to block but wrote broken JSON blocks;
+    // the same answer from a fail-open hook lets the call run.
+    let garbled = dir.path().join("garbled.sh");
+    executable(
+        &garbled,
+        "#!/bin/bash\ncat > /dev/null\necho '{\"decision\": \"block\", \"reason\": '\n",
+    );
+    let entry = |closed: bool| {
+        format!(
+            "  pre_tool_call:\n    - command: {}\n      fail_closed: {closed}\n",
+            garbled.display()
+        )
+    };
+    let blocked = terminal_with_hooks(&entry(true), "echo ran");
+    let error = blocked["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("fail-closed") && error.contains("not a JSON object"),
+        "{blocked}"
+    );
+    assert!(blocked.get("output").is_none(), "{blocked}");
+    let ran = terminal_with_hooks(&entry(false), "echo ran");
+    assert_eq!(ran["output"], "ran", "{ran}");
 }
 
 #[test]

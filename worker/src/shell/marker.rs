@@ -119,3 +119,60 @@ fn parse_marker_tail(tail: &[u8]) -> Option<(i32, String)> {
     let (code, cwd) = text.split_once(' ')?;
     Some((code.trim().parse().unwrap_or(1), cwd.to_owned()))
 }
+
+/// Finds a command's start acknowledgement (`\x1e<token>+\x1e`) in the stream
+/// before the command's own output. What precedes it (a background job of an
+/// earlier command printing) is passed through; once it is found, the bytes
+/// after it are the command's.
+pub struct AckScanner {
+    needle: Vec<u8>,
+    /// Bytes not yet passed on: at most a partial acknowledgement at the end.
+    pending: Vec<u8>,
+    seen: bool,
+}
+
+impl AckScanner {
+    pub fn new(needle: Vec<u8>) -> Self {
+        AckScanner {
+            needle,
+            pending: Vec::new(),
+            seen: false,
+        }
+    }
+
+    pub fn seen(&self) -> bool {
+        self.seen
+    }
+
+    /// Before the acknowledgement: passes on what cannot be part of it and
+    /// returns `None`; at it: passes on what came before it and returns the
+    /// bytes after it. After it: returns `data` as it is.
+    pub fn feed<'a>(
+        &mut self,
+        data: &'a [u8],
+        emit: &mut dyn FnMut(&[u8]),
+    ) -> Option<std::borrow::Cow<'a, [u8]>> {
+        use std::borrow::Cow;
+        if self.seen {
+            return Some(Cow::Borrowed(data));
+        }
+        self.pending.extend_from_slice(data);
+        if let Some(at) = find(&self.pending, &self.needle) {
+            self.seen = true;
+            emit_some(emit, &self.pending[..at]);
+            let rest = self.pending[at + self.needle.len()..].to_vec();
+            self.pending = Vec::new();
+            return Some(Cow::Owned(rest));
+        }
+        let cut = self.pending.len() - longest_prefix_suffix(&self.pending, &self.needle);
+        emit_some(emit, &self.pending[..cut]);
+        self.pending.drain(..cut);
+        None
+    }
+
+    /// Emits whatever was held back (the stream ended first).
+    pub fn flush(&mut self, emit: &mut dyn FnMut(&[u8])) {
+        emit_some(emit, &self.pending);
+        self.pending.clear();
+    }
+}

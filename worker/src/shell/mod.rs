@@ -21,7 +21,12 @@
 //!
 //! followed by the command text and a NUL byte. bash reads its input from a
 //! pipe one byte at a time, so `read` consumes exactly the command, which then
-//! runs at top level (not in a function: `declare` stays global). stdin of the
+//! runs at top level (not in a function: `declare` stays global). `__cad_go`
+//! first prints a start acknowledgement (`\x1eTOKEN+\x1e`, not shown as
+//! output): a shell that ends before it provably never read the command (an
+//! SSH channel whose master had just gone), so the command is sent once more
+//! to a new shell; one that ends after it ran the command, which is never
+//! re-run. stdin of the
 //! command is `/dev/null` (readers get EOF, never hang). The end marker carries
 //! a fresh random token per call, the exit code and the new cwd. Commands that
 //! may change shell state also save a snapshot (variables, functions, aliases,
@@ -60,8 +65,8 @@ use crate::sandbox::{
     BoxedReader, BoxedWriter, ProcessHandle, Sandbox, SandboxError, SpawnSpec, StopSignal,
 };
 
-use marker::{MarkerScanner, find};
-use script::{ABORT_CODE, Startup, frame_for, may_change_state, startup_script};
+use marker::{AckScanner, MarkerScanner, find};
+use script::{ABORT_CODE, Startup, frame_for, may_change_state, start_ack, startup_script};
 pub use script::{SNAPSHOT_END, shell_quote};
 
 /// A secret that must never show up in logs or `Debug` output.
@@ -380,23 +385,6 @@ impl PersistentShell {
         bytes.extend_from_slice(frame.as_bytes());
         bytes.extend_from_slice(request.command.as_bytes());
         bytes.push(0);
-        if let Err(err) = write_all(&mut shell.stdin, &bytes).await {
-            // The shell is gone before we could even talk to it: start over once.
-            tracing::debug!("shell stdin failed ({err}); replacing the shell");
-            self.discard(&mut live).await;
-            let restored = self.start(&mut live).await?;
-            replaced = Some(format!(
-                "The shell had exited since the last command and was replaced ({restored})."
-            ));
-            let Some(shell) = live.as_mut() else {
-                return Err(ShellError::Start("no shell".to_owned()));
-            };
-            write_all(&mut shell.stdin, &bytes).await?;
-        }
-
-        let Some(shell) = live.as_mut() else {
-            return Err(ShellError::Start("no shell".to_owned()));
-        };
         let mut capture = HeadTailBuffer::new(request.max_output_chars);
         let mut scanner = MarkerScanner::new(&token);
         let timeout = tokio::time::sleep(request.timeout);
@@ -407,39 +395,76 @@ impl PersistentShell {
         buf.resize(READ_BUFFER, 0);
         let mut end = ExecEnd::Completed;
         let mut marker: Option<(i32, String)> = None;
+        // A shell found gone before it acknowledged the command is replaced
+        // and the command sent once more: it provably never ran.
+        let mut rerun_allowed = true;
+        let mut ack = AckScanner::new(start_ack(&token));
 
-        // Phase 1: read until the marker, the deadline, a cancel or EOF.
-        loop {
-            tokio::select! {
-                read = shell.output.read(&mut buf) => {
-                    let n = read?;
-                    if n == 0 {
-                        end = ExecEnd::ShellExited;
-                        break;
-                    }
-                    let found = scanner.feed(&buf[..n], &mut |chunk| {
-                        capture.push(chunk);
-                        if let Some(cb) = request.on_output.as_mut() { cb(chunk); }
-                    });
-                    if let Some(found) = found {
-                        marker = Some(found);
-                        break;
+        'attempt: loop {
+            let Some(shell) = live.as_mut() else {
+                return Err(ShellError::Start("no shell".to_owned()));
+            };
+            let written = write_all(&mut shell.stdin, &bytes).await;
+            if written.is_ok() {
+                // Phase 1: read until the marker, the deadline, a cancel or EOF.
+                loop {
+                    tokio::select! {
+                        read = shell.output.read(&mut buf) => {
+                            let n = read?;
+                            if n == 0 {
+                                end = ExecEnd::ShellExited;
+                                break;
+                            }
+                            let on_output = &mut request.on_output;
+                            let mut emit = |chunk: &[u8]| {
+                                capture.push(chunk);
+                                if let Some(cb) = on_output.as_mut() { cb(chunk); }
+                            };
+                            let Some(after_ack) = ack.feed(&buf[..n], &mut emit) else {
+                                continue;
+                            };
+                            if let Some(found) = scanner.feed(&after_ack, &mut emit) {
+                                marker = Some(found);
+                                break;
+                            }
+                        }
+                        () = &mut timeout => { end = ExecEnd::TimedOut; break; }
+                        () = cancel.cancelled() => { end = ExecEnd::Cancelled; break; }
                     }
                 }
-                () = &mut timeout => { end = ExecEnd::TimedOut; break; }
-                () = cancel.cancelled() => { end = ExecEnd::Cancelled; break; }
             }
+            let never_ran = written.is_err() || (end == ExecEnd::ShellExited && !ack.seen());
+            if !(never_ran && rerun_allowed) {
+                if let Err(err) = written {
+                    return Err(err.into());
+                }
+                break 'attempt;
+            }
+            rerun_allowed = false;
+            end = ExecEnd::Completed;
+            ack.flush(&mut |chunk| capture.push(chunk));
+            ack = AckScanner::new(start_ack(&token));
+            tracing::debug!("the shell ended before it took the command; replacing it");
+            self.discard(&mut live).await;
+            let restored = self.start(&mut live).await?;
+            replaced = Some(format!(
+                "The shell had exited since the last command and was replaced ({restored})."
+            ));
         }
+        let Some(shell) = live.as_mut() else {
+            return Err(ShellError::Start("no shell".to_owned()));
+        };
 
         // Phase 2: stop the command's tree and let the shell come back.
         if marker.is_none() && matches!(end, ExecEnd::TimedOut | ExecEnd::Cancelled) {
             marker = self
-                .stop_command(shell, &mut scanner, &mut capture, &mut buf)
+                .stop_command(shell, &mut ack, &mut scanner, &mut capture, &mut buf)
                 .await;
         }
 
         if marker.is_none() {
             // Output held back as a possible marker start is output after all.
+            ack.flush(&mut |chunk| capture.push(chunk));
             scanner.flush(&mut |chunk| capture.push(chunk));
         }
         let exit_code;
@@ -537,6 +562,7 @@ impl PersistentShell {
     async fn stop_command(
         &self,
         shell: &mut LiveShell,
+        ack: &mut AckScanner,
         scanner: &mut MarkerScanner,
         capture: &mut HeadTailBuffer,
         buf: &mut [u8],
@@ -569,7 +595,11 @@ impl PersistentShell {
                         match read {
                             Ok(0) | Err(_) => break,
                             Ok(n) => {
-                                if let Some(found) = scanner.feed(&buf[..n], &mut |chunk| capture.push(chunk)) {
+                                let mut emit = |chunk: &[u8]| capture.push(chunk);
+                                let Some(after_ack) = ack.feed(&buf[..n], &mut emit) else {
+                                    continue;
+                                };
+                                if let Some(found) = scanner.feed(&after_ack, &mut emit) {
                                     marker = Some(found);
                                     break;
                                 }

@@ -166,8 +166,18 @@ const DONE_FN: &str = concat!(
 
 /// Defined once at start-up: begins a command. `$1` is the marker token; the
 /// abort trap is armed only while a command runs (`__cad_done` disarms it),
-/// so a late abort signal can never hit the shell between commands.
-const GO_FN: &str = "__cad_go() { __cad_t=$1; builtin trap __cad_abort USR2; }\n";
+/// so a late abort signal can never hit the shell between commands. It then
+/// acknowledges the start with [`start_ack`]: bash has read the whole command
+/// and is about to run it. A shell that ends before the acknowledgement never
+/// ran the command (an SSH channel whose master had gone swallowed it), so the
+/// worker may run it once on a new shell; after it, only the command's own
+/// `exit` can end the shell, and nothing is re-run.
+const GO_FN: &str = "__cad_go() { __cad_t=$1; builtin trap __cad_abort USR2; builtin printf '\\036%s+\\036' \"$1\" >&$__cad_out; }\n";
+
+/// What `__cad_go` prints once bash has read a command with this token.
+pub fn start_ack(token: &str) -> Vec<u8> {
+    format!("\x1e{token}+\x1e").into_bytes()
+}
 
 /// The exit code an aborted command's marker carries. bash's `$?` never
 /// exceeds 255, so it cannot be a command's own code.

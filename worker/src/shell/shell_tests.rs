@@ -257,6 +257,50 @@ async fn exit_reports_the_code_and_the_next_command_gets_a_new_shell() {
 }
 
 #[tokio::test]
+async fn a_shell_that_dies_before_taking_the_command_is_replaced_and_the_command_runs_once() {
+    let sh = shell();
+    let pid = run(&sh, "echo $$").await.output.trim().to_owned();
+    // Stopped, bash cannot read: the next command lands in its pipe unread,
+    // and the shell dies with it there (an SSH channel whose master went).
+    let stop = std::process::Command::new("kill")
+        .args(["-STOP", &pid])
+        .status();
+    assert!(stop.unwrap().success());
+    let killer = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        std::process::Command::new("kill")
+            .args(["-KILL", &pid])
+            .status()
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("ran");
+    let out = run(&sh, &format!("echo once >> {}; echo two", file.display())).await;
+    assert!(killer.await.unwrap().unwrap().success());
+    assert_eq!(out.output, "two\n");
+    assert_eq!(out.exit_code, 0);
+    assert_eq!(sh.starts(), 2);
+    assert!(
+        out.shell_replaced.is_some(),
+        "the caller is told the shell was replaced"
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "once\n");
+    sh.close().await;
+}
+
+#[tokio::test]
+async fn a_command_that_kills_its_own_shell_is_not_run_again() {
+    let sh = shell();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("ran");
+    let out = run(&sh, &format!("echo once >> {}; kill -9 $$", file.display())).await;
+    assert_eq!(out.end, ExecEnd::ShellExited);
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "once\n");
+    assert_eq!(run(&sh, "echo next").await.output, "next\n");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "once\n");
+    sh.close().await;
+}
+
+#[tokio::test]
 async fn cancel_stops_the_command() {
     let sh = shell();
     let token = CancellationToken::new();
