@@ -3,6 +3,7 @@
 //! coordinator it attaches to. See `README.md`.
 
 pub mod backends;
+pub mod browser;
 pub mod env;
 pub mod link;
 pub mod metrics;
