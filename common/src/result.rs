@@ -71,6 +71,17 @@ impl ToolReply {
         Self::new(CallStatus::Error, to_json(value))
     }
 
+    /// A document in hermes' `success` convention (memory, skills): an
+    /// error when it says `"success": false`, a success otherwise.
+    pub fn success_document(value: &Value) -> Self {
+        let status = if value.get("success").and_then(Value::as_bool) == Some(false) {
+            CallStatus::Error
+        } else {
+            CallStatus::Ok
+        };
+        Self::new(status, to_json(value))
+    }
+
     /// A failed call: `{"error": message}`.
     pub fn error(message: impl Into<String>) -> Self {
         Self::new(CallStatus::Error, tool_error(message))

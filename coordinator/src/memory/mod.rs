@@ -27,7 +27,6 @@ use serde_json::{Map, Value, json};
 
 use crate::call::{CallContext, ToolReply};
 use crate::registry::{Handler, LocalTool, ParallelClass, RegistryError, ToolEntry};
-use caduceus_common::result::to_json;
 
 pub const ENTRY_DELIMITER: &str = "\n§\n";
 /// hermes' defaults (`memory.memory_char_limit`, `memory.user_char_limit`).
@@ -573,7 +572,7 @@ impl MemoryStore {
             Some(other) => other.to_string(),
         };
         let Some(target) = Target::parse(&target_name) else {
-            return reply(&failure(format!(
+            return ToolReply::success_document(&failure(format!(
                 "Invalid target '{target_name}'. Use 'memory' or 'user'."
             )));
         };
@@ -586,7 +585,7 @@ impl MemoryStore {
                 self.apply_batch(target, operations)
             }
             Some(other) if truthy(other) => {
-                return reply(&failure(
+                return ToolReply::success_document(&failure(
                     "operations must be a list of {action, content?, old_text?} objects.",
                 ));
             }
@@ -596,19 +595,23 @@ impl MemoryStore {
                 let old_text = text("old_text");
                 match (action, content, old_text) {
                     ("add", None, _) => {
-                        return reply(&failure("Content is required for 'add' action."));
+                        return ToolReply::success_document(&failure(
+                            "Content is required for 'add' action.",
+                        ));
                     }
                     ("replace" | "remove", _, None) => {
-                        return reply(&self.missing_old_text(target, action));
+                        return ToolReply::success_document(&self.missing_old_text(target, action));
                     }
                     ("replace", None, Some(_)) => {
-                        return reply(&failure("content is required for 'replace' action."));
+                        return ToolReply::success_document(&failure(
+                            "content is required for 'replace' action.",
+                        ));
                     }
                     ("add", Some(content), _) => self.add(target, content),
                     ("replace", Some(content), Some(old)) => self.replace(target, old, content),
                     ("remove", _, Some(old)) => self.remove(target, old),
                     (other, _, _) => {
-                        return reply(&failure(format!(
+                        return ToolReply::success_document(&failure(format!(
                             "Unknown action '{other}'. Use: add, replace, remove"
                         )));
                     }
@@ -616,8 +619,8 @@ impl MemoryStore {
             }
         };
         match result {
-            Ok(value) => reply(&value),
-            Err(err) => reply(&failure(err)),
+            Ok(value) => ToolReply::success_document(&value),
+            Err(err) => ToolReply::success_document(&failure(err)),
         }
     }
 
@@ -642,16 +645,6 @@ fn truthy(value: &Value) -> bool {
         Value::Array(a) => !a.is_empty(),
         Value::Object(o) => !o.is_empty(),
         Value::Number(n) => n.as_f64().is_some_and(|f| f != 0.0),
-    }
-}
-
-/// A result document; `success: false` makes it an error.
-fn reply(value: &Value) -> ToolReply {
-    let body = to_json(value);
-    if value.get("success").and_then(Value::as_bool) == Some(false) {
-        ToolReply::new(crate::call::CallStatus::Error, body)
-    } else {
-        ToolReply::ok(body)
     }
 }
 

@@ -17,7 +17,6 @@ use serde_json::{Map, Value, json};
 
 use crate::call::{CallContext, ToolReply};
 use crate::registry::{Handler, LocalTool, ParallelClass, RegistryError, ToolEntry};
-use caduceus_common::result::to_json;
 
 /// hermes' `MAX_NAME_LENGTH` (skill names and categories).
 pub const MAX_NAME_LENGTH: usize = 64;
@@ -32,15 +31,6 @@ const ALLOWED_SUBDIRS: [&str; 4] = ["assets", "references", "scripts", "template
 
 fn failure(error: impl Into<String>) -> Value {
     json!({"success": false, "error": error.into()})
-}
-
-fn reply(value: &Value) -> ToolReply {
-    let body = to_json(value);
-    if value.get("success").and_then(Value::as_bool) == Some(false) {
-        ToolReply::new(crate::call::CallStatus::Error, body)
-    } else {
-        ToolReply::ok(body)
-    }
 }
 
 /// hermes' `VALID_NAME_RE`: `^[a-z0-9][a-z0-9._-]*$`.
@@ -613,6 +603,24 @@ impl SkillStore {
         }
     }
 
+    /// An existing skill and the path of `file_path` inside it (refused when
+    /// the path leads out of the skill).
+    fn file_of(
+        &self,
+        name: &str,
+        file_path: &str,
+        suffix: &str,
+    ) -> Result<(Found, PathBuf), Value> {
+        let found = self.existing(name, suffix)?;
+        let target = found.dir.join(file_path);
+        if !within(&target, &found.dir) {
+            return Err(failure(format!(
+                "Path escapes the skill directory: {file_path}"
+            )));
+        }
+        Ok((found, target))
+    }
+
     fn existing(&self, name: &str, suffix: &str) -> Result<Found, Value> {
         match self.find(name)? {
             Some(found) => Ok(found),
@@ -785,14 +793,11 @@ impl SkillStore {
         if let Some(err) = validate_content_size(content, file_path) {
             return failure(err);
         }
-        let found = match self.existing(name, " Create it first with action='create'.") {
-            Ok(f) => f,
-            Err(err) => return err,
-        };
-        let target = found.dir.join(file_path);
-        if !within(&target, &found.dir) {
-            return failure(format!("Path escapes the skill directory: {file_path}"));
-        }
+        let (_, target) =
+            match self.file_of(name, file_path, " Create it first with action='create'.") {
+                Ok(f) => f,
+                Err(err) => return err,
+            };
         if let Err(err) = write_atomic(&target, content.as_bytes()) {
             return failure(format!("Failed to write '{file_path}': {err}"));
         }
@@ -807,14 +812,10 @@ impl SkillStore {
         if let Some(err) = validate_file_path(file_path) {
             return failure(err);
         }
-        let found = match self.existing(name, "") {
+        let (found, target) = match self.file_of(name, file_path, "") {
             Ok(f) => f,
             Err(err) => return err,
         };
-        let target = found.dir.join(file_path);
-        if !within(&target, &found.dir) {
-            return failure(format!("Path escapes the skill directory: {file_path}"));
-        }
         if !target.is_file() {
             let mut available = Vec::new();
             for sub in ALLOWED_SUBDIRS {
@@ -1008,7 +1009,7 @@ impl LocalTool for SkillTool {
                 ),
                 Which::Manage => store.manage(&args),
             };
-            reply(&value)
+            ToolReply::success_document(&value)
         })
         .await
         .unwrap_or_else(|err| ToolReply::error(format!("skill tool failed: {err}")))
