@@ -548,6 +548,9 @@ async fn serve(args: ServeArgs, config: &Config) -> Result<()> {
             "resuming sessions a restart interrupted once their workers are back"
         );
     }
+    // Scheduled jobs run on served coordinators only (an embedded one lives
+    // for one command); after the resumption, so a run's session is resumed once.
+    coordinator.start_cron();
     let stop_metrics = CancellationToken::new();
     let _stop_metrics = stop_metrics.clone().drop_guard();
     if let Some(address) = &args.metrics {

@@ -404,6 +404,7 @@ async fn start_waiting(
             interactive: true,
             caller: None,
             labels: Default::default(),
+            session_id: String::new(),
         })
         .await
         .unwrap();
