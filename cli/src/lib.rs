@@ -19,6 +19,7 @@ pub mod token;
 
 mod approvals;
 mod audit;
+mod cron;
 mod plugins;
 mod tokens;
 mod workers;
@@ -84,6 +85,11 @@ enum Command {
     Sessions {
         #[command(subcommand)]
         command: sessions::SessionsCommand,
+    },
+    /// Scheduled jobs (the `cronjob` tool's): list, show one, its runs.
+    Cron {
+        #[command(subcommand)]
+        command: cron::CronCommand,
     },
     /// The command guard.
     Guard {
@@ -449,6 +455,7 @@ async fn run(cli: Cli) -> Result<()> {
         }
         Command::Approvals { command } => approvals::run(command, &config).await,
         Command::Sessions { command } => sessions::run(command),
+        Command::Cron { command } => cron::run(command),
         Command::Tokens { command } => tokens::run(command, &config).await,
         Command::Workers { command } => workers::run(command, &config).await,
         Command::Audit { command } => audit::run(command).await,
