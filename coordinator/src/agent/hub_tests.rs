@@ -546,7 +546,7 @@ async fn invalid_names_and_arguments_get_hermes_results() {
     // Only the tools available right now are listed (no worker: no file tools).
     assert_eq!(
         first[0].1,
-        "Tool 'no_such_tool' does not exist. Available tools: big, clarify, delegate_task, echo, guarded, session_search, slow, slow_read, slow_write, terminal, todo, web_search, which_task"
+        "Tool 'no_such_tool' does not exist. Available tools: big, clarify, cronjob, delegate_task, echo, guarded, session_search, slow, slow_read, slow_write, terminal, todo, web_search, which_task"
     );
     let second = tool_messages(&requests[2].body);
     assert_eq!(second.len(), 4);
