@@ -296,7 +296,7 @@ fn kill_server(dir: &Path, name: &str) {
 }
 
 #[test]
-fn killed_stdio_server_fails_clearly_reconnects_and_parks_after_repeated_failures() {
+fn killed_or_hung_stdio_server_fails_clearly_reconnects_and_parks_after_repeated_failures() {
     if !python_has("mcp_server_time", "mcp-server-time") {
         return;
     }
@@ -306,7 +306,7 @@ fn killed_stdio_server_fails_clearly_reconnects_and_parks_after_repeated_failure
     let fleet = Fleet::new();
     let env = format!("    env:\n      STATE_DIR: '{}'\n", state.path().display());
     fleet.write_config(&format!(
-        "mcp_servers:\n  flaky:\n    command: '{}'\n{env}    tools:\n      include: [get_current_time]\n    reconnect: {{first_delay: 0.2, max_delay: 1, retries: 100000}}\n  fragile:\n    command: '{}'\n{env}    tools:\n      include: [convert_time]\n    reconnect: {{first_delay: 0.2, max_delay: 0.2, retries: 2, probe_interval: 2}}\n",
+        "mcp_servers:\n  flaky:\n    command: '{}'\n{env}    tools:\n      include: [get_current_time]\n    timeout: 3\n    reconnect: {{first_delay: 0.2, max_delay: 1, retries: 100000}}\n  fragile:\n    command: '{}'\n{env}    tools:\n      include: [convert_time]\n    reconnect: {{first_delay: 0.2, max_delay: 0.2, retries: 2, probe_interval: 2}}\n",
         flaky.display(),
         fragile.display()
     ));
@@ -342,6 +342,22 @@ fn killed_stdio_server_fails_clearly_reconnects_and_parks_after_repeated_failure
     wait_until("flaky to reconnect", Duration::from_secs(60), || {
         now("flaky")["result"].is_string()
     });
+
+    // Hung (SIGSTOP): the call ends at the server's `timeout` with a timeout
+    // error; once the server runs again, so do calls.
+    let pid: u32 = std::fs::read_to_string(state.path().join("flaky.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    signal(pid, "STOP");
+    let hung = now("flaky");
+    signal(pid, "CONT");
+    assert_eq!(
+        hung["error"], "MCP call to 'get_current_time' on server 'flaky' timed out after 3s",
+        "{hung}"
+    );
+    assert!(now("flaky")["result"].is_string());
 
     // Repeated failure: parked, its tools deregistered, then probed.
     kill_server(state.path(), "fragile");
