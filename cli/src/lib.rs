@@ -9,6 +9,7 @@
 mod agent_settings;
 pub mod config;
 mod hardening;
+mod listen;
 mod mcp_client;
 mod mcp_serve;
 mod progress;
@@ -420,7 +421,7 @@ fn json_logs(format: Option<&str>) -> bool {
 /// address, which matters for port 0).
 #[allow(clippy::print_stderr)] // the parseable line, as `serve` prints its own
 async fn metrics_listener(address: &str, who: &str) -> Result<tokio::net::TcpListener> {
-    let listener = tokio::net::TcpListener::bind(address)
+    let listener = listen::bind(address)
         .await
         .with_context(|| format!("cannot serve metrics on {address}"))?;
     let bound = listener.local_addr()?;
@@ -533,7 +534,7 @@ async fn serve(args: ServeArgs, config: &Config) -> Result<()> {
         gate(config),
     )
     .await?;
-    let listener = tokio::net::TcpListener::bind(&listen)
+    let listener = listen::bind(&listen)
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
     let address = listener.local_addr()?;

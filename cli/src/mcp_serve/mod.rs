@@ -150,7 +150,7 @@ async fn serve_http(fleet: Arc<Fleet>, own_token: Option<String>, listen: &str) 
             "mcp serve --listen needs a token its clients must present: pass --token or --token-file, or set CADUCEUS_TOKEN or CADUCEUS_TOKEN_FILE"
         ));
     }
-    let listener = tokio::net::TcpListener::bind(listen)
+    let listener = crate::listen::bind(listen)
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
     let address = listener.local_addr()?;
