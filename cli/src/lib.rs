@@ -10,6 +10,7 @@ mod agent_settings;
 pub mod config;
 mod hardening;
 mod listen;
+mod mcp_client;
 mod mcp_serve;
 mod progress;
 mod run;
@@ -102,7 +103,8 @@ enum Command {
         #[command(subcommand)]
         command: approvals::ApprovalsCommand,
     },
-    /// caduceus as an MCP server: `mcp serve` offers the fleet's tools to any MCP client.
+    /// MCP: `mcp serve` offers the fleet's tools to any MCP client; `mcp list` and
+    /// `mcp test NAME` show the MCP servers whose tools the coordinator offers.
     Mcp {
         #[command(subcommand)]
         command: mcp_serve::McpCommand,
