@@ -43,6 +43,10 @@ pub struct Config {
     pub audit: AuditSection,
     /// Where new environments go (`labels`, `wait_seconds`, `backend_choice`).
     pub placement: PlacementSection,
+    /// The browser toolset on workers (`inactivity_timeout`, `allow_private_urls`).
+    pub browser: BrowserSection,
+    /// hermes' `security:`; only `allow_private_urls` is read (by the browser).
+    pub security: SecuritySection,
     /// Commands, globs and approval keys that run without approval; "always"
     /// approvals are appended here (hermes `command_allowlist`).
     #[serde(deserialize_with = "string_list")]
@@ -452,6 +456,33 @@ impl PlacementSection {
             wait: Duration::from_secs_f64(wait),
         })
     }
+}
+
+/// `browser:` (hermes' keys; the others hermes has are ignored).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct BrowserSection {
+    /// Seconds without a call after which a task's browser is closed
+    /// (hermes: 120; hermes floors it at 30, caduceus at 1).
+    pub inactivity_timeout: u64,
+    /// Loopback, private and link-local URLs may be opened (hermes: off).
+    pub allow_private_urls: bool,
+}
+
+impl Default for BrowserSection {
+    fn default() -> Self {
+        BrowserSection {
+            inactivity_timeout: 120,
+            allow_private_urls: false,
+        }
+    }
+}
+
+/// `security:` (hermes' keys other than `allow_private_urls` are ignored).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct SecuritySection {
+    pub allow_private_urls: bool,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

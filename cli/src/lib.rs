@@ -744,6 +744,14 @@ pub(crate) fn worker_config(
         env_lifetime: Duration::from_secs(config.terminal.lifetime_seconds),
         reap_interval: Duration::from_secs(config.terminal.reap_interval_seconds.max(1)),
         backend_probe_interval: Duration::from_secs(config.terminal.backend_probe_seconds.max(1)),
+        browser: caduceus_worker::browser::BrowserSettings {
+            inactivity_timeout: Duration::from_secs(config.browser.inactivity_timeout.max(1)),
+            // hermes reads `browser.allow_private_urls`; its web tools read
+            // `security.allow_private_urls`: either opens private addresses.
+            allow_private_urls: config.browser.allow_private_urls
+                || config.security.allow_private_urls,
+            ..caduceus_worker::browser::BrowserSettings::default()
+        },
     })
 }
 
@@ -826,6 +834,8 @@ fn backend_options(config: &Config) -> caduceus_worker::backends::BackendOptions
         local_confinement: None,
         worker: String::new(),
         worker_instance: String::new(),
+        // `Worker::new` decides (it knows whether it has Chromium).
+        host_processes: false,
     }
 }
 

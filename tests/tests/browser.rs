@@ -1,12 +1,18 @@
-//! The browser tools against a real Chromium and a page served on loopback.
+//! The browser toolset against a real Chromium (Debian's `chromium`) and
+//! pages served on loopback by the test: through a served coordinator and
+//! worker with `caduceus call`, as a user drives it, and the three cleanup
+//! layers (idle timeout; environment end and graceful stop; the host
+//! ledger's guardian and the next worker's sweep) each on its own.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use caduceus_worker::browser::{Browsers, find_chromium};
+use caduceus_tests::{Fleet, Proc};
+use caduceus_worker::browser::{BrowserSettings, Browsers, PROFILE_PREFIX, find_chromium};
 use serde_json::{Map, Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const FIRST: &str = r#"<!doctype html><html><head><title>First</title></head><body>
 <h1 id="h">Hello</h1>
@@ -24,50 +30,62 @@ const SECOND: &str = r#"<!doctype html><html><head><title>Second</title></head><
 const DONE: &str =
     "<!doctype html><html><head><title>Done</title></head><body><h1>Submitted</h1></body></html>";
 
-/// A tiny HTTP server for the test pages; returns its base URL.
-async fn serve() -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        loop {
-            let Ok((mut stream, _)) = listener.accept().await else {
-                return;
-            };
-            tokio::spawn(async move {
+/// The test's web server on loopback: its base URL and the paths it was asked for.
+struct Site {
+    base: String,
+    requests: Arc<Mutex<Vec<String>>>,
+}
+
+fn serve() -> Site {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let requests: Arc<Mutex<Vec<String>>> = Arc::default();
+    let seen = requests.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let seen = seen.clone();
+            std::thread::spawn(move || {
                 let mut buf = vec![0u8; 8192];
-                let n = stream.read(&mut buf).await.unwrap_or(0);
-                let request = String::from_utf8_lossy(&buf[..n]);
+                let n = stream.read(&mut buf).unwrap_or(0);
+                let request = String::from_utf8_lossy(&buf[..n]).into_owned();
                 let path = request.split_whitespace().nth(1).unwrap_or("/").to_owned();
-                let (kind, body) = if path.starts_with("/second") {
-                    ("text/html", SECOND.as_bytes().to_vec())
+                seen.lock().unwrap().push(path.clone());
+                let (status, extra, kind, body) = if path.starts_with("/second") {
+                    ("200 OK", String::new(), "text/html", SECOND)
                 } else if path.starts_with("/done") {
-                    ("text/html", DONE.as_bytes().to_vec())
+                    ("200 OK", String::new(), "text/html", DONE)
                 } else if path.starts_with("/pixel") {
-                    ("image/png", Vec::new())
+                    ("200 OK", String::new(), "image/png", "")
+                } else if path.starts_with("/to-metadata") {
+                    (
+                        "302 Found",
+                        "location: http://169.254.169.254/latest/meta-data/\r\n".to_owned(),
+                        "text/html",
+                        "",
+                    )
                 } else {
-                    ("text/html", FIRST.as_bytes().to_vec())
+                    ("200 OK", String::new(), "text/html", FIRST)
                 };
                 let head = format!(
-                    "HTTP/1.1 200 OK\r\ncontent-type: {kind}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                    "HTTP/1.1 {status}\r\n{extra}content-type: {kind}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
                     body.len()
                 );
-                let _ = stream.write_all(head.as_bytes()).await;
-                let _ = stream.write_all(&body).await;
+                let _ = stream.write_all(head.as_bytes());
+                let _ = stream.write_all(body.as_bytes());
             });
         }
     });
-    format!("http://{addr}")
+    Site { base, requests }
 }
 
-fn args(value: &Value) -> Map<String, Value> {
-    value.as_object().cloned().unwrap_or_default()
+fn have_chromium() -> bool {
+    caduceus_tests::require("Chromium", "apt-get install chromium", || {
+        find_chromium().is_some()
+    })
 }
 
-async fn call(browsers: &Arc<Browsers>, tool: &str, a: Value) -> Value {
-    let reply = browsers.run("task-1", tool, &args(&a)).await;
-    serde_json::from_str(&reply.body).unwrap_or_else(|e| panic!("{tool}: {e}: {}", reply.body))
-}
-
+/// The ref on the first snapshot line containing `needle` (`[ref=@e3]`).
 fn ref_of(snapshot: &str, needle: &str) -> String {
     let line = snapshot
         .lines()
@@ -77,62 +95,106 @@ fn ref_of(snapshot: &str, needle: &str) -> String {
         .find("[ref=")
         .unwrap_or_else(|| panic!("no ref on {line}"))
         + 5;
-    line[start..]
-        .trim_end_matches(|c| c != ']')
-        .trim_end_matches(']')
-        .split(']')
-        .next()
+    line[start..].split(']').next().unwrap().to_owned()
+}
+
+/// Processes whose command line contains every needle.
+fn pids_with(needles: &[&str]) -> Vec<u32> {
+    std::fs::read_dir("/proc")
         .unwrap()
-        .to_owned()
+        .flatten()
+        .filter_map(|e| {
+            let pid = e.file_name().to_str()?.parse::<u32>().ok()?;
+            let raw = std::fs::read(e.path().join("cmdline")).ok()?;
+            let line = String::from_utf8_lossy(&raw).replace('\0', " ");
+            let zombie = std::fs::read_to_string(e.path().join("stat"))
+                .map(|s| s.contains(") Z "))
+                .unwrap_or(true);
+            (!zombie && needles.iter().all(|n| line.contains(n))).then_some(pid)
+        })
+        .collect()
 }
 
-fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| !s.contains(") Z "))
-        .unwrap_or(false)
+/// Chromium processes (browser and helpers) with a profile under `tmp`.
+fn chromium_under(tmp: &Path) -> Vec<u32> {
+    let profile = format!("--user-data-dir={}/{PROFILE_PREFIX}", tmp.display());
+    pids_with(&[&profile])
 }
 
-fn have_chromium() -> bool {
-    caduceus_tests::require("Chromium", "apt-get install chromium", || {
-        find_chromium().is_some()
-    })
+/// Profile directories left under `tmp`.
+fn profiles_under(tmp: &Path) -> Vec<String> {
+    std::fs::read_dir(tmp)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(PROFILE_PREFIX))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
-#[tokio::test]
-async fn full_scenario_on_a_local_page() {
+fn wait_until(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !done() {
+        assert!(Instant::now() < deadline, "{what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A coordinator and worker `w` whose temp dir is `<home>/tmp`, with `config`.
+fn fleet(config: &str) -> (Fleet, Proc, Proc, PathBuf) {
+    let fleet = Fleet::new();
+    fleet.write_config(config);
+    let tmp = fleet.home.path().join("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let coordinator = fleet.serve(&[]);
+    let worker = start_worker(&fleet, &coordinator, &tmp);
+    fleet.wait_for_workers(&coordinator, &["w"], Duration::from_secs(30));
+    (fleet, coordinator, worker, tmp)
+}
+
+fn start_worker(fleet: &Fleet, coordinator: &Proc, tmp: &Path) -> Proc {
+    fleet.worker_with_env(coordinator, "w", &[], &[("TMPDIR", tmp.to_str().unwrap())])
+}
+
+const ALLOW_PRIVATE: &str = "browser:\n  allow_private_urls: true\n";
+
+#[test]
+fn the_browser_tools_drive_a_page_through_caduceus_call() {
     if !have_chromium() {
         return;
     }
-    let base = serve().await;
-    let profiles = tempfile::tempdir().unwrap();
-    let browsers = Arc::new(Browsers::new(
-        find_chromium(),
-        profiles.path().to_owned(),
-        "test",
-        Duration::from_secs(120),
-    ));
+    let site = serve();
+    let (fleet, c, _w, _tmp) = fleet(ALLOW_PRIVATE);
+    let call = |tool: &str, args: Value| fleet.call(&c, tool, &args, "page");
+
+    let tools = fleet.client(&c, &["tools"]);
+    let listed = String::from_utf8_lossy(&tools.stdout);
+    for tool in ["browser_navigate", "browser_snapshot", "browser_console"] {
+        assert!(listed.contains(tool), "{tool} not offered:\n{listed}");
+    }
+
+    // navigate answers with the page's compact snapshot
     let nav = call(
-        &browsers,
         "browser_navigate",
-        json!({"url": format!("{base}/")}),
-    )
-    .await;
+        json!({"url": format!("{}/", site.base)}),
+    );
+    assert_eq!(nav["success"], true, "{nav}");
     assert_eq!(nav["title"], "First", "{nav}");
-    let snap = call(&browsers, "browser_snapshot", json!({})).await;
-    let text = snap["snapshot"].as_str().unwrap().to_owned();
-    assert!(text.contains("heading \"Hello\""), "{text}");
+    let text = nav["snapshot"].as_str().unwrap().to_owned();
     let input = ref_of(&text, "textbox \"Name\"");
     let button = ref_of(&text, "button \"Greet\"");
-    let typed = call(
-        &browsers,
-        "browser_type",
-        json!({"ref": input, "text": "Ada"}),
-    )
-    .await;
-    assert_eq!(typed["success"], true, "{typed}");
-    let clicked = call(&browsers, "browser_click", json!({"ref": button})).await;
-    assert_eq!(clicked["success"], true, "{clicked}");
-    let after = call(&browsers, "browser_snapshot", json!({})).await;
+    assert!(nav["element_count"].as_u64().unwrap() >= 2, "{nav}");
+
+    let typed = call("browser_type", json!({"ref": input, "text": "Ada"}));
+    assert_eq!(
+        typed,
+        json!({"success": true, "typed": "Ada", "element": input})
+    );
+    let clicked = call("browser_click", json!({"ref": button}));
+    assert_eq!(clicked, json!({"success": true, "clicked": button}));
+    let after = call("browser_snapshot", json!({}));
     assert!(
         after["snapshot"]
             .as_str()
@@ -140,99 +202,288 @@ async fn full_scenario_on_a_local_page() {
             .contains("heading \"Hi Ada\""),
         "{after}"
     );
-    // the heading keeps its ref across snapshots
-    assert_eq!(
-        ref_of(after["snapshot"].as_str().unwrap(), "heading"),
-        ref_of(&text, "heading \"Hello\"")
-    );
 
-    let images = call(&browsers, "browser_get_images", json!({})).await;
+    let images = call("browser_get_images", json!({}));
     assert_eq!(images["count"], 1, "{images}");
     assert!(
         images["images"][0]["src"]
             .as_str()
             .unwrap()
-            .ends_with("/pixel.png")
+            .ends_with("/pixel.png"),
+        "{images}"
     );
     assert_eq!(images["images"][0]["alt"], "a pixel");
 
-    let console = call(&browsers, "browser_console", json!({"expression": "6 * 7"})).await;
-    assert_eq!(console["result"], 42, "{console}");
+    let console = call("browser_console", json!({}));
     assert!(
         console["console_messages"]
             .to_string()
             .contains("page says hello"),
         "{console}"
     );
+    assert_eq!(console["console_messages"][0]["source"], "console");
     assert!(
-        console["js_errors"].to_string().contains("boom from page"),
+        console["js_errors"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("boom from page"),
         "{console}"
     );
+    assert_eq!(console["total_errors"], 1, "{console}");
+    let evaluated = call("browser_console", json!({"expression": "6 * 7"}));
+    assert_eq!(
+        evaluated,
+        json!({"success": true, "result": 42, "result_type": "int"})
+    );
 
-    let bad = browsers
-        .run("task-1", "browser_click", &args(&json!({"ref": "@e999"})))
-        .await;
-    assert!(bad.body.contains("Unknown ref"), "{}", bad.body);
-
-    let link = ref_of(&text, "link \"Second page\"");
-    call(&browsers, "browser_click", json!({"ref": link})).await;
-    let second = call(&browsers, "browser_snapshot", json!({})).await;
-    // the link led to the second page, whose form field is in its snapshot
-    ref_of(second["snapshot"].as_str().unwrap(), "textbox \"Query\"");
-    let back = call(&browsers, "browser_back", json!({})).await;
-    assert_eq!(back["title"], "First", "{back}");
+    // a form submitted with Enter, then back to the form
     call(
-        &browsers,
         "browser_navigate",
-        json!({"url": format!("{base}/second")}),
-    )
-    .await;
-    let second = call(&browsers, "browser_snapshot", json!({})).await;
+        json!({"url": format!("{}/second", site.base)}),
+    );
+    let second = call("browser_snapshot", json!({}));
     let query = ref_of(second["snapshot"].as_str().unwrap(), "textbox \"Query\"");
-    call(
-        &browsers,
-        "browser_type",
-        json!({"ref": query, "text": "x"}),
-    )
-    .await;
-    call(&browsers, "browser_press", json!({"key": "Enter"})).await;
-    let done = call(
-        &browsers,
-        "browser_console",
-        json!({"expression": "document.title"}),
-    )
-    .await;
-    assert_eq!(done["result"], "Done", "{done}");
+    call("browser_type", json!({"ref": query, "text": "x"}));
+    let pressed = call("browser_press", json!({"key": "Enter"}));
+    assert_eq!(pressed, json!({"success": true, "pressed": "Enter"}));
+    let title = call("browser_console", json!({"expression": "document.title"}));
+    assert_eq!(title["result"], "Done", "{title}");
+    assert!(
+        site.requests
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|p| p == "/done?q=x"),
+        "the form was not submitted"
+    );
+    let back = call("browser_back", json!({}));
+    assert_eq!(back["success"], true, "{back}");
+    assert!(back["url"].as_str().unwrap().ends_with("/second"), "{back}");
 
-    let pid = browsers.session("task-1").await.unwrap().pid().unwrap();
-    browsers.close_all().await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(!alive(pid), "chromium {pid} survived close_all");
+    let bad = call("browser_click", json!({"ref": "@e999"}));
+    assert_eq!(bad["success"], false, "{bad}");
+    assert!(bad["error"].as_str().unwrap().contains("@e999"), "{bad}");
 }
 
-#[tokio::test]
-async fn idle_browser_is_closed_after_the_inactivity_timeout() {
+#[test]
+fn private_addresses_are_refused_unless_allowed() {
     if !have_chromium() {
         return;
     }
-    let profiles = tempfile::tempdir().unwrap();
-    let browsers = Arc::new(Browsers::new(
-        find_chromium(),
-        profiles.path().to_owned(),
-        "test",
-        Duration::from_secs(3),
-    ));
-    call(&browsers, "browser_navigate", json!({"url": "about:blank"})).await;
-    let pid = browsers.session("task-1").await.unwrap().pid().unwrap();
-    assert!(alive(pid));
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    assert!(
-        !alive(pid),
-        "chromium {pid} still running 5 s after the last call"
-    );
+    let site = serve();
+    let (fleet, c, _w, _tmp) = fleet("");
+    let call = |url: &str| fleet.call(&c, "browser_navigate", &json!({"url": url}), "private");
+    let loopback = call(&format!("{}/", site.base));
     assert_eq!(
-        std::fs::read_dir(profiles.path()).unwrap().count(),
-        0,
-        "profile left behind"
+        loopback,
+        json!({"success": false, "error": "Blocked: URL targets a private or internal address"})
+    );
+    let by_name = call(&site.base.replace("127.0.0.1", "localhost"));
+    assert_eq!(by_name["success"], false, "{by_name}");
+    let metadata = call("http://169.254.169.254/latest/meta-data/");
+    assert_eq!(
+        metadata["error"], "Blocked: URL targets a cloud metadata endpoint",
+        "{metadata}"
+    );
+    let file = call("file:///etc/passwd");
+    assert_eq!(file["success"], false, "{file}");
+    assert!(
+        site.requests.lock().unwrap().is_empty(),
+        "a refused URL reached the server"
+    );
+}
+
+fn args(value: &Value) -> Map<String, Value> {
+    value.as_object().cloned().unwrap_or_default()
+}
+
+fn browsers(profiles: &Path, allow_private: bool) -> Arc<Browsers> {
+    Arc::new(Browsers::new(
+        BrowserSettings {
+            program: find_chromium(),
+            profile_root: profiles.to_owned(),
+            owner: "test".to_owned(),
+            inactivity_timeout: Duration::from_secs(120),
+            allow_private_urls: allow_private,
+        },
+        None,
+    ))
+}
+
+async fn run(browsers: &Arc<Browsers>, tool: &str, a: Value) -> Value {
+    let reply = browsers.run("task-1", tool, &args(&a)).await;
+    serde_json::from_str(&reply.body).unwrap_or_else(|e| panic!("{tool}: {e}: {}", reply.body))
+}
+
+#[tokio::test]
+async fn a_page_cannot_reach_a_private_address_by_redirect_or_script() {
+    if !have_chromium() {
+        return;
+    }
+    let site = serve();
+    let profiles = tempfile::tempdir().unwrap();
+    // Metadata endpoints are refused even with private URLs allowed, so a
+    // loopback page can redirect to one.
+    let allowed = browsers(profiles.path(), true);
+    let redirected = run(
+        &allowed,
+        "browser_navigate",
+        json!({"url": format!("{}/to-metadata", site.base)}),
+    )
+    .await;
+    assert_eq!(
+        redirected,
+        json!({"success": false, "error": "Blocked: redirect landed on a cloud metadata endpoint"})
+    );
+    allowed.close_all().await;
+
+    // A page that may be opened asks for a loopback URL from its script:
+    // the request never leaves the browser.
+    let strict = browsers(profiles.path(), false);
+    let page = format!(
+        "data:text/html,<title>t</title><script>fetch('{}/secret').catch(function(e){{console.log('refused '+e)}})</script>",
+        site.base
+    );
+    let nav = run(&strict, "browser_navigate", json!({"url": page})).await;
+    assert_eq!(nav["success"], true, "{nav}");
+    let mut console = Value::Null;
+    for _ in 0..100 {
+        console = run(&strict, "browser_console", json!({})).await;
+        if console.to_string().contains("refused") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(console.to_string().contains("refused"), "{console}");
+    let asked = site.requests.lock().unwrap().clone();
+    assert!(
+        !asked.iter().any(|p| p == "/secret"),
+        "the page's request reached the loopback server: {asked:?}"
+    );
+    strict.close_all().await;
+    assert!(profiles_under(profiles.path()).is_empty());
+}
+
+#[test]
+fn an_idle_browser_is_closed_after_the_inactivity_timeout() {
+    if !have_chromium() {
+        return;
+    }
+    let (fleet, c, _w, tmp) = fleet("browser:\n  inactivity_timeout: 3\n");
+    let nav = fleet.call(
+        &c,
+        "browser_navigate",
+        &json!({"url": "about:blank"}),
+        "idle",
+    );
+    assert_eq!(nav["success"], true, "{nav}");
+    assert!(!chromium_under(&tmp).is_empty(), "no browser was started");
+    std::thread::sleep(Duration::from_secs(5));
+    assert_eq!(
+        chromium_under(&tmp),
+        Vec::<u32>::new(),
+        "Chromium still running 5 s after the last call"
+    );
+    assert_eq!(profiles_under(&tmp), Vec::<String>::new());
+}
+
+#[test]
+fn a_released_environment_takes_its_browser_with_it() {
+    if !have_chromium() {
+        return;
+    }
+    let (fleet, c, _w, tmp) = fleet("");
+    let nav = fleet.call(
+        &c,
+        "browser_navigate",
+        &json!({"url": "about:blank"}),
+        "rel",
+    );
+    assert_eq!(nav["success"], true, "{nav}");
+    assert!(!chromium_under(&tmp).is_empty());
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let released = runtime.block_on(async {
+        let mut control =
+            caduceus_tests::conformance::Control::connect(&c.url(), &fleet.token).await;
+        control.release("rel").await
+    });
+    assert!(released, "the task had no environment");
+    wait_until(
+        "Chromium outlived its released environment",
+        Duration::from_secs(10),
+        || chromium_under(&tmp).is_empty() && profiles_under(&tmp).is_empty(),
+    );
+}
+
+#[test]
+fn a_gracefully_stopped_worker_leaves_no_chromium() {
+    if !have_chromium() {
+        return;
+    }
+    let (fleet, c, mut w, tmp) = fleet("");
+    for task in ["a", "b"] {
+        let nav = fleet.call(&c, "browser_navigate", &json!({"url": "about:blank"}), task);
+        assert_eq!(nav["success"], true, "{nav}");
+    }
+    assert!(chromium_under(&tmp).len() >= 2);
+    caduceus_tests::signal(w.pid(), "TERM");
+    let status = w
+        .wait_exit(Duration::from_secs(30))
+        .expect("worker did not stop");
+    assert!(status.success(), "{status}");
+    assert_eq!(
+        chromium_under(&tmp),
+        Vec::<u32>::new(),
+        "Chromium survived SIGTERM"
+    );
+    assert_eq!(profiles_under(&tmp), Vec::<String>::new());
+}
+
+#[test]
+fn the_browser_of_a_killed_worker_dies_with_it() {
+    if !have_chromium() {
+        return;
+    }
+    let (fleet, c, mut w, tmp) = fleet("");
+    fleet.call(&c, "browser_navigate", &json!({"url": "about:blank"}), "k9");
+    assert!(!chromium_under(&tmp).is_empty());
+    w.kill();
+    wait_until(
+        "Chromium or its profile outlived its killed worker",
+        Duration::from_secs(15),
+        || chromium_under(&tmp).is_empty() && profiles_under(&tmp).is_empty(),
+    );
+}
+
+#[test]
+fn the_next_worker_sweeps_the_browser_of_a_dead_one() {
+    if !have_chromium() {
+        return;
+    }
+    let (fleet, c, mut w, tmp) = fleet("");
+    fleet.call(
+        &c,
+        "browser_navigate",
+        &json!({"url": "about:blank"}),
+        "sweep",
+    );
+    assert!(!chromium_under(&tmp).is_empty());
+    // The guardian goes first (a kill of the whole process group, an OOM
+    // kill): only the next worker is left to clean up.
+    let tmp_text = tmp.display().to_string();
+    let guardians = pids_with(&["caduceus-guardian", &tmp_text]);
+    assert_eq!(guardians.len(), 1, "one guardian per worker: {guardians:?}");
+    caduceus_tests::signal(guardians[0], "KILL");
+    w.kill();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        !profiles_under(&tmp).is_empty(),
+        "nothing should have swept the profile yet"
+    );
+    let _next = start_worker(&fleet, &c, &tmp);
+    wait_until(
+        "the next worker did not sweep the dead worker's browser",
+        Duration::from_secs(20),
+        || chromium_under(&tmp).is_empty() && profiles_under(&tmp).is_empty(),
     );
 }

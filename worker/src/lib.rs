@@ -75,6 +75,8 @@ pub struct WorkerConfig {
     /// How often backend availability is probed (changes go out with the
     /// next heartbeat at once).
     pub backend_probe_interval: Duration,
+    /// The browser toolset (offered when Chromium is found).
+    pub browser: browser::BrowserSettings,
 }
 
 impl Default for WorkerConfig {
@@ -98,6 +100,7 @@ impl Default for WorkerConfig {
             env_lifetime: Duration::from_secs(300),
             reap_interval: Duration::from_secs(60),
             backend_probe_interval: Duration::from_secs(15),
+            browser: browser::BrowserSettings::default(),
         }
     }
 }
@@ -114,6 +117,7 @@ pub struct Worker {
     /// Background-process notices waiting for the coordinator link.
     notices: tokio::sync::Mutex<tokio::sync::mpsc::Receiver<EnvironmentNotice>>,
     metrics: metrics::WorkerMetrics,
+    browsers: Arc<browser::Browsers>,
 }
 
 impl Worker {
@@ -122,6 +126,7 @@ impl Worker {
         let options = backends::BackendOptions {
             worker: config.name.clone(),
             worker_instance: instance_id.clone(),
+            host_processes: config.browser.program.is_some(),
             ..config.backend_options.clone()
         };
         let (backends, refused) =
@@ -129,6 +134,13 @@ impl Worker {
         for reason in refused {
             tracing::warn!("{reason}");
         }
+        let browsers = Arc::new(browser::Browsers::new(
+            browser::BrowserSettings {
+                owner: config.name.clone(),
+                ..config.browser.clone()
+            },
+            backends.ledger().cloned(),
+        ));
         let (hub, notices) = NoticeHub::new();
         let envs = EnvManager::new(
             backends,
@@ -139,6 +151,7 @@ impl Worker {
                 shell_init_files: config.shell_init_files.clone(),
                 sudo_password: config.sudo_password.clone(),
                 notices: hub,
+                browsers: Some(browsers.clone()),
             },
         );
         Arc::new(Worker {
@@ -150,7 +163,22 @@ impl Worker {
             heartbeat_due: tokio::sync::Notify::new(),
             notices: tokio::sync::Mutex::new(notices),
             metrics: metrics::WorkerMetrics::new(),
+            browsers,
         })
+    }
+
+    /// The worker's browsers (one per task).
+    pub fn browsers(&self) -> &Arc<browser::Browsers> {
+        &self.browsers
+    }
+
+    /// The toolsets this worker serves beyond the environment tools.
+    fn toolsets(&self) -> Vec<String> {
+        if self.browsers.available() {
+            vec!["browser".to_owned()]
+        } else {
+            Vec::new()
+        }
     }
 
     /// Probes the backends and sweeps once, then keeps doing so in the
@@ -270,6 +298,7 @@ impl Worker {
             max_environments: self.config.max_environments,
             environments: self.envs.infos(),
             instance_id: self.instance_id.clone(),
+            toolsets: self.toolsets(),
         }
     }
 
@@ -410,6 +439,18 @@ impl Worker {
             Ok(found) => found,
             Err(reply) => return (reply, None),
         };
+        if browser::is_browser_tool(&call.tool) {
+            // The browser belongs to the task's environment (it ends with
+            // it), but runs on this worker's host.
+            let _running = env.begin_call();
+            let reply = self.browsers.run(&call.task_id, &call.tool, &args).await;
+            let env = self.envs.get(&call.task_id);
+            return (
+                tools::cap_if_needed(env.as_deref(), &call.call_id, reply, call.result_cap_chars)
+                    .await,
+                reset,
+            );
+        }
         let started = std::time::SystemTime::now();
         let reply = self
             .run_tool(call, args.clone(), env.clone(), cancel.clone(), output)
@@ -531,6 +572,9 @@ impl Worker {
     /// Ends every environment and warm-pool sandbox (worker shutdown).
     pub async fn shutdown(&self) {
         self.cancel_all();
+        // Its own layer: a browser whose environment is already gone (or
+        // whose end fails) is closed here all the same.
+        self.browsers.close_all().await;
         self.envs.shutdown().await;
     }
 }

@@ -39,6 +39,10 @@ pub enum RegistryMsg {
         backends: BTreeSet<String>,
         reply: RpcReplyPort<()>,
     },
+    SetFleetToolsets {
+        toolsets: BTreeSet<String>,
+        reply: RpcReplyPort<()>,
+    },
     InvalidateChecks,
 }
 
@@ -129,6 +133,13 @@ impl Actor for Registry {
                 }
                 let _ = reply.send(());
             }
+            RegistryMsg::SetFleetToolsets { toolsets, reply } => {
+                if state.current.set_fleet_toolsets(toolsets) {
+                    tracing::debug!(toolsets = ?state.current.fleet_toolsets(), "fleet toolsets changed");
+                    state.publish();
+                }
+                let _ = reply.send(());
+            }
             RegistryMsg::InvalidateChecks => state.current.invalidate_checks(),
         }
         Ok(())
@@ -205,6 +216,16 @@ impl RegistryHandle {
     pub async fn set_fleet_backends(&self, backends: BTreeSet<String>) {
         ask(&self.actor, |reply| RegistryMsg::SetFleetBackends {
             backends,
+            reply,
+        })
+        .await;
+    }
+
+    /// Publishes the toolsets the fleet's workers serve (see
+    /// [`Availability::WorkerToolset`](super::Availability::WorkerToolset)).
+    pub async fn set_fleet_toolsets(&self, toolsets: BTreeSet<String>) {
+        ask(&self.actor, |reply| RegistryMsg::SetFleetToolsets {
+            toolsets,
             reply,
         })
         .await;

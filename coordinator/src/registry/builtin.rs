@@ -99,7 +99,100 @@ const BUILTINS: &[Builtin] = &[
         emoji: "🔀",
         max_result: None,
     },
+    Builtin {
+        name: "browser_navigate",
+        toolset: "browser",
+        schema: include_str!("../../schemas/browser_navigate.json"),
+        handler: || Handler::Worker,
+        // One page per task: its calls run in order.
+        parallel: ParallelClass::Sequential,
+        emoji: "🌐",
+        max_result: None,
+    },
+    Builtin {
+        name: "browser_snapshot",
+        toolset: "browser",
+        schema: include_str!("../../schemas/browser_snapshot.json"),
+        handler: || Handler::Worker,
+        // One page per task: its calls run in order.
+        parallel: ParallelClass::Sequential,
+        emoji: "📸",
+        max_result: None,
+    },
+    Builtin {
+        name: "browser_click",
+        toolset: "browser",
+        schema: include_str!("../../schemas/browser_click.json"),
+        handler: || Handler::Worker,
+        // One page per task: its calls run in order.
+        parallel: ParallelClass::Sequential,
+        emoji: "👆",
+        max_result: None,
+    },
+    Builtin {
+        name: "browser_type",
+        toolset: "browser",
+        schema: include_str!("../../schemas/browser_type.json"),
+        handler: || Handler::Worker,
+        // One page per task: its calls run in order.
+        parallel: ParallelClass::Sequential,
+        emoji: "⌨️",
+        max_result: None,
+    },
+    Builtin {
+        name: "browser_scroll",
+        toolset: "browser",
+        schema: include_str!("../../schemas/browser_scroll.json"),
+        handler: || Handler::Worker,
+        // One page per task: its calls run in order.
+        parallel: ParallelClass::Sequential,
+        emoji: "📜",
+        max_result: None,
+    },
+    Builtin {
+        name: "browser_back",
+        toolset: "browser",
+        schema: include_str!("../../schemas/browser_back.json"),
+        handler: || Handler::Worker,
+        // One page per task: its calls run in order.
+        parallel: ParallelClass::Sequential,
+        emoji: "◀️",
+        max_result: None,
+    },
+    Builtin {
+        name: "browser_press",
+        toolset: "browser",
+        schema: include_str!("../../schemas/browser_press.json"),
+        handler: || Handler::Worker,
+        // One page per task: its calls run in order.
+        parallel: ParallelClass::Sequential,
+        emoji: "⌨️",
+        max_result: None,
+    },
+    Builtin {
+        name: "browser_get_images",
+        toolset: "browser",
+        schema: include_str!("../../schemas/browser_get_images.json"),
+        handler: || Handler::Worker,
+        // One page per task: its calls run in order.
+        parallel: ParallelClass::Sequential,
+        emoji: "🖼️",
+        max_result: None,
+    },
+    Builtin {
+        name: "browser_console",
+        toolset: "browser",
+        schema: include_str!("../../schemas/browser_console.json"),
+        handler: || Handler::Worker,
+        // One page per task: its calls run in order.
+        parallel: ParallelClass::Sequential,
+        emoji: "🖥️",
+        max_result: None,
+    },
 ];
+
+/// Toolsets only some workers serve (they say so in `Hello.toolsets`).
+const WORKER_TOOLSETS: &[&str] = &["browser"];
 
 /// Builds the entry of one built-in tool.
 fn entry_of(builtin: &Builtin) -> Result<ToolEntry, RegistryError> {
@@ -109,7 +202,9 @@ fn entry_of(builtin: &Builtin) -> Result<ToolEntry, RegistryError> {
             reason: err.to_string(),
         })?;
     let handler = (builtin.handler)();
-    let availability = if matches!(handler, Handler::Worker) {
+    let availability = if WORKER_TOOLSETS.contains(&builtin.toolset) {
+        Availability::WorkerToolset
+    } else if matches!(handler, Handler::Worker) {
         Availability::Fleet
     } else {
         Availability::Always

@@ -58,6 +58,9 @@ pub enum Availability {
     /// While some attached worker offers the backend environments are created
     /// on (`terminal.backend`). Evaluated live against the fleet, never cached.
     Fleet,
+    /// Like `Fleet`, and some attached worker serves the tool's toolset
+    /// (`Hello.toolsets`: "browser" where Chromium is installed).
+    WorkerToolset,
     /// A probe, cached for [`CHECK_TTL`] with the flap guard.
     Check(CheckFn),
 }
@@ -67,6 +70,7 @@ impl fmt::Debug for Availability {
         match self {
             Availability::Always => f.write_str("Always"),
             Availability::Fleet => f.write_str("Fleet"),
+            Availability::WorkerToolset => f.write_str("WorkerToolset"),
             Availability::Check(_) => f.write_str("Check"),
         }
     }

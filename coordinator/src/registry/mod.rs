@@ -72,6 +72,8 @@ pub struct ToolRegistry {
     plugin_override_policy: Arc<HashMap<String, bool>>,
     /// Backends offered by at least one attached worker.
     fleet_backends: Arc<BTreeSet<String>>,
+    /// Toolsets served by at least one attached worker (`Hello.toolsets`).
+    fleet_toolsets: Arc<BTreeSet<String>>,
     /// Backend new environments are created on (`terminal.backend`).
     terminal_backend: Arc<str>,
     /// Backends a model may pick per `terminal` call (`placement.backend_choice`).
@@ -239,6 +241,21 @@ impl ToolRegistry {
         true
     }
 
+    /// Replaces the set of toolsets the fleet's workers serve. Returns
+    /// whether it changed.
+    pub fn set_fleet_toolsets(&mut self, toolsets: BTreeSet<String>) -> bool {
+        if *self.fleet_toolsets == toolsets {
+            return false;
+        }
+        self.fleet_toolsets = Arc::new(toolsets);
+        self.generation += 1;
+        true
+    }
+
+    pub fn fleet_toolsets(&self) -> &BTreeSet<String> {
+        &self.fleet_toolsets
+    }
+
     /// Forgets every cached availability verdict.
     pub fn invalidate_checks(&self) {
         for entry in self.tools.values() {
@@ -270,6 +287,10 @@ impl ToolRegistry {
         match &entry.availability {
             Availability::Always => true,
             Availability::Fleet => self.fleet_backends.contains(&*self.terminal_backend),
+            Availability::WorkerToolset => {
+                self.fleet_backends.contains(&*self.terminal_backend)
+                    && self.fleet_toolsets.contains(&entry.toolset)
+            }
             Availability::Check(check) => entry.check_cached(check, Instant::now()),
         }
     }

@@ -323,3 +323,31 @@ fn builtin_schemas_are_hermes_shaped() {
             .is_none()
     );
 }
+
+#[test]
+fn browser_tools_need_a_worker_with_the_browser_toolset() {
+    let mut reg = builtin::builtin_registry("local").unwrap();
+    reg.set_fleet_backends(BTreeSet::from(["local".to_owned()]));
+    let browser = ToolFilter {
+        enabled_toolsets: vec!["browser".to_owned()],
+        ..ToolFilter::default()
+    };
+    assert!(
+        reg.definitions(&browser).unwrap().is_empty(),
+        "no worker has Chromium: no browser tools"
+    );
+    assert!(reg.set_fleet_toolsets(BTreeSet::from(["browser".to_owned()])));
+    let offered = names(&reg.definitions(&browser).unwrap());
+    assert_eq!(offered.len(), 9, "{offered:?}");
+    assert!(offered.contains(&"browser_navigate".to_owned()));
+    assert_eq!(
+        reg.get("browser_navigate").unwrap().required(),
+        ["url"],
+        "hermes' schema"
+    );
+    reg.set_fleet_backends(BTreeSet::new());
+    assert!(
+        reg.definitions(&browser).unwrap().is_empty(),
+        "the browser runs next to an environment: no backend, no browser"
+    );
+}

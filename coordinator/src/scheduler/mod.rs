@@ -231,6 +231,8 @@ struct WorkerRecord {
     instance_id: String,
     labels: HashMap<String, String>,
     backends: Vec<String>,
+    /// Toolsets it serves beyond the environment tools.
+    toolsets: Vec<String>,
     capacity: u32,
     /// Environments it holds at most (0 = no limit).
     max_environments: u32,
@@ -416,6 +418,13 @@ impl SchedulerState {
             .flat_map(|w| w.backends.iter().cloned())
             .collect();
         self.registry.set_fleet_backends(backends).await;
+        let toolsets: BTreeSet<String> = self
+            .workers
+            .values()
+            .filter(|w| !w.is_draining())
+            .flat_map(|w| w.toolsets.iter().cloned())
+            .collect();
+        self.registry.set_fleet_toolsets(toolsets).await;
     }
 
     /// Wakes the calls waiting for an eligible worker.
@@ -884,6 +893,7 @@ async fn attach(
         instance_id: hello.instance_id,
         labels: hello.labels,
         backends: hello.backends,
+        toolsets: hello.toolsets,
         capacity: hello.capacity.max(1),
         max_environments: hello.max_environments,
         peer,

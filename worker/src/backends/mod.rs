@@ -93,6 +93,9 @@ pub struct BackendOptions {
     /// `Worker::new` fills them in.
     pub worker: String,
     pub worker_instance: String,
+    /// Keep a host ledger even without the local backend: something else
+    /// of this worker runs on its host (the browsers).
+    pub host_processes: bool,
 }
 
 /// The local backend as a provider.
@@ -178,7 +181,7 @@ impl Backends {
         let mut providers: Vec<Arc<dyn Provider>> = Vec::new();
         let mut refused = Vec::new();
         // Only a worker (it has an instance id) keeps a ledger.
-        let ledger = (requested.iter().any(|b| b == "local")
+        let ledger = ((requested.iter().any(|b| b == "local") || options.host_processes)
             && !options.worker_instance.is_empty())
         .then(|| {
             ledger::HostLedger::open(Path::new(&local::host_temp_dir()), &options.worker_instance)
@@ -325,6 +328,13 @@ impl Backends {
         let mut removed = Vec::new();
         for provider in &self.providers {
             removed.extend(provider.sweep(&context).await);
+        }
+        // Without the local provider the dead ledgers (browsers of a dead
+        // worker) are still this host's to sweep.
+        if !self.providers.iter().any(|p| p.name() == "local")
+            && let Some(ledger) = &self.ledger
+        {
+            removed.extend(ledger.sweep_dead().await);
         }
         removed
     }

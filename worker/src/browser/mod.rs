@@ -6,6 +6,15 @@
 //! need a dozen CDP methods, the pipe needs no port, no extra dependency and
 //! no 55 s / 2.5 GB compile of generated CDP bindings, and the browser dies
 //! with its pipe when the worker does.
+//!
+//! Three cleanup layers, each enough on its own (see README.md "Browser"):
+//! the idle timeout (`browser.inactivity_timeout`), the end of the task's
+//! environment and the worker's stop ([`Browsers::close_all`]), and the
+//! host ledger: Chromium runs in its own session carrying the worker's
+//! ledger tag and its profile directory is listed there, so the guardian
+//! (worker killed) or the next worker's sweep (guardian killed too) ends it.
+
+pub mod guard;
 
 use std::collections::HashMap;
 use std::process::Stdio;
@@ -26,6 +35,36 @@ pub const DEFAULT_INACTIVITY_TIMEOUT: Duration = Duration::from_secs(120);
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
 /// Marks our profile directories, so a sweep can tell them from others'.
 pub const PROFILE_PREFIX: &str = "caduceus-browser-";
+/// hermes' `SNAPSHOT_SUMMARIZE_THRESHOLD`: longer snapshots are cut at a line.
+const SNAPSHOT_MAX_CHARS: usize = 15_000;
+
+/// How this worker runs its browsers.
+#[derive(Debug, Clone)]
+pub struct BrowserSettings {
+    /// The Chromium binary; `None` = the toolset is not offered.
+    pub program: Option<String>,
+    /// Where profile directories are made (the host's temp directory).
+    pub profile_root: std::path::PathBuf,
+    /// Names the worker in profile directory names.
+    pub owner: String,
+    /// hermes' `browser.inactivity_timeout`.
+    pub inactivity_timeout: Duration,
+    /// hermes' `browser.allow_private_urls`: loopback, private and link-local
+    /// addresses may be opened (metadata endpoints never).
+    pub allow_private_urls: bool,
+}
+
+impl Default for BrowserSettings {
+    fn default() -> Self {
+        BrowserSettings {
+            program: find_chromium(),
+            profile_root: std::path::PathBuf::from(crate::backends::local::host_temp_dir()),
+            owner: "worker".to_owned(),
+            inactivity_timeout: DEFAULT_INACTIVITY_TIMEOUT,
+            allow_private_urls: false,
+        }
+    }
+}
 
 /// The ten browser tools.
 pub const TOOLS: &[&str] = &[
@@ -146,6 +185,7 @@ async fn read_loop(
     stdout: tokio::process::ChildStdout,
     pending: Pending,
     console: Arc<std::sync::Mutex<Vec<Value>>>,
+    paused: tokio::sync::mpsc::UnboundedSender<Value>,
 ) {
     let mut reader = BufReader::new(stdout);
     let mut buf = Vec::new();
@@ -177,6 +217,10 @@ async fn read_loop(
             continue;
         }
         let entry = match message.get("method").and_then(Value::as_str) {
+            Some("Fetch.requestPaused") => {
+                let _ = paused.send(message["params"].clone());
+                continue;
+            }
             Some("Runtime.consoleAPICalled") => {
                 let params = &message["params"];
                 let text = params["args"]
@@ -196,7 +240,7 @@ async fn read_loop(
                     .as_str()
                     .or_else(|| details["text"].as_str())
                     .unwrap_or("uncaught exception");
-                json!({"type": "error", "text": text, "source": "exception"})
+                json!({"message": text, "source": "exception"})
             }
             _ => continue,
         };
@@ -226,10 +270,81 @@ fn remote_object_text(object: &Value) -> String {
     }
 }
 
+/// The last request the gate refused: its URL and why.
+type LastRefused = Arc<std::sync::Mutex<Option<(String, guard::Refusal)>>>;
+
+/// Every request of the page (documents, redirects, subresources, `fetch`)
+/// waits here until its address is judged: a refused one never leaves the
+/// browser. Ends when the pipe does.
+async fn request_gate(
+    cdp: std::sync::Weak<Cdp>,
+    page: String,
+    mut paused: tokio::sync::mpsc::UnboundedReceiver<Value>,
+    allow_private: bool,
+    refused: LastRefused,
+) {
+    // Host -> verdict: a page's hundred requests cost one DNS answer each host.
+    let mut verdicts: HashMap<String, Result<(), guard::Refusal>> = HashMap::new();
+    while let Some(params) = paused.recv().await {
+        let Some(cdp) = cdp.upgrade() else {
+            return;
+        };
+        let request_id = params["requestId"].clone();
+        let url = params["request"]["url"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let host = url::Url::parse(&url)
+            .ok()
+            .map(|u| format!("{}://{}", u.scheme(), u.host_str().unwrap_or_default()));
+        let verdict = match host.as_ref().and_then(|h| verdicts.get(h)) {
+            Some(verdict) => verdict.clone(),
+            None => {
+                let verdict = guard::check(&url, allow_private).await;
+                if let Some(host) = host {
+                    verdicts.insert(host, verdict.clone());
+                }
+                verdict
+            }
+        };
+        let page = page.clone();
+        match verdict {
+            Ok(()) => {
+                tokio::spawn(async move {
+                    let _ = cdp
+                        .call(
+                            Some(&page),
+                            "Fetch.continueRequest",
+                            json!({"requestId": request_id}),
+                        )
+                        .await;
+                });
+            }
+            Err(refusal) => {
+                tracing::info!(%url, ?refusal, "browser request refused");
+                if let Ok(mut last) = refused.lock() {
+                    *last = Some((url, refusal));
+                }
+                tokio::spawn(async move {
+                    let _ = cdp
+                        .call(
+                            Some(&page),
+                            "Fetch.failRequest",
+                            json!({"requestId": request_id, "errorReason": "BlockedByClient"}),
+                        )
+                        .await;
+                });
+            }
+        }
+    }
+}
+
 /// One task's browser: the Chromium process, its page and the refs handed out.
 pub struct BrowserSession {
     child: Mutex<Option<Child>>,
-    cdp: Cdp,
+    cdp: Arc<Cdp>,
+    /// What the request gate refused last (for the navigation's error).
+    refused: LastRefused,
     page: String,
     /// `@eN` → backend DOM node id; stable for the session (a node keeps its ref).
     refs: std::sync::Mutex<(HashMap<i64, usize>, Vec<i64>)>,
@@ -239,31 +354,50 @@ pub struct BrowserSession {
 }
 
 impl BrowserSession {
-    /// Starts Chromium with a fresh profile under `profile_root`, attached to one page.
+    /// Starts Chromium with a fresh profile under `profile_root`, attached
+    /// to one page. With a ledger, the profile is listed in it and Chromium
+    /// carries the ledger's tag, in a session of its own (the sweep signals
+    /// whole sessions of tagged processes).
     pub async fn start(
         program: &str,
         profile_root: &std::path::Path,
         owner: &str,
         task_id: &str,
+        ledger: Option<&crate::backends::ledger::HostLedger>,
+        allow_private: bool,
     ) -> Result<Arc<BrowserSession>, BrowserError> {
-        let safe: String = task_id
-            .chars()
-            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-            .take(40)
-            .collect();
+        let safe = |text: &str| -> String {
+            text.chars()
+                .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+                .take(40)
+                .collect()
+        };
         let profile = profile_root.join(format!(
-            "{PROFILE_PREFIX}{owner}-{safe}-{}",
+            "{PROFILE_PREFIX}{}-{}-{}",
+            safe(owner),
+            safe(task_id),
             uuid::Uuid::new_v4().simple()
         ));
         let spawn_err = |source| BrowserError::Spawn {
             program: program.to_owned(),
             source,
         };
+        if let Some(ledger) = ledger {
+            // Listed before it exists: a worker killed right now leaves
+            // nothing the sweep does not know of.
+            ledger.record_dir(&profile.display().to_string());
+        }
         std::fs::create_dir_all(&profile).map_err(spawn_err)?;
         // The shell moves our pipes onto fds 3 and 4, where Chromium's pipe
-        // mode expects them (no unsafe pre_exec needed).
-        let script = r#"exec "$0" "$@" 3<&0 4>&1 </dev/null >/dev/null"#;
+        // mode expects them (no unsafe pre_exec needed), and `setsid` (it
+        // does not fork: sh is no group leader) gives Chromium and its
+        // helpers a session of their own, so that closing it can end them all.
+        let script = r#"if command -v setsid >/dev/null 2>&1; then exec setsid "$0" "$@" 3<&0 4>&1 </dev/null >/dev/null; fi; exec "$0" "$@" 3<&0 4>&1 </dev/null >/dev/null"#;
         let mut command = Command::new("sh");
+        if let Some(ledger) = ledger {
+            let (key, value) = ledger.tag();
+            command.env(key, value);
+        }
         command
             .arg("-c")
             .arg(script)
@@ -295,13 +429,19 @@ impl BrowserSession {
         };
         let pending: Pending = Arc::default();
         let console: Arc<std::sync::Mutex<Vec<Value>>> = Arc::default();
-        tokio::spawn(read_loop(stdout, pending.clone(), console.clone()));
-        let cdp = Cdp {
+        let (paused_tx, paused_rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(read_loop(
+            stdout,
+            pending.clone(),
+            console.clone(),
+            paused_tx,
+        ));
+        let cdp = Arc::new(Cdp {
             stdin: Mutex::new(stdin),
             pending,
             next_id: AtomicU64::new(1),
             console,
-        };
+        });
         let targets = cdp.call(None, "Target.getTargets", json!({})).await?;
         let target_id = targets["targetInfos"]
             .as_array()
@@ -328,12 +468,28 @@ impl BrowserSession {
             .as_str()
             .ok_or(BrowserError::Closed)?
             .to_owned();
+        let refused = LastRefused::default();
+        tokio::spawn(request_gate(
+            Arc::downgrade(&cdp),
+            page.clone(),
+            paused_rx,
+            allow_private,
+            refused.clone(),
+        ));
+        // The gate first: no request of the page goes out unjudged.
+        cdp.call(
+            Some(&page),
+            "Fetch.enable",
+            json!({"patterns": [{"urlPattern": "*", "requestStage": "Request"}]}),
+        )
+        .await?;
         for method in ["Page.enable", "Runtime.enable", "DOM.enable"] {
             cdp.call(Some(&page), method, json!({})).await?;
         }
         Ok(Arc::new(BrowserSession {
             child: Mutex::new(Some(child)),
             cdp,
+            refused,
             page,
             refs: std::sync::Mutex::default(),
             last_used: std::sync::Mutex::new(Instant::now()),
@@ -360,10 +516,17 @@ impl BrowserSession {
             .unwrap_or_default()
     }
 
-    /// Kills the browser and removes its profile directory.
+    /// Kills the browser and every helper process of its session, and
+    /// removes its profile directory.
     pub async fn close(&self) {
         if let Some(mut child) = self.child.lock().await.take() {
+            // Only a session Chromium leads is ours to end (without setsid
+            // it shares the worker's).
+            let leads_session = self.pid.is_some_and(|pid| session_of(pid) == Some(pid));
             let _ = child.kill().await;
+            if leads_session && let Some(pid) = self.pid {
+                kill_session(pid);
+            }
         }
         let _ = std::fs::remove_dir_all(&self.profile);
     }
@@ -592,8 +755,17 @@ impl BrowserSession {
         Ok(())
     }
 
-    /// Runs one browser tool; the answer is hermes-shaped JSON.
-    pub async fn run(&self, tool: &str, args: &Map<String, Value>) -> Result<Value, BrowserError> {
+    fn element_count(&self) -> usize {
+        self.refs.lock().map(|r| r.1.len()).unwrap_or(0)
+    }
+
+    /// Runs one browser tool; the answer is hermes' document for it.
+    pub async fn run(
+        &self,
+        tool: &str,
+        args: &Map<String, Value>,
+        allow_private: bool,
+    ) -> Result<Value, BrowserError> {
         self.touch();
         let text = |key: &str| {
             args.get(key)
@@ -608,23 +780,52 @@ impl BrowserSession {
                 if url.is_empty() {
                     return Err(BrowserError::Input("url is required".into()));
                 }
+                if let Err(refusal) = guard::check(&url, allow_private).await {
+                    return Err(BrowserError::Input(refusal_text(&refusal)));
+                }
+                if let Ok(mut last) = self.refused.lock() {
+                    last.take();
+                }
                 let nav = self.page_call("Page.navigate", json!({"url": url})).await?;
-                if let Some(error) = nav["errorText"].as_str() {
-                    return Err(BrowserError::Input(format!(
-                        "Navigation to {url} failed: {error}"
-                    )));
+                if let Some(error) = nav["errorText"].as_str()
+                    && !error.is_empty()
+                {
+                    let refused = self.refused.lock().ok().and_then(|mut l| l.take());
+                    return Err(BrowserError::Input(match refused {
+                        // The URL passed, so the gate stopped a redirect.
+                        Some((_, guard::Refusal::Metadata)) => {
+                            "Blocked: redirect landed on a cloud metadata endpoint".to_owned()
+                        }
+                        Some((target, _)) => format!(
+                            "Blocked: redirect landed on a private/internal address ({target})"
+                        ),
+                        None => format!("Navigation to {url} failed: {error}"),
+                    }));
                 }
                 self.wait_loaded().await;
-                let (url, title) = self.location().await;
-                json!({"success": true, "url": url, "title": title})
+                let (final_url, title) = self.location().await;
+                let snapshot = self.snapshot(false).await?;
+                json!({
+                    "success": true,
+                    "url": final_url,
+                    "title": title,
+                    "snapshot": truncate_snapshot(&snapshot),
+                    "element_count": self.element_count(),
+                })
             }
             "browser_snapshot" => {
                 let snapshot = self.snapshot(flag("full")).await?;
-                let count = self.refs.lock().map(|r| r.1.len()).unwrap_or(0);
-                json!({"success": true, "snapshot": snapshot, "element_count": count})
+                json!({
+                    "success": true,
+                    "snapshot": truncate_snapshot(&snapshot),
+                    "element_count": self.element_count(),
+                })
             }
             "browser_click" => {
-                let reference = text("ref");
+                let mut reference = text("ref");
+                if !reference.starts_with('@') {
+                    reference = format!("@{reference}");
+                }
                 self.call_on(
                     &reference,
                     "function(){this.scrollIntoView({block:'center'});this.click();return true;}",
@@ -635,7 +836,10 @@ impl BrowserSession {
                 json!({"success": true, "clicked": reference})
             }
             "browser_type" => {
-                let reference = text("ref");
+                let mut reference = text("ref");
+                if !reference.starts_with('@') {
+                    reference = format!("@{reference}");
+                }
                 let value = text("text");
                 // hermes' type fills the field: clear it, then insert as keystrokes would.
                 self.call_on(
@@ -654,14 +858,13 @@ impl BrowserSession {
                     "up" => -1,
                     _ => {
                         return Err(BrowserError::Input(format!(
-                            "Invalid direction '{direction}': use 'up' or 'down'"
+                            "Invalid direction '{direction}'. Use 'up' or 'down'."
                         )));
                     }
                 };
-                self.evaluate(&format!(
-                    "window.scrollBy(0, {sign} * window.innerHeight * 0.8)"
-                ))
-                .await?;
+                // hermes scrolls 500 px, about half a viewport.
+                self.evaluate(&format!("window.scrollBy(0, {sign} * 500)"))
+                    .await?;
                 json!({"success": true, "scrolled": direction})
             }
             "browser_back" => {
@@ -680,8 +883,8 @@ impl BrowserSession {
                 .await?;
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 self.wait_loaded().await;
-                let (url, title) = self.location().await;
-                json!({"success": true, "url": url, "title": title})
+                let (url, _) = self.location().await;
+                json!({"success": true, "url": url})
             }
             "browser_press" => {
                 let key = text("key");
@@ -693,42 +896,40 @@ impl BrowserSession {
             "browser_get_images" => {
                 let images = self
                     .evaluate(
-                        "Array.from(document.images).filter(i=>i.src).map(i=>({src:i.currentSrc||i.src,alt:i.alt||''}))",
+                        "[...document.images].map(img => ({src: img.src, alt: img.alt || '', width: img.naturalWidth, height: img.naturalHeight})).filter(img => img.src && !img.src.startsWith('data:'))",
                     )
                     .await?;
                 let count = images.as_array().map(Vec::len).unwrap_or(0);
                 json!({"success": true, "images": images, "count": count})
             }
             "browser_console" => {
-                let messages: Vec<Value> = match self.cdp.console.lock() {
-                    Ok(mut console) if flag("clear") => std::mem::take(&mut *console),
-                    Ok(console) => console.clone(),
-                    Err(_) => Vec::new(),
-                };
-                let (errors, logs): (Vec<Value>, Vec<Value>) = messages
-                    .into_iter()
-                    .partition(|m| m["source"] == "exception");
-                let total = logs.len() + errors.len();
-                let mut answer = json!({
-                    "success": true,
-                    "console_messages": logs,
-                    "js_errors": errors,
-                    "total_messages": total,
-                });
-                let expression = text("expression");
-                if !expression.is_empty() {
-                    match self.evaluate(&expression).await {
-                        Ok(value) => answer["result"] = value,
-                        Err(err) => answer["expression_error"] = json!(err.to_string()),
-                    }
+                if let Some(expression) = args.get("expression").and_then(Value::as_str) {
+                    let value = self.evaluate(expression).await?;
+                    // hermes parses a string that holds JSON, and names the
+                    // type as Python would.
+                    let value = match value {
+                        Value::String(s) => serde_json::from_str(&s).unwrap_or(Value::String(s)),
+                        other => other,
+                    };
+                    let kind = python_type(&value);
+                    json!({"success": true, "result": value, "result_type": kind})
+                } else {
+                    let messages: Vec<Value> = match self.cdp.console.lock() {
+                        Ok(mut console) if flag("clear") => std::mem::take(&mut *console),
+                        Ok(console) => console.clone(),
+                        Err(_) => Vec::new(),
+                    };
+                    let (errors, logs): (Vec<Value>, Vec<Value>) = messages
+                        .into_iter()
+                        .partition(|m| m["source"] == "exception");
+                    json!({
+                        "success": true,
+                        "total_messages": logs.len(),
+                        "total_errors": errors.len(),
+                        "console_messages": logs,
+                        "js_errors": errors,
+                    })
                 }
-                answer
-            }
-            "browser_vision" => {
-                return Err(BrowserError::Input(
-                    "browser_vision needs a configured vision model; none is configured on this worker"
-                        .into(),
-                ));
             }
             other => {
                 return Err(BrowserError::Input(format!(
@@ -741,56 +942,128 @@ impl BrowserSession {
     }
 }
 
+/// hermes' error text for a URL it will not open.
+fn refusal_text(refusal: &guard::Refusal) -> String {
+    match refusal {
+        guard::Refusal::Private => "Blocked: URL targets a private or internal address".into(),
+        guard::Refusal::Metadata => "Blocked: URL targets a cloud metadata endpoint".into(),
+        guard::Refusal::Scheme(scheme) => {
+            format!("Blocked: '{scheme}:' URLs cannot be opened; use an http(s) URL")
+        }
+        guard::Refusal::Unresolved(host) => {
+            format!("Blocked: the host '{host}' does not resolve, so its address cannot be checked")
+        }
+    }
+}
+
+/// The name Python's `type(x).__name__` gives the JSON value (hermes'
+/// `result_type`).
+fn python_type(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "NoneType",
+        Value::Bool(_) => "bool",
+        Value::Number(n) if n.is_f64() => "float",
+        Value::Number(_) => "int",
+        Value::String(_) => "str",
+        Value::Array(_) => "list",
+        Value::Object(_) => "dict",
+    }
+}
+
+/// hermes' `_truncate_snapshot`: cut at a line boundary, say how much is left.
+fn truncate_snapshot(snapshot: &str) -> String {
+    if snapshot.len() <= SNAPSHOT_MAX_CHARS {
+        return snapshot.to_owned();
+    }
+    let lines: Vec<&str> = snapshot.split('\n').collect();
+    let mut kept = Vec::new();
+    let mut chars = 0;
+    for line in &lines {
+        if chars + line.len() + 1 > SNAPSHOT_MAX_CHARS - 110 {
+            break;
+        }
+        kept.push(*line);
+        chars += line.len() + 1;
+    }
+    let remaining = lines.len() - kept.len();
+    let mut out = kept.join("\n");
+    out.push_str(&format!(
+        "\n\n[... {remaining} more lines truncated, use browser_snapshot for full content]"
+    ));
+    out
+}
+
+/// The session id of a process (`/proc/<pid>/stat` field 6).
+fn session_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(3)?.parse().ok()
+}
+
+/// SIGKILLs every process of session `sid` (Chromium's zygote, renderers
+/// and utility processes outlive a killed browser process for a while).
+fn kill_session(sid: u32) {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if session_of(pid) == Some(sid)
+            && let Ok(pid) = i32::try_from(pid)
+        {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+}
+
 /// The browsers of one worker, one per task, each closed after
 /// `inactivity_timeout` without a call, when its environment ends, or when
 /// the worker stops.
 pub struct Browsers {
-    program: Option<String>,
-    profile_root: std::path::PathBuf,
-    owner: String,
-    inactivity_timeout: Duration,
+    settings: BrowserSettings,
+    ledger: Option<Arc<crate::backends::ledger::HostLedger>>,
     sessions: Mutex<HashMap<String, Arc<BrowserSession>>>,
 }
 
 impl std::fmt::Debug for Browsers {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Browsers")
-            .field("program", &self.program)
-            .field("inactivity_timeout", &self.inactivity_timeout)
+            .field("settings", &self.settings)
             .finish_non_exhaustive()
-    }
-}
-
-impl Default for Browsers {
-    fn default() -> Self {
-        Browsers::new(
-            find_chromium(),
-            std::env::temp_dir(),
-            "worker",
-            DEFAULT_INACTIVITY_TIMEOUT,
-        )
     }
 }
 
 impl Browsers {
     pub fn new(
-        program: Option<String>,
-        profile_root: std::path::PathBuf,
-        owner: &str,
-        inactivity_timeout: Duration,
+        settings: BrowserSettings,
+        ledger: Option<Arc<crate::backends::ledger::HostLedger>>,
     ) -> Browsers {
         Browsers {
-            program,
-            profile_root,
-            owner: owner.to_owned(),
-            inactivity_timeout,
+            settings,
+            ledger,
             sessions: Mutex::default(),
         }
     }
 
     /// Whether this worker can offer the browser toolset.
     pub fn available(&self) -> bool {
-        self.program.is_some()
+        self.settings.program.is_some()
+    }
+
+    /// The tasks whose browser is running.
+    pub async fn open_tasks(&self) -> Vec<String> {
+        let mut tasks: Vec<String> = self.sessions.lock().await.keys().cloned().collect();
+        tasks.sort();
+        tasks
     }
 
     /// The task's browser, started on first use.
@@ -802,16 +1075,27 @@ impl Browsers {
         if let Some(session) = sessions.get(task_id) {
             return Ok(session.clone());
         }
-        let program = self.program.as_deref().ok_or_else(|| {
-            BrowserError::Input("Chromium is not installed on this worker".into())
+        let program = self.settings.program.as_deref().ok_or_else(|| {
+            BrowserError::Input(
+                "Chromium is not installed on this worker (apt-get install chromium, or set CADUCEUS_CHROMIUM)"
+                    .into(),
+            )
         })?;
-        let session =
-            BrowserSession::start(program, &self.profile_root, &self.owner, task_id).await?;
+        let session = BrowserSession::start(
+            program,
+            &self.settings.profile_root,
+            &self.settings.owner,
+            task_id,
+            self.ledger.as_deref(),
+            self.settings.allow_private_urls,
+        )
+        .await?;
+        tracing::info!(task = task_id, pid = ?session.pid(), "browser started");
         sessions.insert(task_id.to_owned(), session.clone());
         let this = Arc::downgrade(self);
         let task = task_id.to_owned();
         let watched = Arc::downgrade(&session);
-        let timeout = self.inactivity_timeout;
+        let timeout = self.settings.inactivity_timeout;
         tokio::spawn(async move {
             loop {
                 let Some(session) = watched.upgrade() else {
@@ -837,6 +1121,7 @@ impl Browsers {
             .get(task_id)
             .is_some_and(|s| std::ptr::eq(Arc::as_ptr(s), which.as_ptr()));
         if same && let Some(session) = sessions.remove(task_id) {
+            drop(sessions);
             tracing::info!(task = task_id, "closing an idle browser");
             session.close().await;
         }
@@ -846,6 +1131,7 @@ impl Browsers {
     pub async fn close_task(&self, task_id: &str) {
         let session = self.sessions.lock().await.remove(task_id);
         if let Some(session) = session {
+            tracing::info!(task = task_id, "browser closed with its environment");
             session.close().await;
         }
     }
@@ -853,9 +1139,7 @@ impl Browsers {
     /// Closes every browser (graceful stop).
     pub async fn close_all(&self) {
         let sessions: Vec<_> = self.sessions.lock().await.drain().map(|(_, s)| s).collect();
-        for session in sessions {
-            session.close().await;
-        }
+        futures::future::join_all(sessions.iter().map(|s| s.close())).await;
     }
 
     /// Runs one browser tool call for the task; always exactly one reply.
@@ -866,13 +1150,17 @@ impl Browsers {
         args: &Map<String, Value>,
     ) -> ToolReply {
         let result = match self.session(task_id).await {
-            Ok(session) => session.run(tool, args).await,
+            Ok(session) => {
+                session
+                    .run(tool, args, self.settings.allow_private_urls)
+                    .await
+            }
             Err(err) => Err(err),
         };
         match result {
             Ok(value) => ToolReply::json(&value),
             Err(err) => {
-                ToolReply::error(json!({"success": false, "error": err.to_string()}).to_string())
+                ToolReply::failed_json(&json!({"success": false, "error": err.to_string()}))
             }
         }
     }

@@ -41,6 +41,8 @@ pub struct Environment {
     pub reads: caduceus_files::ReadTracker,
     /// The placement epoch it was created for (see [`EnvManager::fence`]).
     pub epoch: u64,
+    /// The worker's browsers: the task's one is closed with the environment.
+    browsers: Option<Arc<crate::browser::Browsers>>,
     created: Instant,
     last_used: std::sync::Mutex<Instant>,
     running: AtomicU32,
@@ -107,6 +109,9 @@ impl Environment {
             tracing::info!(task = %self.task_id, killed, "background processes stopped with their environment");
         }
         self.shell.close().await;
+        if let Some(browsers) = &self.browsers {
+            browsers.close_task(&self.task_id).await;
+        }
         if let Err(err) = self.sandbox.destroy().await {
             tracing::warn!(task = %self.task_id, "sandbox removal failed: {err}");
         }
@@ -137,6 +142,8 @@ pub struct EnvSettings {
     pub sudo_password: Option<Secret>,
     /// Where background-process notices go.
     pub notices: Arc<NoticeHub>,
+    /// The worker's browsers, closed per task with its environment.
+    pub browsers: Option<Arc<crate::browser::Browsers>>,
 }
 
 impl Default for EnvSettings {
@@ -150,6 +157,7 @@ impl Default for EnvSettings {
             shell_init_files: Vec::new(),
             sudo_password: None,
             notices: NoticeHub::new().0,
+            browsers: None,
         }
     }
 }
@@ -391,6 +399,7 @@ impl EnvManager {
             base_env,
             reads: caduceus_files::ReadTracker::new(),
             epoch: self.known_epoch(task_id),
+            browsers: self.settings.browsers.clone(),
             created: Instant::now(),
             last_used: std::sync::Mutex::new(Instant::now()),
             running: AtomicU32::new(0),
@@ -573,6 +582,7 @@ pub(crate) fn test_manager() -> (
         shell_init_files: Vec::new(),
         sudo_password: None,
         notices,
+        browsers: None,
     };
     (EnvManager::new(backends, settings), rx)
 }
