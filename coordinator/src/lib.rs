@@ -75,6 +75,9 @@ pub struct CoordinatorConfig {
     /// argument, offered only while more than one of them is attached);
     /// empty: no choice (`placement.backend_choice`).
     pub backend_choice: Vec<String>,
+    /// `execute_code` limits (`code_execution.timeout`, `.max_tool_calls`).
+    pub code_timeout_secs: u64,
+    pub code_max_tool_calls: u32,
 }
 
 impl Default for CoordinatorConfig {
@@ -94,6 +97,8 @@ impl Default for CoordinatorConfig {
             home: None,
             placement: scheduler::PlacementConfig::default(),
             backend_choice: Vec::new(),
+            code_timeout_secs: caduceus_common::execute_code::DEFAULT_TIMEOUT_SECS,
+            code_max_tool_calls: caduceus_common::execute_code::DEFAULT_MAX_TOOL_CALLS,
         }
     }
 }
@@ -232,6 +237,8 @@ impl Coordinator {
             environment_settings: config.environment_settings.clone(),
             audit: config.audit.clone(),
             metrics: metrics.clone(),
+            code_timeout_secs: config.code_timeout_secs,
+            code_max_tool_calls: config.code_max_tool_calls,
             ..DispatchConfig::default()
         };
         let mut dispatcher =
