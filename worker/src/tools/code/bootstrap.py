@@ -1,9 +1,11 @@
 # caduceus execute_code bootstrap: `python3 -c <this>` inside the task's
 # environment. The worker writes one header line on stdin (JSON: token,
-# module, script, temp_dir, secret_words, harmless_names); from then on stdin carries
+# module, script, temp_dir, limits, secret_words, harmless_names); from then on stdin carries
 # only the answers to the script's tool calls and stdout only frames for the
 # worker ("\x1ecaduceus-rpc <json>\n"). The script's own stdout and stderr go
-# to files in a private run directory, read by the worker when it ends.
+# to files in a private run directory; at the end the bootstrap sends their
+# head and tail in its exit frame (the worker reads the files itself when
+# the script was killed).
 import json, os, sys, tempfile, types
 
 _rpc_out = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
@@ -60,6 +62,7 @@ sys.modules["caduceus_tools"] = _module
 sys.modules["hermes_tools"] = _module
 exec(compile(_head["module"], _module_path, "exec"), _module.__dict__)
 _source = _head["script"]
+_head_limits = _head["limits"]
 del _head
 
 _code = 0
@@ -92,7 +95,39 @@ for _stream in (sys.stdout, sys.stderr):
         _stream.flush()
     except BaseException:
         pass
-_frame({"type": "exit", "code": _code})
+# The output, read here while the interpreter is still up: one round trip
+# less for the worker on a remote backend. The run directory goes, all but
+# the full stdout when it is too long to show.
+_captured = None
+try:
+    import shutil
+
+    _limits = _head_limits
+    _stdout_path = os.path.join(_dir, "stdout")
+    _total = os.path.getsize(_stdout_path)
+    with open(_stdout_path, "rb") as _f:
+        if _total <= _limits["stdout"]:
+            _shown, _tail = _f.read(), b""
+        else:
+            _shown = _f.read(_limits["head"])
+            _f.seek(_total - _limits["tail"])
+            _tail = _f.read()
+    with open(os.path.join(_dir, "stderr"), "rb") as _f:
+        _errors = _f.read(_limits["stderr"])
+    _captured = {
+        "stdout_total": _total,
+        "head": _shown.decode("utf-8", "replace"),
+        "tail": _tail.decode("utf-8", "replace"),
+        "stderr": _errors.decode("utf-8", "replace"),
+    }
+    if _total <= _limits["stdout"]:
+        shutil.rmtree(_dir, ignore_errors=True)
+    else:
+        for _name in ("stderr", "script.py", "caduceus_tools.py"):
+            os.unlink(os.path.join(_dir, _name))
+except BaseException:
+    _captured = None
+_frame({"type": "exit", "code": _code, "captured": _captured})
 # Whatever the script left running in its process group ends with it.
 try:
     import signal

@@ -126,3 +126,21 @@ fn the_script_environment_drops_secret_names_even_when_passed_through() {
         ]
     );
 }
+
+#[test]
+fn the_bootstraps_report_is_cut_like_the_workers_own_read() {
+    let reported = Reported {
+        stdout_total: 70_002,
+        head: "A".repeat(20_000),
+        tail: "B".repeat(30_000),
+        stderr: String::new(),
+    };
+    let shown = reported.shown("/tmp/caduceus_exec_1");
+    assert_eq!(
+        shown.spill_path.as_deref(),
+        Some("/tmp/caduceus_exec_1/stdout")
+    );
+    assert!(shown.stdout.contains(
+        "A\n\n... [OUTPUT TRUNCATED - 20,002 bytes omitted out of 70,002 total] ...\n\nB"
+    ));
+}

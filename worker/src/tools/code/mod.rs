@@ -44,6 +44,8 @@ const FRAME: &[u8] = b"\x1ecaduceus-rpc ";
 /// hermes `MAX_STDOUT_BYTES` / `MAX_STDERR_BYTES`.
 const MAX_STDOUT_BYTES: u64 = 50_000;
 const MAX_STDERR_BYTES: u64 = 10_000;
+/// hermes `head_tail_split`: 40 % head, 60 % tail.
+const STDOUT_HEAD_BYTES: u64 = MAX_STDOUT_BYTES * 2 / 5;
 /// A frame longer than this is dropped unread (a script cannot make the
 /// worker buffer without bound); the gRPC message limit is 64 MiB.
 const MAX_FRAME_BYTES: usize = 32 << 20;
@@ -187,6 +189,12 @@ pub async fn run(call: CodeCall<'_>) -> ToolReply {
         "module": module_source(call.tools),
         "script": code,
         "temp_dir": sandbox.temp_dir(),
+        "limits": {
+            "stdout": MAX_STDOUT_BYTES,
+            "head": STDOUT_HEAD_BYTES,
+            "tail": MAX_STDOUT_BYTES - STDOUT_HEAD_BYTES,
+            "stderr": MAX_STDERR_BYTES,
+        },
         "secret_words": SECRET_WORDS,
         "harmless_names": HARMLESS_NAMES,
     });
@@ -223,6 +231,7 @@ pub async fn run(call: CodeCall<'_>) -> ToolReply {
         pid: None,
         dir: None,
         exit_code: None,
+        captured: None,
         stray: Vec::new(),
     };
     let ending = session
@@ -270,7 +279,10 @@ pub async fn run(call: CodeCall<'_>) -> ToolReply {
         };
     };
     let exit_code = session.exit_code.or(waited).unwrap_or(-1);
-    let captured = capture(call.env, &dir).await;
+    let captured = match session.captured.take() {
+        Some(captured) => captured.shown(&dir),
+        None => capture(call.env, &dir).await,
+    };
     let document = result_document(&Finished {
         ending,
         exit_code,
@@ -362,6 +374,8 @@ struct Session<'a> {
     pid: Option<u32>,
     dir: Option<String>,
     exit_code: Option<i32>,
+    /// The output as the bootstrap read it at the end (absent when killed).
+    captured: Option<Reported>,
     /// Bytes on stdout that were not frames (an interpreter failing to start).
     stray: Vec<u8>,
 }
@@ -447,6 +461,9 @@ impl Session<'_> {
                     .get("code")
                     .and_then(Value::as_i64)
                     .and_then(|c| i32::try_from(c).ok());
+                self.captured = frame
+                    .get("captured")
+                    .and_then(|c| serde_json::from_value(c.clone()).ok());
             }
             _ => self.request(&frame).await,
         }
@@ -515,8 +532,43 @@ struct Captured {
     spill_path: Option<String>,
 }
 
-/// Reads stdout (head and tail) and stderr (its start), then removes the
-/// run directory — all but the full stdout when it had to be cut.
+/// The output as the bootstrap sends it in its exit frame.
+#[derive(Debug, serde::Deserialize)]
+struct Reported {
+    stdout_total: u64,
+    head: String,
+    tail: String,
+    stderr: String,
+}
+
+impl Reported {
+    fn shown(self, dir: &str) -> Captured {
+        let cut = self.stdout_total > MAX_STDOUT_BYTES;
+        Captured {
+            stdout: if cut {
+                cut_text(&self.head, self.stdout_total, &self.tail)
+            } else {
+                self.head
+            },
+            stdout_total: self.stdout_total,
+            stderr: self.stderr,
+            spill_path: cut.then(|| format!("{dir}/stdout")),
+        }
+    }
+}
+
+/// hermes' head/tail cut with its notice (`truncation_notice`, in bytes).
+fn cut_text(head: &str, total: u64, tail: &str) -> String {
+    format!(
+        "{head}\n\n... [OUTPUT TRUNCATED - {} bytes omitted out of {} total] ...\n\n{tail}",
+        group_thousands(total - MAX_STDOUT_BYTES),
+        group_thousands(total),
+    )
+}
+
+/// For a script that was killed: reads stdout (head and tail) and stderr
+/// (its start), then removes the run directory — all but the full stdout
+/// when it had to be cut.
 async fn capture(env: &Environment, dir: &str) -> Captured {
     let files = env.sandbox.files();
     let stdout_path = format!("{dir}/stdout");
@@ -531,7 +583,7 @@ async fn capture(env: &Environment, dir: &str) -> Captured {
         }
     };
     let mut captured = Captured::default();
-    let head_len = MAX_STDOUT_BYTES * 2 / 5;
+    let head_len = STDOUT_HEAD_BYTES;
     let tail_len = MAX_STDOUT_BYTES - head_len;
     if let Some(first) = read(stdout_path.clone(), 0, MAX_STDOUT_BYTES).await {
         captured.stdout_total = first.stat.size.max(first.data.len() as u64);
@@ -544,12 +596,10 @@ async fn capture(env: &Environment, dir: &str) -> Captured {
                 .await
                 .map(|t| t.data)
                 .unwrap_or_default();
-            captured.stdout = format!(
-                "{}\n\n... [OUTPUT TRUNCATED - {} bytes omitted out of {} total] ...\n\n{}",
-                String::from_utf8_lossy(head),
-                group_thousands(total - MAX_STDOUT_BYTES),
-                group_thousands(total),
-                String::from_utf8_lossy(&tail)
+            captured.stdout = cut_text(
+                &String::from_utf8_lossy(head),
+                total,
+                &String::from_utf8_lossy(&tail),
             );
             captured.spill_path = Some(stdout_path.clone());
         }
