@@ -41,6 +41,8 @@ pub struct Config {
     pub approvals: ApprovalsSection,
     /// The audit log (`enabled`, `max_bytes`, `keep`).
     pub audit: AuditSection,
+    /// `execute_code` limits (`timeout`, `max_tool_calls`), hermes' section.
+    pub code_execution: CodeExecutionSection,
     /// Where new environments go (`labels`, `wait_seconds`, `backend_choice`).
     pub placement: PlacementSection,
     /// The browser toolset on workers (`inactivity_timeout`, `allow_private_urls`).
@@ -526,6 +528,27 @@ pub struct AuditSection {
     pub max_bytes: u64,
     /// Rotated files kept (5).
     pub keep: usize,
+}
+
+/// hermes' `code_execution` section. Its `mode` (project/strict) is read and
+/// ignored: scripts always run in the session's working directory inside the
+/// task's environment.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct CodeExecutionSection {
+    /// Seconds a script may run (300).
+    pub timeout: u64,
+    /// Tool calls one script may make (50).
+    pub max_tool_calls: u32,
+}
+
+impl Default for CodeExecutionSection {
+    fn default() -> Self {
+        CodeExecutionSection {
+            timeout: caduceus_common::execute_code::DEFAULT_TIMEOUT_SECS,
+            max_tool_calls: caduceus_common::execute_code::DEFAULT_MAX_TOOL_CALLS,
+        }
+    }
 }
 
 impl Default for AuditSection {

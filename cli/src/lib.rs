@@ -631,6 +631,8 @@ pub(crate) fn coordinator_config(config: &Config, token: String) -> Result<Coord
         terminal_timeout_secs: config.terminal.timeout,
         max_foreground_timeout_secs: config.terminal.max_foreground_timeout,
         environment_settings: config.terminal.environment_settings(),
+        code_timeout_secs: config.code_execution.timeout.max(1),
+        code_max_tool_calls: config.code_execution.max_tool_calls,
         agent,
         home: Some(crate::config::home_dir()),
         ..CoordinatorConfig::default()

@@ -108,8 +108,9 @@ const FIXED_BLOCKLIST: &[&str] = &[
     "CADUCEUS_MODEL",
 ];
 
-/// Substrings (upper case) that make a name secret.
-const SECRET_WORDS: &[&str] = &[
+/// Substrings (upper case) that make a name secret (also the scrub the
+/// worker's `execute_code` bootstrap applies to the sandbox's own variables).
+pub const SECRET_WORDS: &[&str] = &[
     "KEY",
     "TOKEN",
     "SECRET",
@@ -126,7 +127,7 @@ const SECRET_WORDS: &[&str] = &[
 /// Names that contain a secret word but hold no secret, and that tools in the
 /// sandbox need (git commit identity, the ssh agent socket path, the
 /// tokenizers thread switch).
-const HARMLESS_NAMES: &[&str] = &[
+pub const HARMLESS_NAMES: &[&str] = &[
     "GIT_AUTHOR_NAME",
     "GIT_AUTHOR_EMAIL",
     "GIT_AUTHOR_DATE",

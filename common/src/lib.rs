@@ -4,6 +4,7 @@
 //! too large for the context.
 
 pub mod env_hygiene;
+pub mod execute_code;
 pub mod persist;
 pub mod process_env;
 pub mod redact;

@@ -76,6 +76,9 @@ pub struct CoordinatorConfig {
     /// argument, offered only while more than one of them is attached);
     /// empty: no choice (`placement.backend_choice`).
     pub backend_choice: Vec<String>,
+    /// `execute_code` limits (`code_execution.timeout`, `.max_tool_calls`).
+    pub code_timeout_secs: u64,
+    pub code_max_tool_calls: u32,
     /// The time cron schedules are read in (a test moves a manual clock).
     pub cron_clock: Arc<dyn cron::clock::Clock>,
 }
@@ -97,6 +100,8 @@ impl Default for CoordinatorConfig {
             home: None,
             placement: scheduler::PlacementConfig::default(),
             backend_choice: Vec::new(),
+            code_timeout_secs: caduceus_common::execute_code::DEFAULT_TIMEOUT_SECS,
+            code_max_tool_calls: caduceus_common::execute_code::DEFAULT_MAX_TOOL_CALLS,
             cron_clock: Arc::new(cron::clock::SystemClock),
         }
     }
@@ -249,6 +254,8 @@ impl Coordinator {
             environment_settings: config.environment_settings.clone(),
             audit: config.audit.clone(),
             metrics: metrics.clone(),
+            code_timeout_secs: config.code_timeout_secs,
+            code_max_tool_calls: config.code_max_tool_calls,
             ..DispatchConfig::default()
         };
         let mut dispatcher =

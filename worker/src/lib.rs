@@ -23,7 +23,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use caduceus_common::result::ToolReply;
-use caduceus_proto::{CallResult, EnvironmentNotice, Heartbeat, Hello, PersistResult, RunCall};
+use caduceus_proto::{
+    CallResult, EnvironmentNotice, Heartbeat, Hello, PersistResult, RunCall, ScriptToolResult,
+};
 
 use backends::Backends;
 use env::{EnvManager, EnvSettings};
@@ -111,6 +113,10 @@ pub struct Worker {
     envs: EnvManager,
     /// call id -> its cancel token
     calls: std::sync::Mutex<HashMap<String, CancellationToken>>,
+    /// `execute_code` call id -> where the coordinator's answers to its
+    /// script's tool calls go.
+    scripts:
+        std::sync::Mutex<HashMap<String, tokio::sync::mpsc::UnboundedSender<ScriptToolResult>>>,
     draining: AtomicBool,
     /// Woken when something heartbeats carry changed (backend availability).
     heartbeat_due: tokio::sync::Notify,
@@ -159,6 +165,7 @@ impl Worker {
             instance_id,
             envs,
             calls: std::sync::Mutex::new(HashMap::new()),
+            scripts: std::sync::Mutex::new(HashMap::new()),
             draining: AtomicBool::new(false),
             heartbeat_due: tokio::sync::Notify::new(),
             notices: tokio::sync::Mutex::new(notices),
@@ -348,7 +355,46 @@ impl Worker {
 
     /// Runs one call to completion. Never fails: problems are error results.
     /// Its log lines carry the coordinator's trace id (`RunCall.traceparent`).
-    pub async fn run_call(&self, call: RunCall, output: Option<OutputSink>) -> CallResult {
+    /// Opens the answer channel of an `execute_code` call's script (before
+    /// the call runs, so no answer can arrive unrouted).
+    pub fn open_script(
+        &self,
+        call_id: &str,
+        upstream: tokio::sync::mpsc::Sender<caduceus_proto::WorkerEvent>,
+    ) -> tools::code::ScriptLink {
+        let (tx, answers) = tokio::sync::mpsc::unbounded_channel();
+        if let Ok(mut scripts) = self.scripts.lock() {
+            scripts.insert(call_id.to_owned(), tx);
+        }
+        tools::code::ScriptLink { upstream, answers }
+    }
+
+    /// Routes the coordinator's answer to a script's tool call; one for a
+    /// run that has ended is dropped.
+    pub fn script_answer(&self, answer: ScriptToolResult) {
+        let sender = self
+            .scripts
+            .lock()
+            .ok()
+            .and_then(|s| s.get(&answer.call_id).cloned());
+        if let Some(sender) = sender {
+            let _ = sender.send(answer);
+        }
+    }
+
+    /// Forgets a script's answer channel (its call is over).
+    pub fn close_script(&self, call_id: &str) {
+        if let Ok(mut scripts) = self.scripts.lock() {
+            scripts.remove(call_id);
+        }
+    }
+
+    pub async fn run_call(
+        &self,
+        call: RunCall,
+        output: Option<OutputSink>,
+        script: Option<tools::code::ScriptLink>,
+    ) -> CallResult {
         let trace = caduceus_proto::trace::TraceParent::parse(&call.traceparent);
         let span = tracing::info_span!(
             "tool_call",
@@ -357,19 +403,27 @@ impl Worker {
             tool = %call.tool,
             task = %call.task_id,
         );
-        self.run_call_in_span(call, output).instrument(span).await
+        self.run_call_in_span(call, output, script)
+            .instrument(span)
+            .await
     }
 
-    async fn run_call_in_span(&self, call: RunCall, output: Option<OutputSink>) -> CallResult {
+    async fn run_call_in_span(
+        &self,
+        call: RunCall,
+        output: Option<OutputSink>,
+        script: Option<tools::code::ScriptLink>,
+    ) -> CallResult {
         let started = Instant::now();
         let cancel = CancellationToken::new();
         if let Ok(mut calls) = self.calls.lock() {
             calls.insert(call.call_id.clone(), cancel.clone());
         }
-        let (reply, reset) = self.execute(&call, cancel, output).await;
+        let (reply, reset) = self.execute(&call, cancel, output, script).await;
         if let Ok(mut calls) = self.calls.lock() {
             calls.remove(&call.call_id);
         }
+        self.close_script(&call.call_id);
         // The call's status is final here: counted and logged once.
         self.metrics
             .call_finished(&call.tool, reply.status, started.elapsed());
@@ -407,6 +461,7 @@ impl Worker {
         call: &RunCall,
         cancel: CancellationToken,
         output: Option<OutputSink>,
+        script: Option<tools::code::ScriptLink>,
     ) -> (ToolReply, Option<String>) {
         if self.draining.load(Ordering::Relaxed) {
             return (
@@ -453,13 +508,21 @@ impl Worker {
         }
         let started = std::time::SystemTime::now();
         let reply = self
-            .run_tool(call, args.clone(), env.clone(), cancel.clone(), output)
+            .run_tool(
+                call,
+                args.clone(),
+                env.clone(),
+                cancel.clone(),
+                output,
+                script,
+            )
             .await;
         match recovery::after_call(&self.envs, env, started, reset).await {
             recovery::AfterCall::Done(reset) => (reply, reset),
-            recovery::AfterCall::Rerun(fresh, reset) => {
-                (self.run_tool(call, args, fresh, cancel, None).await, reset)
-            }
+            recovery::AfterCall::Rerun(fresh, reset) => (
+                self.run_tool(call, args, fresh, cancel, None, None).await,
+                reset,
+            ),
         }
     }
 
@@ -512,6 +575,7 @@ impl Worker {
         env: Arc<env::Environment>,
         cancel: CancellationToken,
         output: Option<OutputSink>,
+        script: Option<tools::code::ScriptLink>,
     ) -> ToolReply {
         let _running = env.begin_call();
         tools::run(
@@ -526,6 +590,8 @@ impl Worker {
                 output,
                 result_cap: call.result_cap_chars,
                 timeout: call_timeout(call),
+                script_tools: call.script_tools.clone(),
+                script,
             },
         )
         .await

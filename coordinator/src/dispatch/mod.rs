@@ -9,6 +9,7 @@
 //! Every failure on the way is a JSON result with an `error` field; nothing
 //! panics and nothing waits forever.
 
+mod code;
 pub mod coerce;
 pub mod hooks;
 pub mod repair;
@@ -74,6 +75,10 @@ pub struct DispatchConfig {
     pub audit: Option<crate::audit::AuditLog>,
     /// Where every call is counted as it leaves the pipeline.
     pub metrics: Metrics,
+    /// `execute_code`'s timeout, seconds (`code_execution.timeout`, 300).
+    pub code_timeout_secs: u64,
+    /// Tool calls one script may make (`code_execution.max_tool_calls`, 50).
+    pub code_max_tool_calls: u32,
 }
 
 impl Default for DispatchConfig {
@@ -87,6 +92,8 @@ impl Default for DispatchConfig {
             default_call_deadline: Duration::from_secs(600),
             audit: None,
             metrics: Metrics::default(),
+            code_timeout_secs: caduceus_common::execute_code::DEFAULT_TIMEOUT_SECS,
+            code_max_tool_calls: caduceus_common::execute_code::DEFAULT_MAX_TOOL_CALLS,
         }
     }
 }
@@ -397,8 +404,18 @@ impl Dispatcher {
                 })
             }
             Handler::Worker => {
-                let ran = self
-                    .run_on_worker(
+                let ran = if entry.name == crate::registry::execute_code::NAME {
+                    self.run_code(
+                        &snapshot,
+                        self.result_cap(&entry),
+                        &args,
+                        &ctx,
+                        &backend,
+                        timeout,
+                    )
+                    .await
+                } else {
+                    self.run_on_worker(
                         &entry.name,
                         self.result_cap(&entry),
                         &args,
@@ -406,8 +423,10 @@ impl Dispatcher {
                         &backend,
                         timeout,
                         output,
+                        None,
                     )
-                    .await;
+                    .await
+                };
                 worker = ran.worker;
                 environment_reset = ran.environment_reset;
                 ran.reply
@@ -578,7 +597,16 @@ impl Dispatcher {
         preview_args.insert("tool".to_owned(), Value::String(tool.to_owned()));
         preview_args.insert("arguments".to_owned(), Value::Object(args.clone()));
         let ran = self
-            .run_on_worker(EDIT_PREVIEW, 0, &preview_args, ctx, backend, None, None)
+            .run_on_worker(
+                EDIT_PREVIEW,
+                0,
+                &preview_args,
+                ctx,
+                backend,
+                None,
+                None,
+                None,
+            )
             .await;
         if ran.reply.status != CallStatus::Ok {
             return Err(ran.reply);
@@ -607,6 +635,7 @@ impl Dispatcher {
         backend: &str,
         timeout: Option<Duration>,
         output: Option<mpsc::Sender<Bytes>>,
+        script: Option<crate::scheduler::ScriptCalls>,
     ) -> WorkerRun {
         // Another backend than the configured one is another environment
         // of the task.
@@ -632,6 +661,7 @@ impl Dispatcher {
             deadline: timeout.map_or(self.config.default_call_deadline, |t| {
                 t + Duration::from_secs(30)
             }),
+            script,
         };
         match self.scheduler.run_call(call).await {
             Ok(done) => WorkerRun {
@@ -667,6 +697,11 @@ impl Dispatcher {
         let default = self.config.terminal_timeout_secs.max(1);
         match entry.name.as_str() {
             "process" => return Ok(Some(Duration::from_secs(default))),
+            crate::registry::execute_code::NAME => {
+                return Ok(Some(Duration::from_secs(
+                    self.config.code_timeout_secs.max(1),
+                )));
+            }
             "terminal" if args.get("background").and_then(Value::as_bool) != Some(true) => {}
             _ => return Ok(None),
         }
@@ -791,7 +826,7 @@ fn unavailable_reason(snapshot: &ToolRegistry, entry: &ToolEntry) -> String {
 }
 
 /// What came back from a worker tool.
-struct WorkerRun {
+pub(crate) struct WorkerRun {
     reply: ToolReply,
     worker: Option<String>,
     environment_reset: Option<String>,

@@ -223,5 +223,22 @@ pub fn builtin_registry(terminal_backend: &str) -> Result<ToolRegistry, Registry
     for builtin in BUILTINS {
         registry.register(entry_of(builtin)?, false)?;
     }
+    // Its description depends on the caller's tools (see `definitions`);
+    // this one offers them all.
+    let every: Vec<String> = caduceus_common::execute_code::SANDBOX_TOOLS
+        .iter()
+        .map(|t| (*t).to_owned())
+        .collect();
+    let mut code = ToolEntry::new(
+        super::execute_code::NAME,
+        "code_execution",
+        super::execute_code::schema(&every),
+        Handler::Worker,
+    )
+    .with_availability(Availability::Fleet)
+    .with_parallel(ParallelClass::Sequential)
+    .with_emoji("🐍");
+    code.max_result_size_chars = Some(100_000);
+    registry.register(code, false)?;
     Ok(registry)
 }

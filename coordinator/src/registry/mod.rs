@@ -6,6 +6,7 @@
 pub mod actor;
 pub mod builtin;
 pub mod entry;
+pub mod execute_code;
 pub mod toolsets;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -348,6 +349,17 @@ impl ToolRegistry {
                 let mut definition = definition_of(e);
                 if e.name == "terminal" && choosable.len() > 1 {
                     self.add_backend_argument(&mut definition, &choosable);
+                }
+                if e.name == execute_code::NAME
+                    && let Some(function) = definition
+                        .get_mut("function")
+                        .and_then(Value::as_object_mut)
+                    && let Value::Object(schema) =
+                        execute_code::schema(&execute_code::sandbox_tools_among(|t| {
+                            names.contains(t)
+                        }))
+                {
+                    function.extend(schema);
                 }
                 definition
             })

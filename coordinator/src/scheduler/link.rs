@@ -13,9 +13,9 @@
 //! everything else (heartbeats, notices, releases) to the link actor.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -24,8 +24,8 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::sync::{mpsc, oneshot};
 
 use caduceus_proto::{
-    CallResult, CancelCall, EnvironmentInfo, PersistResult, RunCall, WorkerCommand, WorkerEvent,
-    worker_command, worker_event,
+    CallResult, CancelCall, EnvironmentInfo, PersistResult, RunCall, ScriptToolCall,
+    ScriptToolResult, WorkerCommand, WorkerEvent, worker_command, worker_event,
 };
 
 /// State of a worker shared with the Scheduler for placement and status,
@@ -92,6 +92,52 @@ pub enum CallCommand {
     Persist(PersistResult),
 }
 
+/// A tool call of a running `execute_code` script, for the caller that
+/// sent the run (it owns the pipeline the call goes through), with the way
+/// back to the script.
+#[derive(Debug)]
+pub struct ScriptRequest {
+    pub call: ScriptToolCall,
+    pub answer: ScriptAnswer,
+}
+
+/// Answers one script tool call on the worker that asked it.
+pub struct ScriptAnswer {
+    table: Weak<CallTable>,
+    call_id: String,
+    seq: u32,
+}
+
+impl std::fmt::Debug for ScriptAnswer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScriptAnswer")
+            .field("call_id", &self.call_id)
+            .field("seq", &self.seq)
+            .finish()
+    }
+}
+
+impl ScriptAnswer {
+    /// Sends the answer; `counted` when the call went through the pipeline
+    /// (the script's result reports how many did). Dropped when the run has
+    /// ended or its worker is gone.
+    pub fn send(self, body: String, counted: bool) {
+        let Some(table) = self.table.upgrade() else {
+            return;
+        };
+        if table.lock().pending.contains_key(&self.call_id) {
+            table.send(worker_command::Command::ScriptResult(ScriptToolResult {
+                call_id: self.call_id,
+                seq: self.seq,
+                body,
+                counted,
+            }));
+        }
+    }
+}
+
+pub type ScriptSink = mpsc::UnboundedSender<ScriptRequest>;
+
 /// Environment events the link forwards to whoever listens (sessions).
 pub type NoticeSink = mpsc::UnboundedSender<(String, caduceus_proto::EnvironmentNotice)>;
 
@@ -143,7 +189,13 @@ impl CallTable {
 
     /// Sends a call (a `run` or a `persist`) to the worker; its result (or
     /// the link's failure) arrives on `reply`.
-    pub fn run(&self, call: CallCommand, output: Option<mpsc::Sender<Bytes>>, reply: CallReply) {
+    pub fn run(
+        &self,
+        call: CallCommand,
+        output: Option<mpsc::Sender<Bytes>>,
+        script: Option<ScriptSink>,
+        reply: CallReply,
+    ) {
         if self.shared.draining.load(Ordering::Relaxed) {
             let _ = reply.send(Err(LinkFailure::Draining));
             return;
@@ -162,7 +214,14 @@ impl CallTable {
         };
         if self.send(command) {
             self.shared.running.fetch_add(1, Ordering::Relaxed);
-            state.pending.insert(call_id, Pending { reply, output });
+            state.pending.insert(
+                call_id,
+                Pending {
+                    reply,
+                    output,
+                    script,
+                },
+            );
         } else {
             let _ = reply.send(Err(LinkFailure::Lost(format!(
                 "worker '{}' has closed its command stream",
@@ -223,6 +282,25 @@ impl CallTable {
         }
     }
 
+    /// A tool call of a running script: handed to whoever sent its run.
+    /// One for a call that is not running `execute_code` is dropped.
+    pub fn script_call(self: &Arc<Self>, call: ScriptToolCall) {
+        let state = self.lock();
+        let Some(Pending {
+            script: Some(sink), ..
+        }) = state.pending.get(&call.call_id)
+        else {
+            tracing::debug!(call_id = %call.call_id, "script call for a run nobody serves dropped");
+            return;
+        };
+        let answer = ScriptAnswer {
+            table: Arc::downgrade(self),
+            call_id: call.call_id.clone(),
+            seq: call.seq,
+        };
+        let _ = sink.send(ScriptRequest { call, answer });
+    }
+
     /// Fails every call in flight and refuses new ones.
     pub fn close(&self, reason: &str) {
         let drained: Vec<Pending> = {
@@ -274,6 +352,7 @@ impl LinkArgs {
 struct Pending {
     reply: CallReply,
     output: Option<mpsc::Sender<Bytes>>,
+    script: Option<ScriptSink>,
 }
 
 impl Actor for WorkerLink {
@@ -405,7 +484,12 @@ fn handle_event(state: &mut LinkArgs, event: WorkerEvent) {
         Some(worker_event::Event::Hello(_)) => {
             tracing::warn!(worker = %state.name, "duplicate hello ignored");
         }
-        Some(worker_event::Event::Result(_) | worker_event::Event::Output(_)) | None => {}
+        Some(
+            worker_event::Event::Result(_)
+            | worker_event::Event::Output(_)
+            | worker_event::Event::ScriptCall(_),
+        )
+        | None => {}
     }
 }
 
@@ -430,6 +514,12 @@ pub async fn read_events(
             })) => {
                 calls.shared().touch();
                 calls.output(&chunk.call_id, chunk.chunk);
+            }
+            Some(Ok(WorkerEvent {
+                event: Some(worker_event::Event::ScriptCall(call)),
+            })) => {
+                calls.shared().touch();
+                calls.script_call(call);
             }
             Some(Ok(event)) => {
                 if link.cast(LinkMsg::Inbound(event)).is_err() {

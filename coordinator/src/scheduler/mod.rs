@@ -40,7 +40,8 @@ use crate::ask;
 use crate::call::{CallStatus, ToolReply};
 use crate::registry::actor::RegistryHandle;
 pub use link::{
-    CallCommand, CallTable, LinkFailure, LinkMsg, NoticeSink, WorkerLink, WorkerShared,
+    CallCommand, CallTable, LinkFailure, LinkMsg, NoticeSink, ScriptAnswer, ScriptRequest,
+    WorkerLink, WorkerShared,
 };
 
 /// A call for a worker tool, as the dispatcher hands it over.
@@ -61,6 +62,16 @@ pub struct WorkerCall {
     pub traceparent: String,
     /// After this long the call is cancelled on the worker and answered here.
     pub deadline: Duration,
+    /// `execute_code`: the tools its script may call and where its calls go.
+    pub script: Option<ScriptCalls>,
+}
+
+/// The script side of an `execute_code` run.
+#[derive(Debug)]
+pub struct ScriptCalls {
+    /// The sandbox tools the script's module offers.
+    pub tools: Vec<String>,
+    pub requests: link::ScriptSink,
 }
 
 #[derive(Debug, Clone)]
@@ -1110,11 +1121,19 @@ impl SchedulerHandle {
                 .timeout
                 .map_or(0, |t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
             traceparent: call.traceparent,
+            script_tools: call
+                .script
+                .as_ref()
+                .map(|s| s.tools.clone())
+                .unwrap_or_default(),
         };
         let (reply, result) = oneshot::channel();
-        placement
-            .calls
-            .run(CallCommand::Run(run), call.output, reply);
+        placement.calls.run(
+            CallCommand::Run(run),
+            call.output,
+            call.script.map(|s| s.requests),
+            reply,
+        );
         // Cancels the call on the worker if this future is dropped or times
         // out (a no-op once the call has finished).
         let _cancel = CancelOnDrop {
@@ -1174,7 +1193,7 @@ impl SchedulerHandle {
         let (reply, result) = oneshot::channel();
         placement
             .calls
-            .run(CallCommand::Persist(persist), None, reply);
+            .run(CallCommand::Persist(persist), None, None, reply);
         let _cancel = CancelOnDrop {
             calls: placement.calls.clone(),
             call_id,

@@ -158,6 +158,7 @@ fn call(task_id: &str) -> WorkerCall {
         timeout: None,
         traceparent: String::new(),
         deadline: Duration::from_secs(5),
+        script: None,
     }
 }
 

@@ -91,6 +91,7 @@ async fn echo(worker: &Worker, backend: &str, task: &str) -> f64 {
                 ..RunCall::default()
             },
             None,
+            None,
         )
         .await;
     let ms = started.elapsed().as_secs_f64() * 1e3;

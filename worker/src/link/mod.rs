@@ -269,6 +269,10 @@ fn handle_command(
             let in_flight = in_flight.clone();
             let lost = lost.clone();
             in_flight.fetch_add(1, Ordering::Relaxed);
+            // Registered before the call's task starts: the coordinator may
+            // answer the script's first call before this task is polled.
+            let script = (call.tool == crate::tools::code::TOOL)
+                .then(|| worker.open_script(&call.call_id, events.clone()));
             tokio::spawn(async move {
                 let output: Option<OutputSink> = call.stream_output.then(|| {
                     let events = events.clone();
@@ -291,16 +295,20 @@ fn handle_command(
                     // registers its cancel token before its first await, so
                     // a later loss cancels it.
                     Ok(()) if lost.is_cancelled() => {
+                        worker.close_script(&call.call_id);
                         in_flight.fetch_sub(1, Ordering::Relaxed);
                         return;
                     }
-                    Ok(()) => worker.run_call(call, output).await,
-                    Err(stale) => CallResult {
-                        call_id: call.call_id,
-                        body: tool_error(stale.to_string()),
-                        status: caduceus_proto::CallStatus::Error.into(),
-                        ..CallResult::default()
-                    },
+                    Ok(()) => worker.run_call(call, output, script).await,
+                    Err(stale) => {
+                        worker.close_script(&call.call_id);
+                        CallResult {
+                            call_id: call.call_id,
+                            body: tool_error(stale.to_string()),
+                            status: caduceus_proto::CallStatus::Error.into(),
+                            ..CallResult::default()
+                        }
+                    }
                 };
                 let _ = events
                     .send(event(worker_event::Event::Result(result)))
@@ -342,6 +350,10 @@ fn handle_command(
                         .await;
                 }
             });
+            false
+        }
+        worker_command::Command::ScriptResult(answer) => {
+            worker.script_answer(answer);
             false
         }
         worker_command::Command::Drain(_) => true,

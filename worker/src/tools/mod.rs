@@ -1,6 +1,7 @@
 //! The tools a worker runs inside a task's environment, and the result cap
 //! that keeps large results in the sandbox instead of the context.
 
+pub mod code;
 pub mod files;
 pub mod process;
 pub mod terminal;
@@ -54,11 +55,15 @@ pub struct ToolCall {
     pub result_cap: u64,
     /// The command timeout the coordinator decided (`RunCall.timeout_ms`).
     pub timeout: Option<Duration>,
+    /// `execute_code`: the tools its script may call (`RunCall.script_tools`)
+    /// and its channel to the coordinator.
+    pub script_tools: Vec<String>,
+    pub script: Option<code::ScriptLink>,
 }
 
 /// Whether this worker serves `tool` (the ones [`run`] knows).
 pub fn serves(tool: &str) -> bool {
-    matches!(tool, "terminal" | "process") || files::is_file_tool(tool)
+    matches!(tool, "terminal" | "process" | code::TOOL) || files::is_file_tool(tool)
 }
 
 /// Runs the call and returns the tool's answer.
@@ -82,6 +87,18 @@ pub async fn run(settings: &ToolSettings, mut call: ToolCall) -> ToolReply {
                 timeout: call.timeout,
             };
             terminal::run(settings, terminal_call).await
+        }
+        code::TOOL => {
+            code::run(code::CodeCall {
+                env: &call.env,
+                call_id: &call.call_id,
+                args: &call.args,
+                tools: &call.script_tools,
+                timeout: call.timeout,
+                cancel: &call.cancel,
+                link: call.script.take(),
+            })
+            .await
         }
         other => ToolReply::error(format!("Tool '{other}' is not served by this worker")),
     };
