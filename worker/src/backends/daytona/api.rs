@@ -106,6 +106,11 @@ pub fn error_message(body: &str) -> String {
 
 impl Api {
     pub fn new(base: &str, credentials: Credentials) -> Result<Self, DaytonaError> {
+        // reqwest is built with `rustls-no-provider`: a process that has not
+        // installed one (a library user, a test) gets ring's, as the binary does.
+        if rustls::crypto::CryptoProvider::get_default().is_none() {
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
             .user_agent(format!("caduceus/{}", env!("CARGO_PKG_VERSION")))
