@@ -53,6 +53,7 @@ pub struct Config {
     /// Sections read by later parts of caduceus; kept so a config written for
     /// them loads today.
     pub delegation: Option<serde_yaml::Value>,
+    /// Parsed by caduceus-mcp when the coordinator starts (`mcp_client.rs`).
     pub mcp_servers: Option<serde_yaml::Value>,
     pub plugins: Option<serde_yaml::Value>,
     pub hooks: Option<serde_yaml::Value>,

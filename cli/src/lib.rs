@@ -9,6 +9,8 @@
 mod agent_settings;
 pub mod config;
 mod hardening;
+mod listen;
+mod mcp_client;
 mod mcp_serve;
 mod progress;
 mod run;
@@ -19,6 +21,7 @@ pub mod token;
 
 mod approvals;
 mod audit;
+mod cron;
 mod plugins;
 mod tokens;
 mod workers;
@@ -85,6 +88,11 @@ enum Command {
         #[command(subcommand)]
         command: sessions::SessionsCommand,
     },
+    /// Scheduled jobs (the `cronjob` tool's): list, show one, its runs.
+    Cron {
+        #[command(subcommand)]
+        command: cron::CronCommand,
+    },
     /// The command guard.
     Guard {
         #[command(subcommand)]
@@ -95,7 +103,8 @@ enum Command {
         #[command(subcommand)]
         command: approvals::ApprovalsCommand,
     },
-    /// caduceus as an MCP server: `mcp serve` offers the fleet's tools to any MCP client.
+    /// MCP: `mcp serve` offers the fleet's tools to any MCP client; `mcp list` and
+    /// `mcp test NAME` show the MCP servers whose tools the coordinator offers.
     Mcp {
         #[command(subcommand)]
         command: mcp_serve::McpCommand,
@@ -418,7 +427,7 @@ fn json_logs(format: Option<&str>) -> bool {
 /// address, which matters for port 0).
 #[allow(clippy::print_stderr)] // the parseable line, as `serve` prints its own
 async fn metrics_listener(address: &str, who: &str) -> Result<tokio::net::TcpListener> {
-    let listener = tokio::net::TcpListener::bind(address)
+    let listener = listen::bind(address)
         .await
         .with_context(|| format!("cannot serve metrics on {address}"))?;
     let bound = listener.local_addr()?;
@@ -449,6 +458,7 @@ async fn run(cli: Cli) -> Result<()> {
         }
         Command::Approvals { command } => approvals::run(command, &config).await,
         Command::Sessions { command } => sessions::run(command),
+        Command::Cron { command } => cron::run(command),
         Command::Tokens { command } => tokens::run(command, &config).await,
         Command::Workers { command } => workers::run(command, &config).await,
         Command::Audit { command } => audit::run(command).await,
@@ -531,7 +541,7 @@ async fn serve(args: ServeArgs, config: &Config) -> Result<()> {
         gate(config),
     )
     .await?;
-    let listener = tokio::net::TcpListener::bind(&listen)
+    let listener = listen::bind(&listen)
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
     let address = listener.local_addr()?;
@@ -548,6 +558,9 @@ async fn serve(args: ServeArgs, config: &Config) -> Result<()> {
             "resuming sessions a restart interrupted once their workers are back"
         );
     }
+    // Scheduled jobs run on served coordinators only (an embedded one lives
+    // for one command); after the resumption, so a run's session is resumed once.
+    coordinator.start_cron();
     let stop_metrics = CancellationToken::new();
     let _stop_metrics = stop_metrics.clone().drop_guard();
     if let Some(address) = &args.metrics {

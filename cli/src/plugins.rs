@@ -32,8 +32,9 @@ fn found(config: &Config) -> Result<(PluginsSettings, Vec<Found>)> {
     Ok((settings, found))
 }
 
-/// Starts a coordinator with the enabled plugins' tools registered and the
-/// plugins' and configuration's hooks in its pipeline. A plugin tool the
+/// Starts a coordinator with the enabled plugins' tools registered, the
+/// plugins' and configuration's hooks in its pipeline, and the MCP servers of
+/// `mcp_servers:` connected (their tools registered as they come up). A plugin tool the
 /// registry refuses (it would shadow a built-in without permission) is
 /// logged and left out; the coordinator starts anyway.
 pub(crate) async fn start_coordinator(
@@ -76,6 +77,7 @@ pub(crate) async fn start_coordinator(
             Err(err) => return Err(err).context("registering plugin tools"),
         }
     }
+    crate::mcp_client::start(config, registry.clone()).await?;
     Ok(coordinator)
 }
 

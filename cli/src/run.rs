@@ -123,6 +123,7 @@ impl Target {
                         interactive: request.interactive,
                         caller: None,
                         labels: request.labels.into_iter().collect(),
+                        session_id: String::new(),
                     })
                     .await?;
                 Ok(Events::Local(started.events))

@@ -6,6 +6,7 @@ pub mod agent;
 pub mod audit;
 pub mod auth;
 pub mod call;
+pub mod cron;
 pub mod dispatch;
 pub mod gate;
 pub mod memory;
@@ -75,6 +76,8 @@ pub struct CoordinatorConfig {
     /// argument, offered only while more than one of them is attached);
     /// empty: no choice (`placement.backend_choice`).
     pub backend_choice: Vec<String>,
+    /// The time cron schedules are read in (a test moves a manual clock).
+    pub cron_clock: Arc<dyn cron::clock::Clock>,
 }
 
 impl Default for CoordinatorConfig {
@@ -94,6 +97,7 @@ impl Default for CoordinatorConfig {
             home: None,
             placement: scheduler::PlacementConfig::default(),
             backend_choice: Vec::new(),
+            cron_clock: Arc::new(cron::clock::SystemClock),
         }
     }
 }
@@ -123,6 +127,10 @@ pub struct Coordinator {
     /// disconnects them.
     worker_tokens: Mutex<Vec<AttachedWith>>,
     metrics: metrics::Metrics,
+    /// The `cronjob` tool nudges the Cron actor through it.
+    cron_wake: Arc<tokio::sync::Notify>,
+    /// The Cron actor, once [`Coordinator::start_cron`] started it.
+    cron: Mutex<Option<cron::runner::CronActor>>,
 }
 
 /// A worker's command channel and the scoped token it attached with.
@@ -208,8 +216,17 @@ impl Coordinator {
                 initial.register(entry, false)?;
             }
         }
+        let cron_wake = Arc::new(tokio::sync::Notify::new());
         if let Some(db) = &config.agent.state_db {
             initial.register(agent::search::registry_entry(db.clone())?, false)?;
+            initial.register(
+                cron::registry_entry(cron::CronTool::new(
+                    db.clone(),
+                    config.cron_clock.clone(),
+                    cron_wake.clone(),
+                ))?,
+                false,
+            )?;
         }
         let (registry, _) = RegistryHandle::start(initial).await?;
         let (notices, notices_rx) = mpsc::unbounded_channel();
@@ -253,6 +270,8 @@ impl Coordinator {
             tokens,
             worker_tokens: Mutex::new(Vec::new()),
             metrics,
+            cron_wake,
+            cron: Mutex::new(None),
         });
         let weak = Arc::downgrade(&coordinator);
         tokio::spawn(async move {
@@ -376,6 +395,28 @@ impl Coordinator {
     /// Agent sessions: start, cancel, answer clarify questions.
     pub fn sessions(&self) -> &SessionHub {
         &self.sessions
+    }
+
+    /// Starts the Cron actor (a served coordinator, after it resumed its
+    /// predecessor's sessions): due jobs run from now on, and the runs a
+    /// dead predecessor left unfinished are adopted. `false` without a
+    /// state database, or when it already runs.
+    pub fn start_cron(&self) -> bool {
+        let Some(db) = self.config.agent.state_db.clone() else {
+            return false;
+        };
+        let mut cron = self.cron.lock().unwrap_or_else(|e| e.into_inner());
+        if cron.is_some() {
+            return false;
+        }
+        *cron = cron::runner::CronActor::start(cron::runner::CronStart {
+            db,
+            clock: self.config.cron_clock.clone(),
+            wake: self.cron_wake.clone(),
+            hub: self.sessions.clone(),
+            home: self.config.home.clone(),
+        });
+        cron.is_some()
     }
 
     /// One tool call through the whole pipeline, as a client makes it.
@@ -538,6 +579,9 @@ impl Coordinator {
     /// except durable ones (a served coordinator's): those stay recorded as
     /// running, and the next coordinator on the database resumes them.
     pub fn shutdown(&self) {
+        if let Some(cron) = self.cron.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            cron.stop();
+        }
         if !self.config.agent.durable {
             self.sessions.cancel_all();
         }

@@ -181,12 +181,14 @@ pub async fn run(exec: &Exec) -> Outcome {
     let Some(argv0) = exec.argv.first() else {
         return not_started("empty command".to_owned());
     };
+    let marker = RunMarker::new();
     let mut command = Command::new(program(argv0, &exec.cwd));
     command
         .args(&exec.argv[1..])
         .current_dir(&exec.cwd)
         .env_clear()
         .envs(environment(&exec.env))
+        .env(RUN_MARKER, &marker.0)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -201,6 +203,7 @@ pub async fn run(exec: &Exec) -> Outcome {
         (child.stdin.take(), child.stdout.take(), child.stderr.take())
     else {
         kill_group(pgid);
+        marker.kill_carriers();
         return not_started("no pipes to the process".to_owned());
     };
     let input = exec.stdin.clone();
@@ -241,8 +244,10 @@ pub async fn run(exec: &Exec) -> Outcome {
         Err(_) => Ended::TimedOut,
     };
     // Nothing a call started outlives it: its process group ends here, however
-    // the call ended (a daemon it forked into the group included).
+    // the call ended (a daemon it forked into the group included, and one
+    // that left the group with setsid, found by the marker it inherited).
     kill_group(pgid);
+    marker.kill_carriers();
     let stdout = if ended == Ended::TimedOut {
         Vec::new()
     } else {
@@ -260,6 +265,64 @@ pub async fn run(exec: &Exec) -> Outcome {
         stdout,
         stderr,
         elapsed: started.elapsed(),
+    }
+}
+
+/// The variable every process of a run inherits, whatever session or group
+/// it moves to: the one trace of a run that a double fork and `setsid` keep.
+/// (A process that clears its own environment escapes it; plugins are the
+/// operator's code, and this is for the daemons they start by accident.)
+const RUN_MARKER: &str = "CADUCEUS_PLUGIN_RUN";
+
+/// One run's value of [`RUN_MARKER`].
+struct RunMarker(String);
+
+impl RunMarker {
+    fn new() -> Self {
+        static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        Self(format!("{}.{run}.{nanos}", std::process::id()))
+    }
+
+    /// SIGKILLs every process whose environment carries this run's marker,
+    /// again until none is found (one may have forked while the last round
+    /// was killing), at most a few rounds.
+    fn kill_carriers(&self) {
+        let needle = format!("{RUN_MARKER}={}\0", self.0).into_bytes();
+        let own = std::process::id();
+        for _ in 0..5 {
+            let mut found = false;
+            let Ok(entries) = std::fs::read_dir("/proc") else {
+                return;
+            };
+            for entry in entries.flatten() {
+                let Some(pid) = entry
+                    .file_name()
+                    .to_str()
+                    .and_then(|n| n.parse::<i32>().ok())
+                else {
+                    continue;
+                };
+                if u32::try_from(pid).is_ok_and(|p| p == own) {
+                    continue;
+                }
+                let carries = std::fs::read(entry.path().join("environ"))
+                    .is_ok_and(|env| env.windows(needle.len()).any(|w| w == needle));
+                if carries {
+                    found = true;
+                    let _ = nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(pid),
+                        nix::sys::signal::Signal::SIGKILL,
+                    );
+                }
+            }
+            if !found {
+                return;
+            }
+        }
     }
 }
 

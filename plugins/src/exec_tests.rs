@@ -90,3 +90,39 @@ async fn a_process_that_leaves_a_child_holding_stdout_returns_when_it_exits() {
     }
     panic!("the leftover child outlived the call");
 }
+
+#[tokio::test]
+async fn a_daemon_that_left_the_process_group_ends_with_the_call() {
+    // setsid gives the daemon its own session and group: the group kill
+    // cannot reach it, only the marker it inherited can.
+    let mut e = exec("setsid sleep 313134 </dev/null >/dev/null 2>&1 & echo started");
+    e.timeout = Duration::from_secs(20);
+    let out = run(&e).await;
+    assert_eq!(out.ended, Ended::Exited(Some(0)));
+    assert_eq!(out.stdout_text(), "started\n");
+    let alive = || {
+        std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+            let running = std::fs::read_to_string(e.path().join("stat")).is_ok_and(|stat| {
+                !stat
+                    .rsplit(')')
+                    .next()
+                    .unwrap_or("")
+                    .trim_start()
+                    .starts_with('Z')
+            });
+            running
+                && std::fs::read(e.path().join("cmdline")).is_ok_and(|raw| {
+                    String::from_utf8_lossy(&raw)
+                        .replace('\0', " ")
+                        .contains("sleep 313134")
+                })
+        })
+    };
+    for _ in 0..50 {
+        if !alive() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the setsid daemon outlived its call");
+}

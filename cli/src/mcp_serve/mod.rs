@@ -40,6 +40,20 @@ const MCP_PATH: &str = "/mcp";
 pub enum McpCommand {
     /// Serve the fleet's tools to an MCP client: on stdio, or over streamable HTTP with --listen.
     Serve(McpServeArgs),
+    /// The MCP servers of `mcp_servers:` whose tools this host's coordinator offers.
+    List {
+        /// Print JSON (one array).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Connect to one configured MCP server, list its tools and disconnect.
+    Test {
+        /// The server's name under `mcp_servers:`.
+        name: String,
+        /// Print JSON (one object).
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Args)]
@@ -55,6 +69,8 @@ pub struct McpServeArgs {
 pub async fn run(command: McpCommand, config: &Config) -> Result<()> {
     match command {
         McpCommand::Serve(args) => serve(args, config).await,
+        McpCommand::List { json } => crate::mcp_client::list(config, json),
+        McpCommand::Test { name, json } => crate::mcp_client::test(config, &name, json).await,
     }
 }
 
@@ -134,7 +150,7 @@ async fn serve_http(fleet: Arc<Fleet>, own_token: Option<String>, listen: &str) 
             "mcp serve --listen needs a token its clients must present: pass --token or --token-file, or set CADUCEUS_TOKEN or CADUCEUS_TOKEN_FILE"
         ));
     }
-    let listener = tokio::net::TcpListener::bind(listen)
+    let listener = crate::listen::bind(listen)
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
     let address = listener.local_addr()?;

@@ -16,7 +16,7 @@ pub const ENVIRONMENT_ARG: &str = "environment";
 /// Tools of the coordinator's agent loop: they act on a model conversation
 /// (its todo list, a question to its user, a child agent) or on the state
 /// caduceus keeps for its own sessions (their memory, their transcripts,
-/// their skills). An MCP client has its own conversation and state; offered
+/// their skills, their scheduled jobs). An MCP client has its own conversation and state; offered
 /// here they would only answer errors or let a client read and rewrite what
 /// caduceus' sessions rely on.
 const AGENT_LOOP_TOOLS: &[&str] = &[
@@ -28,6 +28,7 @@ const AGENT_LOOP_TOOLS: &[&str] = &[
     "skills_list",
     "skill_view",
     "skill_manage",
+    "cronjob",
 ];
 
 /// MCP tools from the registry's OpenAI-shaped definitions.

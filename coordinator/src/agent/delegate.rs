@@ -67,10 +67,7 @@ pub struct DelegationConfig {
     pub base_url: Option<String>,
     pub api_key: Option<String>,
     /// hermes: children's dangerous commands are approved once instead of
-    /// denied. Accepted but not acted on yet: the agent loop gives children
-    /// neither `Approvals::auto_answer` nor a shared listener, so their
-    /// dangerous commands are held as `pending_approval` (coordinator README,
-    /// "Delegated children").
+    /// denied (`agent/turn/children.rs`, `answer_child_approvals`).
     pub subagent_auto_approve: Option<bool>,
 }
 

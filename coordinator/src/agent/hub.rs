@@ -68,6 +68,9 @@ pub struct StartRequest {
     /// Placement labels of the session's environment (and of its children's,
     /// under their own); empty = `placement.labels`.
     pub labels: std::collections::BTreeMap<String, String>,
+    /// "" = a new id; a given `sess_…` id is the session's (the Cron actor
+    /// records a run's session id before the session starts).
+    pub session_id: String,
 }
 
 /// A started session: its id and its event stream (children included). The
@@ -317,9 +320,18 @@ impl SessionHub {
             .snapshot()
             .selected_names(&filter)
             .map_err(|e| SessionError::Toolsets(e.to_string()))?;
-        let session_id = new_session_id();
+        let session_id = match request.session_id.trim() {
+            "" => new_session_id(),
+            given => given.to_owned(),
+        };
         let (release_task, task_id) = match request.task_id.trim() {
-            "" => (true, format!("task-{}", &session_id[5..])),
+            "" => (
+                true,
+                format!(
+                    "task-{}",
+                    session_id.strip_prefix("sess_").unwrap_or(&session_id)
+                ),
+            ),
             given => (false, given.to_owned()),
         };
         if !request.labels.is_empty() {

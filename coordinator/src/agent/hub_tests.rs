@@ -546,7 +546,7 @@ async fn invalid_names_and_arguments_get_hermes_results() {
     // Only the tools available right now are listed (no worker: no file tools).
     assert_eq!(
         first[0].1,
-        "Tool 'no_such_tool' does not exist. Available tools: big, clarify, delegate_task, echo, guarded, session_search, slow, slow_read, slow_write, terminal, todo, web_search, which_task"
+        "Tool 'no_such_tool' does not exist. Available tools: big, clarify, cronjob, delegate_task, echo, guarded, session_search, slow, slow_read, slow_write, terminal, todo, web_search, which_task"
     );
     let second = tool_messages(&requests[2].body);
     assert_eq!(second.len(), 4);
@@ -1213,4 +1213,84 @@ async fn hooks_hear_sessions_children_and_calls_in_order() {
     assert_eq!(heard[4].1, root_id);
     assert_eq!(heard[4].3["completed"], true);
     assert_eq!(heard[4].3["interrupted"], false);
+}
+
+/// A child whose only command is dangerous, and what its next turn read.
+async fn child_pushes_force(auto_approve: Option<bool>) -> String {
+    let script = vec![
+        ScriptedResponse::tool_calls(vec![call(
+            "d",
+            "delegate_task",
+            json!({"goal": "job push"}),
+        )]),
+        ScriptedResponse::tool_calls(vec![call(
+            "push-1",
+            "terminal",
+            json!({"command": "git push --force origin main"}),
+        )])
+        .for_conversation("job push"),
+        ScriptedResponse::text("push finished").for_conversation("job push"),
+        ScriptedResponse::text("Delegated."),
+    ];
+    let h = harness_with_gate(
+        script,
+        true,
+        |agent| Arc::make_mut(&mut agent.delegation).subagent_auto_approve = auto_approve,
+        Arc::new(CommandGate::new(ApprovalSettings::default())),
+    )
+    .await;
+    let mut stream = start(&h, "Push it", |_| {}).await;
+    // Nobody answers approvals here: a held call would wait out its minute
+    // before the child's next turn, so a prompt second turn proves the
+    // answer came at once. (The stand-in terminal starts a background
+    // process that never ends, so the session itself does not finish.)
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let child_second = loop {
+        let turns: Vec<_> = h
+            .server
+            .requests()
+            .into_iter()
+            .filter(|r| r.first_user_text() == "job push")
+            .collect();
+        if let Some(second) = turns.get(1) {
+            break second.clone();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the child's dangerous command was not answered at once"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let mut asked = false;
+    while let Ok(Some(event)) =
+        tokio::time::timeout(Duration::from_millis(200), stream.events.recv()).await
+    {
+        asked |= event.kind == "approval_needed";
+    }
+    assert!(!asked, "nobody follows a child: it must not be asked");
+    tool_messages(&child_second.body)[0].1.clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_childs_dangerous_command_is_refused_at_once_by_default() {
+    let read = child_pushes_force(None).await;
+    assert!(
+        read.contains(
+            "this subagent may not run dangerous commands (delegation.subagent_auto_approve is off)"
+        ),
+        "{read}"
+    );
+    assert!(!read.contains("Background process started"), "{read}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn subagent_auto_approve_runs_a_childs_dangerous_command_once() {
+    let read = child_pushes_force(Some(true)).await;
+    assert!(read.contains("Background process started"), "{read}");
+    assert!(
+        read.contains(
+            "was approved automatically for this subagent (delegation.subagent_auto_approve)"
+        ),
+        "{read}"
+    );
 }

@@ -36,6 +36,7 @@ use std::time::Duration;
 use caduceus_llm::LlmConfig;
 
 pub use delegate::DelegationConfig;
+pub(crate) use hub::new_session_id;
 pub use hub::{SessionError, SessionHub, SessionStream, StartRequest};
 
 /// hermes' default budget of a top-level session (`agent.max_turns`).

@@ -60,10 +60,49 @@ pub fn repair_tool_name(name: &str, valid: &BTreeSet<String>) -> Option<String> 
         return Some(hit.clone());
     }
 
-    let possibilities: Vec<&str> = valid.iter().map(String::as_str).collect();
-    similar::get_close_matches(lowered.as_str(), &possibilities, 1, 0.7)
-        .first()
-        .map(|m| (*m).to_owned())
+    fuzzy_match(&lowered, valid)
+}
+
+/// Prefix of the tools an MCP server contributes (`mcp__<server>__<tool>`).
+const MCP_PREFIX: &str = "mcp__";
+
+/// `mcp__<server>__` of an MCP tool's name, `None` for any other name.
+fn mcp_namespace(name: &str) -> Option<&str> {
+    let rest = name.strip_prefix(MCP_PREFIX)?;
+    let end = rest.find("__")?;
+    Some(&name[..MCP_PREFIX.len() + end + 2])
+}
+
+/// hermes' difflib match with its 0.7 cutoff, except that it never crosses
+/// into another server's tools or out of one, and compares an MCP tool by
+/// the part after its namespace. The shared `mcp__<server>__` prefix would
+/// otherwise make a server's names match one another: a call to a removed
+/// `mcp__git__git_init` ran `mcp__git__git_commit`. A repair that runs a
+/// different tool than the model meant is worse than hermes' unknown-tool
+/// error, which the model can read and act on.
+fn fuzzy_match(lowered: &str, valid: &BTreeSet<String>) -> Option<String> {
+    match mcp_namespace(lowered) {
+        Some(namespace) => {
+            let short = &lowered[namespace.len()..];
+            let shorts: Vec<&str> = valid
+                .iter()
+                .filter_map(|v| v.strip_prefix(namespace))
+                .collect();
+            similar::get_close_matches(short, &shorts, 1, 0.7)
+                .first()
+                .map(|m| format!("{namespace}{m}"))
+        }
+        None => {
+            let possibilities: Vec<&str> = valid
+                .iter()
+                .map(String::as_str)
+                .filter(|v| mcp_namespace(v).is_none())
+                .collect();
+            similar::get_close_matches(lowered, &possibilities, 1, 0.7)
+                .first()
+                .map(|m| (*m).to_owned())
+        }
+    }
 }
 
 fn normalize(name: &str) -> String {

@@ -48,3 +48,35 @@ fn unrepairable_names() {
         assert_eq!(repair_tool_name(given, &v), None, "{given}");
     }
 }
+
+#[test]
+fn a_missing_mcp_tool_is_not_repaired_into_a_sibling() {
+    let v: BTreeSet<String> = [
+        "terminal",
+        "mcp__git__git_commit",
+        "mcp__git__git_status",
+        "mcp__fixture__whoami",
+        "mcp__time__get_current_time",
+    ]
+    .into_iter()
+    .map(str::to_owned)
+    .collect();
+    // Under plain difflib each of these scored over 0.7 against a sibling
+    // through the shared prefix and ran it.
+    for given in ["mcp__git__git_init", "mcp__fixture__doomed"] {
+        assert_eq!(repair_tool_name(given, &v), None, "{given}");
+    }
+    // A typo within a server's own tool names is still repaired...
+    assert_eq!(
+        repair_tool_name("mcp__git__git_stats", &v).as_deref(),
+        Some("mcp__git__git_status")
+    );
+    assert_eq!(
+        repair_tool_name("MCP__time__get_current_time", &v).as_deref(),
+        Some("mcp__time__get_current_time")
+    );
+    // ...but never into another server's tools, or from a bare name into one.
+    assert_eq!(repair_tool_name("mcp__gti__git_status", &v), None);
+    assert_eq!(repair_tool_name("git_status", &v), None);
+    assert_eq!(repair_tool_name("terminl", &v).as_deref(), Some("terminal"));
+}

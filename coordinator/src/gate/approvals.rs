@@ -341,25 +341,6 @@ impl Approvals {
         self.register(session_id, Route::Auto(answer))
     }
 
-    /// Sends requests of `session_id` (a delegated child, say) to an
-    /// existing listener's channel, until the guard is dropped. `None` when
-    /// the listener is gone.
-    pub fn share_listener(
-        &self,
-        listener: &ApprovalListener,
-        session_id: &str,
-    ) -> Option<ListenerGuard> {
-        let route = {
-            let state = self.lock();
-            state
-                .listeners
-                .get(&listener.guard.session_id)?
-                .route
-                .clone()
-        };
-        Some(self.register(session_id, route))
-    }
-
     fn register(&self, session_id: &str, route: Route) -> ListenerGuard {
         let mut state = self.lock();
         state.next_generation += 1;

@@ -324,27 +324,6 @@ async fn a_cancelled_call_leaves_no_request_behind() {
 }
 
 #[tokio::test]
-async fn a_shared_listener_hears_a_child_session() {
-    let a = approvals(Duration::from_secs(30));
-    let mut listener = a.attach_listener("parent");
-    let child = a.share_listener(&listener, "child").unwrap();
-    let waiting = {
-        let a = a.clone();
-        tokio::spawn(async move { a.request(query("rm -rf build", Some("child"))).await })
-    };
-    let request = listener.recv().await.unwrap();
-    assert_eq!(request.session_id.as_deref(), Some("child"));
-    a.answer(&request.id, Decision::Approve(Scope::Session))
-        .unwrap();
-    assert!(matches!(waiting.await.unwrap(), Ruling::Admit { .. }));
-    drop(child);
-    assert!(matches!(
-        a.request(query("rm -rf x", Some("child2"))).await,
-        Ruling::Pending { .. }
-    ));
-}
-
-#[tokio::test]
 async fn a_newer_listener_replaces_the_older_one() {
     let a = approvals(Duration::from_secs(30));
     let old = a.attach_listener("s1");

@@ -52,6 +52,12 @@ pub const STATIC_TOOLSETS: &[ToolsetDef] = &[
         includes: &[],
     },
     ToolsetDef {
+        name: "cronjob",
+        description: "Cronjob management tools - create, list, update, pause, resume, remove, run scheduled tasks",
+        tools: &["cronjob"],
+        includes: &[],
+    },
+    ToolsetDef {
         name: "session_search",
         description: "Search and recall past conversations",
         tools: &["session_search"],

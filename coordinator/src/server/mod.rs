@@ -259,6 +259,7 @@ impl Control for ControlService {
                 interactive: req.interactive,
                 caller,
                 labels: req.labels.into_iter().collect(),
+                session_id: String::new(),
             })
             .await
             .map_err(|e| session_status(&e))?;

@@ -35,7 +35,7 @@
 )]
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -404,6 +404,7 @@ async fn start_waiting(
             interactive: true,
             caller: None,
             labels: Default::default(),
+            session_id: String::new(),
         })
         .await
         .unwrap();
@@ -476,6 +477,10 @@ async fn serve_sim<S>(
             command: Some(command),
         })) = command
         else {
+            // A detach the bench did not ask for (the coordinator declared
+            // this worker lost, or the link broke): say so, since the
+            // attached count the bench waits for will be one short.
+            eprintln!("simulated worker: command stream ended: {command:?}");
             return;
         };
         let answer = match command {
@@ -594,8 +599,17 @@ fn serve() -> Served {
             break format!("http://{}", address.trim());
         }
     };
-    // Keep draining its stderr so that it never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines.by_ref() {});
+    // Keep draining its stderr so that it never blocks on a full pipe; kept
+    // in BENCH_COORDINATOR_LOG_FILE when that names a file.
+    let mut keep = std::env::var_os("BENCH_COORDINATOR_LOG_FILE")
+        .map(|path| std::fs::File::create(path).expect("BENCH_COORDINATOR_LOG_FILE"));
+    std::thread::spawn(move || {
+        for line in lines.by_ref().map_while(Result::ok) {
+            if let Some(file) = keep.as_mut() {
+                let _ = writeln!(file, "{line}");
+            }
+        }
+    });
     Served {
         child,
         url,

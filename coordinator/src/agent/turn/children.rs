@@ -5,6 +5,7 @@ use super::*;
 use crate::agent::resume;
 use crate::agent::session::start_session;
 use crate::agent::store::StoredSession;
+use crate::gate::AutoAnswer;
 
 impl AgentLoop {
     /// `delegate_task`: runs the children as linked Session actors and waits
@@ -141,6 +142,7 @@ impl AgentLoop {
         restored: Option<Restored>,
     ) -> ChildWait {
         let (report_tx, report_rx) = oneshot::channel();
+        self.answer_child_approvals(&spec);
         let args = SessionArgs {
             hub: self.hub.clone(),
             spec,
@@ -153,6 +155,29 @@ impl AgentLoop {
             Ok(_) => ChildWait::Running(report_rx),
             Err(err) => ChildWait::NotStarted(format!("the subagent could not start: {err}")),
         }
+    }
+
+    /// No person answers a child's approvals: as hermes, its dangerous
+    /// commands are refused at once, or approved once each with
+    /// `delegation.subagent_auto_approve: true` (rather than held as
+    /// `pending_approval` for a minute that nobody is watching). The standing
+    /// answer lasts as long as the child: its token is cancelled when its
+    /// actor stops.
+    fn answer_child_approvals(&self, spec: &SessionSpec) {
+        let Some(approvals) = self.hub.dispatcher.gate().approvals() else {
+            return;
+        };
+        let answer = if self.hub.settings.delegation.subagent_auto_approve == Some(true) {
+            AutoAnswer::ApproveOnce
+        } else {
+            AutoAnswer::Deny
+        };
+        let standing = approvals.auto_answer(&spec.session_id, answer);
+        let ended = spec.cancel.clone();
+        tokio::spawn(async move {
+            ended.cancelled().await;
+            drop(standing);
+        });
     }
 
     /// After a restart, the children an interrupted `delegate_task` had

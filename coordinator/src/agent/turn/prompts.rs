@@ -43,6 +43,9 @@ pub(super) fn root_system_prompt(tools: &BTreeSet<String>, memory: Option<&str>)
     if tools.contains("session_search") {
         prompt.push_str("- session_search finds what was said in earlier sessions.\n");
     }
+    if tools.contains("cronjob") {
+        prompt.push_str("- Work for later or on a schedule goes to the cronjob tool; a job runs in a fresh session that knows nothing of this one.\n");
+    }
     if tools.contains("skill_view") {
         prompt.push_str("- Before a task that a skill covers, load it with skill_view (skills_list shows them); save a reusable procedure with skill_manage.\n");
     }

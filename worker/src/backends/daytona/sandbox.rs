@@ -453,6 +453,16 @@ impl RemoteProcess {
                 }
                 None => {
                     failures += 1;
+                    // Said loudly: a process whose output ends here looks
+                    // like one that printed nothing.
+                    match &answer {
+                        Err(err) => {
+                            tracing::warn!(session = %self.session, "output poll failed: {err}")
+                        }
+                        Ok((code, result)) => {
+                            tracing::warn!(session = %self.session, "unreadable output poll ({code}): {}", result.chars().take(200).collect::<String>())
+                        }
+                    }
                     if let Err(err) = &answer {
                         tracing::debug!(session = %self.session, "output poll failed: {err}");
                         // The sandbox is gone: the process with it.

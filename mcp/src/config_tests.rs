@@ -1,0 +1,115 @@
+use std::time::Duration;
+
+use super::*;
+
+fn parse(yaml: &str, vars: &[(&str, &str)]) -> Vec<Configured> {
+    let value: Value = serde_yaml::from_str(yaml).unwrap();
+    let vars: Vec<(String, String)> = vars
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    parse_servers(Some(&value), &|name| {
+        vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+    })
+    .unwrap()
+}
+
+#[test]
+fn hermes_keys_with_defaults_and_interpolation() {
+    let servers = parse(
+        "time:\n  command: uvx\n  args: [mcp-server-time, '--tz=${TZ_NAME}']\n  env:\n    KEY: ${env:API_KEY}\n    N: 3\nweb:\n  url: https://example.com/mcp\n  headers:\n    Authorization: Bearer ${TOKEN}\n  timeout: 12.5\n  connect_timeout: 5\n  enabled: false\n  supports_parallel_tool_calls: true\n  tools:\n    include: [search]\n    exclude: [delete]\n",
+        &[("TZ_NAME", "UTC"), ("API_KEY", "k-1"), ("TOKEN", "t-2")],
+    );
+    let time = servers[0].config.as_ref().unwrap();
+    assert_eq!(servers[0].name, "time");
+    assert_eq!(
+        time.transport,
+        Transport::Stdio {
+            command: "uvx".into(),
+            args: vec!["mcp-server-time".into(), "--tz=UTC".into()],
+            env: [
+                ("KEY".to_owned(), "k-1".to_owned()),
+                ("N".to_owned(), "3".to_owned())
+            ]
+            .into_iter()
+            .collect(),
+        }
+    );
+    assert_eq!(time.timeout, Duration::from_secs(300));
+    assert_eq!(time.connect_timeout, Duration::from_secs(60));
+    assert!(time.enabled && !time.supports_parallel_tool_calls);
+    assert!(time.offers("anything"));
+    let web = servers[1].config.as_ref().unwrap();
+    assert_eq!(
+        web.transport,
+        Transport::Http {
+            url: "https://example.com/mcp".into(),
+            headers: [("Authorization".to_owned(), "Bearer t-2".to_owned())]
+                .into_iter()
+                .collect(),
+        }
+    );
+    assert_eq!(web.timeout, Duration::from_millis(12_500));
+    assert_eq!(web.connect_timeout, Duration::from_secs(5));
+    assert!(!web.enabled && web.supports_parallel_tool_calls);
+    assert!(web.offers("search") && !web.offers("delete") && !web.offers("other"));
+}
+
+#[test]
+fn url_wins_over_command_and_args_string_is_shell_split() {
+    let servers = parse(
+        "both:\n  command: x\n  url: http://127.0.0.1:1/mcp\nsplit:\n  command: npx\n  args: -y 'pkg with spaces' \"a\\\"b\"\n",
+        &[],
+    );
+    assert_eq!(servers[0].config.as_ref().unwrap().transport.kind(), "http");
+    let Transport::Stdio { args, .. } = &servers[1].config.as_ref().unwrap().transport else {
+        panic!("stdio expected");
+    };
+    assert_eq!(args, &["-y", "pkg with spaces", "a\"b"]);
+}
+
+#[test]
+fn one_bad_server_does_not_hide_the_others() {
+    let servers = parse(
+        "nothing: {}\nmissing_var:\n  command: ${NOPE}\nbad_url:\n  url: ftp://x\nbad_timeout:\n  command: x\n  timeout: -1\nok:\n  command: x\n",
+        &[],
+    );
+    let errors: Vec<String> = servers
+        .iter()
+        .map(|s| match &s.config {
+            Ok(_) => "ok".to_owned(),
+            Err(e) => e.to_string(),
+        })
+        .collect();
+    assert_eq!(
+        errors,
+        [
+            "MCP server 'nothing' has neither a command (stdio) nor a url (HTTP)",
+            "MCP server 'missing_var': the variable NOPE (named as ${NOPE}) is not set",
+            "Invalid MCP URL for 'bad_url': scheme must be http or https ('ftp://x')",
+            "MCP server 'bad_timeout': timeout must be a positive number of seconds, not -1",
+            "ok",
+        ]
+    );
+}
+
+#[test]
+fn section_shapes() {
+    assert!(parse_servers(None, &|_| None).unwrap().is_empty());
+    assert!(
+        parse_servers(Some(&Value::Null), &|_| None)
+            .unwrap()
+            .is_empty()
+    );
+    let list: Value = serde_yaml::from_str("[a, b]").unwrap();
+    assert!(parse_servers(Some(&list), &|_| None).is_err());
+}
+
+#[test]
+fn reconnect_backoff_doubles_to_its_cap() {
+    let r = Reconnect::default();
+    let delays: Vec<u64> = (1..=8).map(|n| r.delay(n).as_secs()).collect();
+    assert_eq!(delays, [1, 2, 4, 8, 16, 32, 60, 60]);
+    assert_eq!((r.retries, r.initial_retries), (5, 3));
+    assert_eq!(r.probe_interval, Duration::from_secs(300));
+}

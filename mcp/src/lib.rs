@@ -1,0 +1,40 @@
+//! The MCP client: the servers of `mcp_servers:` (stdio child processes and
+//! streamable HTTP endpoints) whose tools join the coordinator's registry as
+//! `Handler::Local` entries named `mcp__<server>__<tool>` in toolset
+//! `mcp-<server>`, so every call goes through the same pipeline as a
+//! built-in (name repair, coercion, hooks, the gate, the result cap, secret
+//! masking, audit).
+//!
+//! The SDK (rmcp) is behind [`session::Connector`] / [`session::Session`]:
+//! the hub, the tools and the result shaping speak our own types only, and
+//! `sdk.rs` is the one file that names rmcp.
+
+pub mod config;
+pub mod hub;
+pub mod result;
+pub mod sdk;
+pub mod session;
+mod stdio;
+mod tool;
+
+pub use config::{Configured, Reconnect, ServerConfig, Transport, parse_servers};
+pub use hub::{Probe, probe, start, tool_name, toolset};
+pub use session::{CallOutput, Connector, RemoteTool, ServerIdentity, Session};
+
+/// Why a server or a call failed. Every variant's text names the server, so
+/// that it can be shown to the model and the operator as it is.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum McpError {
+    #[error("{0}")]
+    Config(String),
+    #[error("MCP server '{server}' could not be started: {message}")]
+    Spawn { server: String, message: String },
+    #[error("MCP server '{server}' failed to connect: {message}")]
+    Connect { server: String, message: String },
+    #[error("MCP server '{server}' did not finish connecting within {seconds}s")]
+    ConnectTimeout { server: String, seconds: u64 },
+    #[error("MCP server '{server}' closed the connection")]
+    Closed { server: String },
+    #[error("MCP server '{server}': {message}")]
+    Protocol { server: String, message: String },
+}

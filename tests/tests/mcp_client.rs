@@ -1,0 +1,444 @@
+//! The MCP client against real servers from PyPI: `mcp-server-time` and
+//! `mcp-server-git` over stdio, and a streamable-HTTP server written with the
+//! `mcp` Python SDK (tests/fixtures/mcp/http_server.py) that adds a tool and
+//! sends tools/list_changed mid-session. Their tools are registered on a
+//! served coordinator as `mcp__<server>__<tool>` and called with
+//! `caduceus call`, as a model's calls would be.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use caduceus_tests::{Fleet, Proc, require, signal};
+use serde_json::{Value, json};
+
+/// Whether `python3` can import `module` (an installed PyPI package).
+fn python_has(module: &str, package: &str) -> bool {
+    require(
+        &format!("the Python package {package}"),
+        "`pip install mcp==2.3.0 mcp-server-time==2026.10.19 mcp-server-git==2026.10.19` (.ci/run installs them)",
+        || {
+            Command::new("python3")
+                .args(["-c", &format!("import {module}")])
+                .output()
+                .is_ok_and(|o| o.status.success())
+        },
+    )
+}
+
+fn stdio_servers_present() -> bool {
+    python_has("mcp_server_time", "mcp-server-time")
+        && python_has("mcp_server_git", "mcp-server-git")
+}
+
+/// The tool names `caduceus tools` lists for `toolsets` (all, when empty).
+fn tool_names(fleet: &Fleet, coordinator: &Proc, toolsets: &str) -> Vec<String> {
+    let mut args = vec!["tools", "--json"];
+    if !toolsets.is_empty() {
+        args.extend(["--toolsets", toolsets]);
+    }
+    let out = fleet.client(coordinator, &args);
+    assert!(
+        out.status.success(),
+        "tools failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let defs: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut names: Vec<String> = defs
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["function"]["name"].as_str().unwrap().to_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+fn wait_until(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !done() {
+        assert!(Instant::now() < deadline, "gave up waiting: {what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn script(path: &Path, body: &str) {
+    std::fs::write(path, body).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+fn git_repo(dir: &Path) {
+    for args in [
+        vec!["init", "-q", "-b", "main"],
+        vec!["config", "user.email", "t@example.com"],
+        vec!["config", "user.name", "t"],
+    ] {
+        assert!(
+            Command::new("git")
+                .args(&args)
+                .current_dir(dir)
+                .status()
+                .unwrap()
+                .success()
+        );
+    }
+    std::fs::write(dir.join("notes.txt"), "hello\n").unwrap();
+}
+
+#[test]
+fn stdio_servers_are_listed_and_called_with_hermes_shaped_results() {
+    if !stdio_servers_present() {
+        return;
+    }
+    let fleet = Fleet::new();
+    let repo = tempfile::tempdir().unwrap();
+    git_repo(repo.path());
+    fleet.write_config(&format!(
+        "mcp_servers:\n  time:\n    command: mcp-server-time\n    args: [--local-timezone, UTC]\n  git:\n    command: mcp-server-git\n    args: --repository '{}'\n    tools:\n      exclude: [git_init]\n  off:\n    command: mcp-server-time\n    enabled: false\n",
+        repo.path().display()
+    ));
+    let coordinator = fleet.serve(&[]);
+
+    let time_tools = tool_names(&fleet, &coordinator, "mcp-time");
+    assert_eq!(
+        time_tools,
+        ["mcp__time__convert_time", "mcp__time__get_current_time"]
+    );
+    // The server's name is an alias of its toolset, as in hermes.
+    assert_eq!(tool_names(&fleet, &coordinator, "time"), time_tools);
+    let git_tools = tool_names(&fleet, &coordinator, "mcp-git");
+    assert!(
+        git_tools.contains(&"mcp__git__git_status".to_owned()),
+        "{git_tools:?}"
+    );
+    assert!(
+        !git_tools.contains(&"mcp__git__git_init".to_owned()),
+        "excluded: {git_tools:?}"
+    );
+    let everything = tool_names(&fleet, &coordinator, "mcp-time,mcp-git,terminal");
+    assert!(!everything.iter().any(|t| t.starts_with("mcp__off__")));
+
+    // A successful call: {"result": <the text block>} (mcp-server-time's
+    // structuredContent is its text serialized, so it is not repeated).
+    let now = fleet.call(
+        &coordinator,
+        "mcp__time__get_current_time",
+        &json!({"timezone": "Europe/Oslo"}),
+        "t1",
+    );
+    let keys: Vec<&String> = now.as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["result"], "{now}");
+    let inner: Value = serde_json::from_str(now["result"].as_str().unwrap()).unwrap();
+    assert_eq!(inner["timezone"], "Europe/Oslo", "{now}");
+
+    // The server refuses the arguments: an error the model can read.
+    let bad = fleet.call(
+        &coordinator,
+        "mcp__time__get_current_time",
+        &json!({"timezone": "Not/A_Zone"}),
+        "t1",
+    );
+    let message = bad["error"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no error: {bad}"));
+    assert!(message.contains("Not/A_Zone"), "{bad}");
+
+    let status = fleet.call(
+        &coordinator,
+        "mcp__git__git_status",
+        &json!({"repo_path": repo.path().display().to_string()}),
+        "t1",
+    );
+    let text = status["result"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{status}"));
+    assert!(text.contains("notes.txt"), "{status}");
+    // (Calling the excluded `mcp__git__git_init` is not asserted: the
+    // pipeline's fuzzy name repair turns it into `mcp__git__git_commit`.)
+}
+
+/// `tests/fixtures/mcp/http_server.py`, started; its port.
+fn http_fixture() -> (Child, u16) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/mcp/http_server.py");
+    let mut child = Command::new("python3")
+        .arg(script)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let port = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("fixture said {line:?}"))
+        .parse()
+        .unwrap();
+    (child, port)
+}
+
+#[test]
+fn http_server_tools_hot_reload_on_list_changed() {
+    if !python_has("mcp, httpx2, uvicorn", "mcp") {
+        return;
+    }
+    let (mut fixture, port) = http_fixture();
+    let fleet = Fleet::new();
+    fleet.write_config(&format!(
+        "mcp_servers:\n  fixture:\n    url: http://127.0.0.1:{port}/mcp\n    headers:\n      X-Fixture-Token: \"tag-${{FIXTURE_TAG}}\"\n    timeout: 30\n"
+    ));
+    let coordinator = fleet.serve_with_env(&[], &[("FIXTURE_TAG", "blue-42")]);
+    let call = |tool: &str, args: Value| fleet.call(&coordinator, tool, &args, "h1");
+
+    let before = tool_names(&fleet, &coordinator, "mcp-fixture");
+    assert_eq!(
+        before,
+        [
+            "mcp__fixture__echo",
+            "mcp__fixture__fail",
+            "mcp__fixture__forecast",
+            "mcp__fixture__grow",
+            "mcp__fixture__retired_quarterly_ledger_export",
+            "mcp__fixture__whoami",
+        ]
+    );
+    // The configured header reached the server, ${VAR} interpolated.
+    assert_eq!(
+        call("mcp__fixture__whoami", json!({}))["result"],
+        "tag-blue-42"
+    );
+    // Structured output only (the text block is its JSON): hermes puts the
+    // text in `result` and drops the duplicate.
+    let forecast = call("mcp__fixture__forecast", json!({"city": "Oslo"}));
+    assert_eq!(forecast.as_object().unwrap().len(), 1, "{forecast}");
+    let parsed: Value = serde_json::from_str(forecast["result"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        parsed,
+        json!({"city": "Oslo", "temperature_c": 21, "sky": "clear"})
+    );
+    // Text and a structured value that is not its serialization: both.
+    assert_eq!(
+        call("mcp__fixture__echo", json!({"text": "héllo"})),
+        json!({"result": "héllo", "structuredContent": {"result": "héllo"}})
+    );
+    // isError: the tool's text as the error.
+    let failed = call("mcp__fixture__fail", json!({"reason": "on purpose"}));
+    assert!(
+        failed["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("fixture failure: on purpose")),
+        "{failed}"
+    );
+
+    // Mid-session the server adds `sprout`, removes the ledger tool and
+    // sends tools/list_changed: the next definitions request shows it.
+    assert_eq!(call("mcp__fixture__grow", json!({}))["result"], "grown");
+    wait_until(
+        "the registry to show the new tool list",
+        Duration::from_secs(30),
+        || {
+            let names = tool_names(&fleet, &coordinator, "mcp-fixture");
+            names.contains(&"mcp__fixture__sprout".to_owned())
+                && !names.contains(&"mcp__fixture__retired_quarterly_ledger_export".to_owned())
+        },
+    );
+    assert_eq!(
+        call("mcp__fixture__sprout", json!({"n": "3"}))["result"],
+        "sprouted 3",
+        "arguments are coerced to the new tool's schema"
+    );
+    let removed = call("mcp__fixture__retired_quarterly_ledger_export", json!({}));
+    assert!(
+        removed["error"].as_str().is_some_and(|e| e.starts_with(
+            "Tool 'mcp__fixture__retired_quarterly_ledger_export' does not exist. Available tools: "
+        )),
+        "{removed}"
+    );
+
+    // The server dies: calls fail with an error naming it.
+    let _ = fixture.kill();
+    let _ = fixture.wait();
+    let dead = call("mcp__fixture__echo", json!({"text": "anyone?"}));
+    let message = dead["error"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no error: {dead}"));
+    assert!(message.contains("'fixture'"), "{dead}");
+}
+
+/// A stdio server started through a script that refuses to start while
+/// `<dir>/<name>.up` is missing and records its pid in `<dir>/<name>.pid`.
+fn switchable_server(dir: &Path, name: &str) -> PathBuf {
+    let path = dir.join(format!("{name}.sh"));
+    script(
+        &path,
+        &format!(
+            "#!/bin/sh\n[ -e \"$STATE_DIR/{name}.up\" ] || {{ echo '{name} is switched off' >&2; exit 3; }}\necho $$ > \"$STATE_DIR/{name}.pid\"\nexec mcp-server-time --local-timezone UTC\n"
+        ),
+    );
+    std::fs::write(dir.join(format!("{name}.up")), "").unwrap();
+    path
+}
+
+fn kill_server(dir: &Path, name: &str) {
+    std::fs::remove_file(dir.join(format!("{name}.up"))).unwrap();
+    let pid: u32 = std::fs::read_to_string(dir.join(format!("{name}.pid")))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    signal(pid, "KILL");
+}
+
+#[test]
+fn killed_or_hung_stdio_server_fails_clearly_reconnects_and_parks_after_repeated_failures() {
+    if !python_has("mcp_server_time", "mcp-server-time") {
+        return;
+    }
+    let state = tempfile::tempdir().unwrap();
+    let flaky = switchable_server(state.path(), "flaky");
+    let fragile = switchable_server(state.path(), "fragile");
+    let fleet = Fleet::new();
+    let env = format!("    env:\n      STATE_DIR: '{}'\n", state.path().display());
+    fleet.write_config(&format!(
+        "mcp_servers:\n  flaky:\n    command: '{}'\n{env}    tools:\n      include: [get_current_time]\n    timeout: 3\n    reconnect: {{first_delay: 0.2, max_delay: 1, retries: 100000}}\n  fragile:\n    command: '{}'\n{env}    tools:\n      include: [convert_time]\n    reconnect: {{first_delay: 0.2, max_delay: 0.2, retries: 2, probe_interval: 2}}\n",
+        flaky.display(),
+        fragile.display()
+    ));
+    let coordinator = fleet.serve(&[]);
+    let now = |server: &str| {
+        let (tool, args) = match server {
+            "flaky" => ("mcp__flaky__get_current_time", json!({"timezone": "UTC"})),
+            _ => (
+                "mcp__fragile__convert_time",
+                json!({"source_timezone": "UTC", "time": "12:00", "target_timezone": "Asia/Tokyo"}),
+            ),
+        };
+        fleet.call(&coordinator, tool, &args, "k1")
+    };
+    assert!(now("flaky")["result"].is_string(), "{}", now("flaky"));
+    assert!(now("fragile")["result"].is_string(), "{}", now("fragile"));
+
+    // Killed, and unable to start again: calls fail with an error naming the
+    // server, while the supervisor keeps retrying.
+    kill_server(state.path(), "flaky");
+    let down = now("flaky");
+    let message = down["error"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no error: {down}"));
+    assert!(message.contains("MCP server 'flaky'"), "{down}");
+    assert!(
+        tool_names(&fleet, &coordinator, "mcp-flaky")
+            .contains(&"mcp__flaky__get_current_time".to_owned()),
+        "still registered while reconnecting"
+    );
+    // Back: the next reconnect attempt picks it up.
+    std::fs::write(state.path().join("flaky.up"), "").unwrap();
+    wait_until("flaky to reconnect", Duration::from_secs(60), || {
+        now("flaky")["result"].is_string()
+    });
+
+    // Hung (SIGSTOP): the call ends at the server's `timeout` with a timeout
+    // error; once the server runs again, so do calls.
+    let pid: u32 = std::fs::read_to_string(state.path().join("flaky.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    signal(pid, "STOP");
+    let hung = now("flaky");
+    signal(pid, "CONT");
+    assert_eq!(
+        hung["error"], "MCP call to 'get_current_time' on server 'flaky' timed out after 3s",
+        "{hung}"
+    );
+    assert!(now("flaky")["result"].is_string());
+
+    // Repeated failure: parked, its tools deregistered, then probed.
+    kill_server(state.path(), "fragile");
+    wait_until("fragile to be parked", Duration::from_secs(60), || {
+        let mcp: Vec<String> = tool_names(&fleet, &coordinator, "")
+            .into_iter()
+            .filter(|t| t.starts_with("mcp__"))
+            .collect();
+        mcp == ["mcp__flaky__get_current_time"]
+    });
+    let parked = now("fragile");
+    assert!(
+        parked["error"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("Tool 'mcp__fragile__convert_time' does not exist")),
+        "{parked}"
+    );
+    std::fs::write(state.path().join("fragile.up"), "").unwrap();
+    wait_until("fragile to be probed back", Duration::from_secs(60), || {
+        now("fragile")["result"].is_string()
+    });
+}
+
+#[test]
+fn mcp_list_and_test_commands() {
+    if !python_has("mcp_server_time", "mcp-server-time") {
+        return;
+    }
+    let fleet = Fleet::new();
+    fleet.write_config(
+        "mcp_servers:\n  time:\n    command: mcp-server-time\n    tools:\n      exclude: [convert_time]\n  broken:\n    args: [x]\n  missing:\n    command: /nonexistent/mcp-server\n",
+    );
+    let run = |args: &[&str]| fleet.command().args(args).output().unwrap();
+
+    let list = run(&["mcp", "list", "--json"]);
+    assert!(
+        list.status.success(),
+        "{}",
+        String::from_utf8_lossy(&list.stderr)
+    );
+    let rows: Value = serde_json::from_slice(&list.stdout).unwrap();
+    assert_eq!(rows[0]["name"], "time");
+    assert_eq!(rows[0]["transport"], "stdio");
+    assert_eq!(rows[0]["toolset"], "mcp-time");
+    assert_eq!(rows[0]["enabled"], true);
+    assert_eq!(
+        rows[1]["error"],
+        "MCP server 'broken' has neither a command (stdio) nor a url (HTTP)"
+    );
+    let table = run(&["mcp", "list"]);
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(table.contains("all but convert_time"), "{table}");
+
+    let test = run(&["mcp", "test", "time", "--json"]);
+    assert!(
+        test.status.success(),
+        "{}",
+        String::from_utf8_lossy(&test.stderr)
+    );
+    let probe: Value = serde_json::from_slice(&test.stdout).unwrap();
+    assert_eq!(probe["ok"], true);
+    assert_eq!(
+        probe["tools"],
+        json!([{"name": "mcp__time__get_current_time", "tool": "get_current_time", "description": probe["tools"][0]["description"]}])
+    );
+    assert_eq!(probe["filtered_out"], json!(["convert_time"]));
+
+    let missing = run(&["mcp", "test", "missing", "--json"]);
+    assert!(!missing.status.success());
+    let failure: Value = serde_json::from_slice(&missing.stdout).unwrap();
+    assert!(
+        failure["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("MCP server 'missing' could not be started: /nonexistent/mcp-server"),
+        "{failure}"
+    );
+    let unknown = run(&["mcp", "test", "nope"]);
+    assert!(!unknown.status.success());
+    assert!(
+        String::from_utf8_lossy(&unknown.stderr)
+            .contains("no MCP server 'nope' in mcp_servers (configured: time, broken, missing)")
+    );
+}
