@@ -224,6 +224,12 @@ pub struct TerminalSection {
     pub ssh_connect_timeout: u64,
     /// Directory of the master's control socket (keep it short).
     pub ssh_control_dir: Option<String>,
+    /// Daytona snapshot sandboxes are created from (`TERMINAL_DAYTONA_SNAPSHOT`).
+    pub daytona_snapshot: Option<String>,
+    /// Daytona image when no snapshot is set (`TERMINAL_DAYTONA_IMAGE`);
+    /// neither: the organization's default snapshot. Credentials, the API
+    /// URL and the target come from `DAYTONA_*` variables only.
+    pub daytona_image: Option<String>,
     /// Image of Singularity/Apptainer environments (`TERMINAL_SINGULARITY_IMAGE`).
     pub singularity_image: Option<String>,
     /// The apptainer/singularity executable (`TERMINAL_SINGULARITY_EXECUTABLE`);
@@ -305,6 +311,8 @@ impl Default for TerminalSection {
             ssh_known_hosts: None,
             ssh_connect_timeout: 10,
             ssh_control_dir: None,
+            daytona_snapshot: None,
+            daytona_image: None,
             singularity_image: None,
             singularity_executable: None,
             singularity_binds: Vec::new(),
@@ -680,6 +688,8 @@ impl Config {
             ("TERMINAL_SSH_KNOWN_HOSTS", &mut t.ssh_known_hosts),
             ("TERMINAL_SSH_CONTROL_DIR", &mut t.ssh_control_dir),
             ("TERMINAL_SINGULARITY_IMAGE", &mut t.singularity_image),
+            ("TERMINAL_DAYTONA_SNAPSHOT", &mut t.daytona_snapshot),
+            ("TERMINAL_DAYTONA_IMAGE", &mut t.daytona_image),
             (
                 "TERMINAL_SINGULARITY_EXECUTABLE",
                 &mut t.singularity_executable,

@@ -823,8 +823,20 @@ fn backend_options(config: &Config) -> caduceus_worker::backends::BackendOptions
     if let Some(image) = t.singularity_image.as_ref().filter(|i| !i.is_empty()) {
         singularity.image = image.clone();
     }
+    // Credentials from the withheld environment: the sandbox never sees them.
+    let daytona = caduceus_worker::backends::daytona::DaytonaSettings::from_env(
+        caduceus_common::process_env::var,
+    )
+    .map(|mut daytona| {
+        daytona.snapshot = t.daytona_snapshot.clone().filter(|s| !s.is_empty());
+        daytona.image = t.daytona_image.clone().filter(|s| !s.is_empty());
+        daytona.cwd = t.cwd.clone();
+        daytona.lease = lease;
+        daytona
+    });
     caduceus_worker::backends::BackendOptions {
         ssh,
+        daytona,
         singularity,
         docker: t.docker_settings(),
         lease: t.lease_policy(),

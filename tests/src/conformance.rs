@@ -39,6 +39,8 @@ pub struct BackendUnderTest {
     /// Stand-ins the backend needs while the suite runs (an sshd, the
     /// Apptainer stand-in's state), kept alive with it.
     pub fixture: Option<Arc<dyn std::any::Any + Send + Sync>>,
+    /// Variables of the worker's own environment (credentials).
+    pub worker_env: Vec<(String, String)>,
 }
 
 impl std::fmt::Debug for BackendUnderTest {
@@ -56,6 +58,7 @@ impl BackendUnderTest {
             terminal_config: String::new(),
             leased: false,
             fixture: None,
+            worker_env: Vec::new(),
         }
     }
 
@@ -69,6 +72,7 @@ impl BackendUnderTest {
             ),
             leased: true,
             fixture: None,
+            worker_env: Vec::new(),
         }
     }
 
@@ -89,6 +93,7 @@ impl BackendUnderTest {
             terminal_config,
             leased: false,
             fixture: Some(Arc::new(sshd)),
+            worker_env: Vec::new(),
         })
     }
 
@@ -108,13 +113,35 @@ impl BackendUnderTest {
             terminal_config,
             leased: false,
             fixture: Some(Arc::new(fake)),
+            worker_env: Vec::new(),
         })
+    }
+
+    /// Daytona through the stand-in (`tests/fake-daytona`, always built with
+    /// this crate; the official SDK checks it in `tests/tests/daytona.rs`).
+    /// One Daytona minute lasts a second there, so the default lease (10
+    /// minutes of auto-stop) is ten seconds without activity.
+    pub fn daytona() -> Self {
+        let fake = crate::standins::FakeDaytona::start(1.0);
+        BackendUnderTest {
+            name: "daytona",
+            terminal_config: "  backend_probe_seconds: 1\n".to_owned(),
+            leased: false,
+            worker_env: vec![
+                ("DAYTONA_API_URL".to_owned(), fake.api_url()),
+                (
+                    "DAYTONA_API_KEY".to_owned(),
+                    crate::standins::FakeDaytona::API_KEY.to_owned(),
+                ),
+            ],
+            fixture: Some(Arc::new(fake)),
+        }
     }
 
     /// What this machine lacks to test the backend, and how to get it.
     pub fn missing(&self) -> Option<String> {
         match self.name {
-            "local" => None,
+            "local" | "daytona" => None,
             "docker" => docker_missing(),
             other => Some(format!("no readiness check for backend '{other}'")),
         }
@@ -235,7 +262,7 @@ impl Stand {
             std::process::id(),
             uuid_fragment()
         );
-        let worker = start_worker(&fleet, &coordinator, &worker_name, backend.name);
+        let worker = start_worker(&fleet, &coordinator, &worker_name, &backend);
         let stand = Stand {
             fleet,
             coordinator,
@@ -268,7 +295,7 @@ impl Stand {
             &self.fleet,
             &self.coordinator,
             &self.worker_name,
-            self.backend.name,
+            &self.backend,
         );
         self.wait_for_backend(Duration::from_secs(30)).await;
     }
@@ -298,8 +325,13 @@ impl Stand {
     }
 }
 
-fn start_worker(fleet: &Fleet, coordinator: &Proc, name: &str, backend: &str) -> Proc {
-    fleet.worker(coordinator, name, &fleet.token, &["--backends", backend])
+fn start_worker(fleet: &Fleet, coordinator: &Proc, name: &str, backend: &BackendUnderTest) -> Proc {
+    let env: Vec<(&str, &str)> = backend
+        .worker_env
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    fleet.worker_with_env(coordinator, name, &["--backends", backend.name], &env)
 }
 
 fn uuid_fragment() -> String {

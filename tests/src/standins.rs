@@ -288,3 +288,154 @@ impl Drop for FakeApptainer {
             .status();
     }
 }
+
+/// The pinned version of the official Daytona SDK the stand-in answers to.
+pub const DAYTONA_SDK_VERSION: &str = "0.226.1";
+
+/// The Daytona stand-in (`tests/fake-daytona`, the `fake-daytona` binary of
+/// this crate) on a free port of 127.0.0.1, killed (by pid) when dropped.
+pub struct FakeDaytona {
+    child: std::process::Child,
+    pub port: u16,
+    /// Its sandboxes' directories.
+    pub dir: tempfile::TempDir,
+    /// What it printed on stderr (creations, auto-stops), read so far.
+    log: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl FakeDaytona {
+    /// The test API key (tests/fake-daytona/README.md).
+    pub const API_KEY: &'static str = "dtn_fake_test_key_0123456789";
+
+    /// Starts it; one Daytona "minute" (auto-stop and friends) lasts
+    /// `minute_seconds` here.
+    pub fn start(minute_seconds: f64) -> FakeDaytona {
+        use std::io::{BufRead, BufReader};
+        let exe = std::env::var_os("CARGO_BIN_EXE_fake-daytona")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| crate::bin().with_file_name("fake-daytona"));
+        let dir = tempfile::Builder::new()
+            .prefix("fdt")
+            .tempdir_in("/tmp")
+            .unwrap();
+        let mut child = Command::new(&exe)
+            .args([
+                "--port",
+                "0",
+                "--minute-seconds",
+                &minute_seconds.to_string(),
+            ])
+            .arg("--dir")
+            .arg(dir.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", exe.display()));
+        let stdout = child.stdout.take().unwrap();
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).unwrap();
+        let port = line
+            .trim()
+            .strip_prefix("listening on 127.0.0.1:")
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("fake-daytona said {line:?}"));
+        let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let stderr = child.stderr.take().unwrap();
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Ok(mut log) = sink.lock() {
+                    log.push_str(&line);
+                    log.push('\n');
+                }
+            }
+        });
+        FakeDaytona {
+            child,
+            port,
+            dir,
+            log,
+        }
+    }
+
+    /// `DAYTONA_API_URL` of the stand-in.
+    pub fn api_url(&self) -> String {
+        format!("http://127.0.0.1:{}/api", self.port)
+    }
+
+    pub fn log(&self) -> String {
+        self.log.lock().map(|l| l.clone()).unwrap_or_default()
+    }
+
+    /// `GET /api/sandbox?labels=…` with the test key: the sandboxes carrying
+    /// every label in `labels` (a JSON object).
+    pub fn sandboxes_with(&self, labels: &serde_json::Value) -> Vec<serde_json::Value> {
+        let query: String = labels
+            .to_string()
+            .bytes()
+            .map(|b| match b {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' => {
+                    (b as char).to_string()
+                }
+                other => format!("%{other:02X}"),
+            })
+            .collect();
+        let (status, body) = crate::http_get(
+            &format!("127.0.0.1:{}", self.port),
+            &format!("/api/sandbox?labels={query}"),
+            Some(Self::API_KEY),
+        );
+        assert_eq!(status, 200, "{body}");
+        let doc: serde_json::Value = serde_json::from_str(&body).unwrap();
+        doc["items"].as_array().cloned().unwrap_or_default()
+    }
+}
+
+impl Drop for FakeDaytona {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The Python of a venv with the official SDK `daytona==0.226.1`
+/// (`CADUCEUS_DAYTONA_PYTHON`, else `~/.cache/caduceus/daytona-0.226.1`,
+/// which `.ci/run` makes); `None` after the banner when it is missing.
+pub fn daytona_sdk(test: &str) -> Option<PathBuf> {
+    let python = std::env::var_os("CADUCEUS_DAYTONA_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            let home = std::env::var_os("HOME").unwrap_or_else(|| "/root".into());
+            PathBuf::from(home).join(format!(
+                ".cache/caduceus/daytona-{DAYTONA_SDK_VERSION}/bin/python"
+            ))
+        });
+    let version = Command::new(&python)
+        .args([
+            "-c",
+            "import importlib.metadata as m; print(m.version('daytona'))",
+        ])
+        .output();
+    match version {
+        Ok(out) if String::from_utf8_lossy(&out.stdout).trim() == DAYTONA_SDK_VERSION => {
+            Some(python)
+        }
+        Ok(out) => missing(
+            test,
+            &format!(
+                "{} has no daytona=={DAYTONA_SDK_VERSION} ({}{}): python3 -m venv ~/.cache/caduceus/daytona-{DAYTONA_SDK_VERSION} && ~/.cache/caduceus/daytona-{DAYTONA_SDK_VERSION}/bin/pip install daytona=={DAYTONA_SDK_VERSION} (.ci/run does this)",
+                python.display(),
+                String::from_utf8_lossy(&out.stdout).trim(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+        ),
+        Err(err) => missing(
+            test,
+            &format!(
+                "no Python at {} ({err}): python3 -m venv ~/.cache/caduceus/daytona-{DAYTONA_SDK_VERSION} && ~/.cache/caduceus/daytona-{DAYTONA_SDK_VERSION}/bin/pip install daytona=={DAYTONA_SDK_VERSION} (.ci/run does this)",
+                python.display()
+            ),
+        ),
+    }
+}

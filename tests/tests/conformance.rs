@@ -460,3 +460,10 @@ async fn singularity_backend() {
         run_suite(backend).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn daytona_backend() {
+    if let Some(backend) = BackendUnderTest::daytona().ready_or_skip() {
+        run_suite(backend).await;
+    }
+}

@@ -4,6 +4,7 @@
 //! backend: [`lease`] (labels, renewable records, the sweeper's rule) and
 //! [`pool`] (warm pools). See `README.md`.
 
+pub mod daytona;
 pub mod docker;
 pub mod isolation;
 pub mod lease;
@@ -81,6 +82,8 @@ pub trait Provider: Send + Sync {
 pub struct BackendOptions {
     /// The SSH host (`terminal.ssh_*`); the `ssh` backend needs one.
     pub ssh: Option<ssh::SshSettings>,
+    /// Daytona's API and credentials; the `daytona` backend needs them.
+    pub daytona: Option<daytona::DaytonaSettings>,
     pub singularity: singularity::SingularitySettings,
     pub docker: docker::settings::DockerSettings,
     pub lease: lease::LeasePolicy,
@@ -217,18 +220,27 @@ impl Backends {
                             .to_owned(),
                     ),
                 },
+                "daytona" => match &options.daytona {
+                    Some(settings) => providers.push(Arc::new(daytona::DaytonaProvider::new(
+                        settings.clone(),
+                    ))),
+                    None => refused.push(
+                        "backend 'daytona' needs credentials: set DAYTONA_API_KEY (or DAYTONA_JWT_TOKEN and DAYTONA_ORGANIZATION_ID)"
+                            .to_owned(),
+                    ),
+                },
                 "singularity" | "apptainer" => providers.push(Arc::new(
                     singularity::SingularityProvider::new(options.singularity.clone()),
                 )),
                 other => refused.push(format!("backend '{other}' is not supported by this worker")),
             }
         }
-        // Docker answers only once its engine was probed; the others serve
+        // Docker and Daytona answer only once probed; the others serve
         // from the start (their own checks happen when they create).
         let available = providers
             .iter()
             .map(|p| p.name().to_owned())
-            .filter(|name| name != "docker")
+            .filter(|name| name != "docker" && name != "daytona")
             .collect();
         let pools = pool::WarmPools::default();
         refused.extend(pools.configure(

@@ -1,0 +1,99 @@
+use std::time::Duration;
+
+use serde_json::{Map, Value, json};
+
+use super::sandbox::{parse_poll, poll_script};
+use super::*;
+
+fn settings() -> DaytonaSettings {
+    DaytonaSettings::from_env(|name| (name == "DAYTONA_API_KEY").then(|| "dtn_secret".to_owned()))
+        .unwrap()
+}
+
+#[test]
+fn credentials_come_from_a_key_or_a_jwt_with_its_organization() {
+    assert!(DaytonaSettings::from_env(|_| None).is_none());
+    let jwt_alone =
+        DaytonaSettings::from_env(|n| (n == "DAYTONA_JWT_TOKEN").then(|| "t".to_owned()));
+    assert!(jwt_alone.is_none(), "a JWT needs DAYTONA_ORGANIZATION_ID");
+    let jwt = DaytonaSettings::from_env(|n| match n {
+        "DAYTONA_JWT_TOKEN" => Some("t".to_owned()),
+        "DAYTONA_ORGANIZATION_ID" => Some("org".to_owned()),
+        _ => None,
+    })
+    .unwrap();
+    assert!(
+        matches!(jwt.credentials, Credentials::Jwt { ref organization, .. } if organization == "org")
+    );
+    assert_eq!(settings().api_url, DEFAULT_API_URL);
+    // The key never shows in a Debug print (logs).
+    assert!(!format!("{:?}", settings()).contains("dtn_secret"));
+}
+
+#[test]
+fn lifecycle_intervals_are_the_lease_in_minutes_and_never_zero() {
+    let mut s = settings();
+    for (secs, minutes) in [(1, 1), (3, 1), (60, 1), (61, 2), (600, 10)] {
+        s.lease = Duration::from_secs(secs);
+        let body = create_body(&s, &Map::new());
+        for key in [
+            "autoStopInterval",
+            "autoArchiveInterval",
+            "autoDeleteInterval",
+        ] {
+            assert_eq!(body[key], minutes, "{key} for a {secs}s lease");
+        }
+    }
+}
+
+#[test]
+fn an_image_is_built_as_the_sdk_does_and_a_snapshot_wins() {
+    let mut s = settings();
+    s.image = Some("debian:bookworm-slim".to_owned());
+    let body = create_body(&s, &Map::new());
+    assert_eq!(
+        body["buildInfo"],
+        json!({"dockerfileContent": "FROM debian:bookworm-slim\n"})
+    );
+    s.snapshot = Some("snap".to_owned());
+    let body = create_body(&s, &Map::new());
+    assert_eq!(body["snapshot"], "snap");
+    assert!(body.get("buildInfo").is_none());
+}
+
+#[test]
+fn errors_name_the_service_and_the_status() {
+    let err = DaytonaError::Status {
+        status: reqwest::StatusCode::UNAUTHORIZED,
+        message: api::error_message(
+            r#"{"statusCode":401,"error":"Unauthorized","message":"Invalid credentials"}"#,
+        ),
+    };
+    assert_eq!(
+        err.to_string(),
+        "Daytona: 401 Unauthorized (Invalid credentials)"
+    );
+    assert_eq!(api::error_message(r#"{"message":["a","b"]}"#), "a; b");
+    assert_eq!(api::error_message("plain text"), "plain text");
+}
+
+#[test]
+fn polls_carry_exact_bytes_and_the_exit_code() {
+    assert_eq!(parse_poll("aGk=\x1e"), Some((b"hi".to_vec(), None)));
+    assert_eq!(parse_poll("\x1e137\n"), Some((Vec::new(), Some(137))));
+    assert_eq!(parse_poll("no separator"), None);
+    assert!(poll_script("/tmp/x", 10).contains("tail -c +11"));
+}
+
+#[test]
+fn a_listed_sandbox_is_judged_by_its_labels() {
+    let item = json!({"id": "sb-1", "labels": {
+        "caduceus.managed": "1", "caduceus.owner": "c", "caduceus.worker": "w",
+        "caduceus.worker-instance": "i", "caduceus.task": "t", "caduceus.created": "100",
+        "caduceus.lease-seconds": "3", RENEWED_LABEL: "200"}});
+    let candidate = candidate_of(&item).unwrap();
+    assert_eq!(candidate.record.as_ref().map(|r| r.renewed_at), Some(200));
+    let unmanaged = json!({"id": "sb-2", "labels": {"x": "y"}});
+    assert!(candidate_of(&unmanaged).is_none());
+    let _: Value = item;
+}

@@ -1,0 +1,396 @@
+//! The Daytona backend: one Daytona sandbox per environment, created and
+//! removed through Daytona's REST API, its processes run through the
+//! toolbox API (see [`sandbox`]). Ownership follows the other backends:
+//! the `caduceus.*` labels at creation, the lease's renewal time in the
+//! label `caduceus.renewed-at` (Daytona labels can be replaced), and the
+//! sweeper's `lease::judge`. Self-expiry is Daytona's own: every sandbox is
+//! created with `autoStopInterval`, `autoArchiveInterval` and
+//! `autoDeleteInterval` of the lease rounded up to whole minutes (never 0,
+//! which would mean "never stop"), so a sandbox nobody talks to stops and is
+//! deleted on Daytona's side even when no worker is left.
+
+pub mod api;
+pub mod sandbox;
+
+#[cfg(test)]
+#[path = "daytona_tests.rs"]
+mod tests;
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant, SystemTime};
+
+use async_trait::async_trait;
+use reqwest::Method;
+use serde_json::{Map, Value, json};
+
+pub use api::{Api, Credentials, DaytonaError};
+pub use sandbox::{DaytonaSandbox, RENEWED_LABEL};
+
+use super::lease::{self, LeaseLabels, LeaseRecord, SweepCandidate, Verdict, label};
+use super::{CreateRequest, Provider, SweepContext};
+use crate::backends::shell_fs::ShellFs;
+use crate::sandbox::{Sandbox, SandboxError};
+
+/// The API when `DAYTONA_API_URL` is not set (the SDK's default).
+pub const DEFAULT_API_URL: &str = "https://app.daytona.io/api";
+
+/// `terminal.daytona_*` and the `DAYTONA_*` variables.
+#[derive(Debug, Clone)]
+pub struct DaytonaSettings {
+    pub api_url: String,
+    pub credentials: Credentials,
+    /// Region (`DAYTONA_TARGET`); the organization's default when `None`.
+    pub target: Option<String>,
+    /// Snapshot to create from (`terminal.daytona_snapshot`).
+    pub snapshot: Option<String>,
+    /// Image to create from when no snapshot is set (`terminal.daytona_image`);
+    /// neither: the organization's default snapshot.
+    pub image: Option<String>,
+    /// Directory shells start in; the sandbox user's home when `None`.
+    pub cwd: Option<String>,
+    /// How long a sandbox outlives its worker's last renewal.
+    pub lease: Duration,
+    /// How long to wait for `started`.
+    pub start_timeout: Duration,
+}
+
+impl DaytonaSettings {
+    /// Credentials from `get` (the worker's withheld environment): an API
+    /// key, else a JWT with its organization. `None`: not configured.
+    pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Option<Self> {
+        let value = |name: &str| get(name).filter(|v| !v.trim().is_empty());
+        let credentials = match (
+            value("DAYTONA_API_KEY"),
+            value("DAYTONA_JWT_TOKEN"),
+            value("DAYTONA_ORGANIZATION_ID"),
+        ) {
+            (Some(key), _, _) => Credentials::ApiKey(key),
+            (None, Some(token), Some(organization)) => Credentials::Jwt {
+                token,
+                organization,
+            },
+            _ => return None,
+        };
+        Some(DaytonaSettings {
+            api_url: value("DAYTONA_API_URL").unwrap_or_else(|| DEFAULT_API_URL.to_owned()),
+            credentials,
+            target: value("DAYTONA_TARGET"),
+            snapshot: None,
+            image: None,
+            cwd: None,
+            lease: Duration::from_secs(600),
+            start_timeout: Duration::from_secs(120),
+        })
+    }
+}
+
+/// Daytona's lifecycle intervals are minutes; ours is the lease, rounded up.
+pub fn lease_minutes(lease: Duration) -> u64 {
+    lease.as_secs().div_ceil(60).max(1)
+}
+
+/// The `POST /sandbox` body.
+pub fn create_body(settings: &DaytonaSettings, labels: &Map<String, Value>) -> Value {
+    let minutes = lease_minutes(settings.lease);
+    let mut body = json!({
+        "labels": labels,
+        "autoStopInterval": minutes,
+        "autoArchiveInterval": minutes,
+        "autoDeleteInterval": minutes,
+    });
+    if let Some(target) = &settings.target {
+        body["target"] = json!(target);
+    }
+    if let Some(snapshot) = &settings.snapshot {
+        body["snapshot"] = json!(snapshot);
+    } else if let Some(image) = &settings.image {
+        // Exactly what the SDK sends for a plain image name.
+        body["buildInfo"] = json!({"dockerfileContent": format!("FROM {image}\n")});
+    }
+    body
+}
+
+pub struct DaytonaProvider {
+    settings: DaytonaSettings,
+    api: Result<Api, String>,
+    /// The last reachability probe: when, and its answer.
+    probe: std::sync::Mutex<Option<(Instant, bool)>>,
+}
+
+impl DaytonaProvider {
+    pub fn new(settings: DaytonaSettings) -> Self {
+        let api =
+            Api::new(&settings.api_url, settings.credentials.clone()).map_err(|e| e.to_string());
+        DaytonaProvider {
+            settings,
+            api,
+            probe: std::sync::Mutex::new(None),
+        }
+    }
+
+    fn api(&self) -> Result<&Api, SandboxError> {
+        self.api
+            .as_ref()
+            .map_err(|e| SandboxError::Other(e.clone()))
+    }
+
+    async fn wait_started(&self, api: &Api, id: &str) -> Result<Value, SandboxError> {
+        let deadline = Instant::now() + self.settings.start_timeout;
+        let mut pause = Duration::from_millis(100);
+        loop {
+            let doc = api
+                .json(
+                    Method::GET,
+                    &format!("/sandbox/{id}"),
+                    None,
+                    Duration::from_secs(30),
+                )
+                .await
+                .map_err(|e| SandboxError::Other(e.to_string()))?;
+            match doc.get("state").and_then(Value::as_str) {
+                Some("started") => return Ok(doc),
+                Some(state @ ("error" | "build_failed" | "destroyed")) => {
+                    let reason = doc
+                        .get("errorReason")
+                        .and_then(Value::as_str)
+                        .unwrap_or("no reason given");
+                    return Err(SandboxError::Other(format!(
+                        "Daytona sandbox {id} is {state} ({reason})"
+                    )));
+                }
+                _ => {}
+            }
+            if Instant::now() >= deadline {
+                return Err(SandboxError::Other(format!(
+                    "Daytona sandbox {id} did not start within {}s",
+                    self.settings.start_timeout.as_secs()
+                )));
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause.mul_f32(1.5)).min(Duration::from_secs(1));
+        }
+    }
+
+    async fn build(
+        &self,
+        api: &Api,
+        doc: &Value,
+        labels: Map<String, Value>,
+    ) -> Result<Arc<DaytonaSandbox>, SandboxError> {
+        let id = doc
+            .get("id")
+            .and_then(Value::as_str)
+            .ok_or_else(|| {
+                SandboxError::Other("Daytona: a created sandbox without an id".to_owned())
+            })?
+            .to_owned();
+        let proxy = match doc.get("toolboxProxyUrl").and_then(Value::as_str) {
+            Some(url) if !url.is_empty() => url.to_owned(),
+            _ => api
+                .json(
+                    Method::GET,
+                    &format!("/sandbox/{id}/toolbox-proxy-url"),
+                    None,
+                    Duration::from_secs(30),
+                )
+                .await
+                .ok()
+                .and_then(|d| d.get("url").and_then(Value::as_str).map(str::to_owned))
+                .ok_or_else(|| {
+                    SandboxError::Other(format!("Daytona: no toolbox URL for sandbox {id}"))
+                })?,
+        };
+        let toolbox = format!("{}/{id}", proxy.trim_end_matches('/'));
+        let (code, home) = api
+            .execute(&toolbox, "printf '%s' \"$HOME\"", 30)
+            .await
+            .map_err(|e| SandboxError::Other(e.to_string()))?;
+        let home = if code == 0 && home.starts_with('/') {
+            home
+        } else {
+            "/root".to_owned()
+        };
+        let cwd = self.settings.cwd.clone().unwrap_or_else(|| home.clone());
+        let sandbox = Arc::new_cyclic(|weak: &std::sync::Weak<DaytonaSandbox>| {
+            let weak: std::sync::Weak<dyn Sandbox> = weak.clone();
+            DaytonaSandbox {
+                api: api.clone(),
+                id,
+                toolbox,
+                home,
+                cwd,
+                labels: std::sync::Mutex::new(labels),
+                vanished: Arc::new(AtomicBool::new(false)),
+                watcher: std::sync::Mutex::new(None),
+                files: Arc::new(ShellFs::new(weak)),
+            }
+        });
+        sandbox.start_watcher();
+        Ok(sandbox)
+    }
+}
+
+#[async_trait]
+impl Provider for DaytonaProvider {
+    fn name(&self) -> &'static str {
+        "daytona"
+    }
+
+    /// Configured and answering an authenticated list (cached 10 s).
+    async fn available(&self) -> bool {
+        if let Ok(probe) = self.probe.lock()
+            && let Some((at, ok)) = *probe
+            && at.elapsed() < Duration::from_secs(10)
+        {
+            return ok;
+        }
+        let Ok(api) = self.api() else {
+            return false;
+        };
+        let ok = match api
+            .call(
+                Method::GET,
+                "/sandbox?limit=1",
+                None,
+                Duration::from_secs(5),
+            )
+            .await
+        {
+            Ok(_) => true,
+            Err(err) => {
+                tracing::warn!("the daytona backend is not available: {err}");
+                false
+            }
+        };
+        if let Ok(mut probe) = self.probe.lock() {
+            *probe = Some((Instant::now(), ok));
+        }
+        ok
+    }
+
+    async fn create(&self, request: &CreateRequest) -> Result<Arc<dyn Sandbox>, SandboxError> {
+        let api = self.api()?;
+        let now = lease::epoch_secs(SystemTime::now());
+        let lease_labels = LeaseLabels {
+            owner: request.owner.clone(),
+            worker: request.worker.clone(),
+            worker_instance: request.worker_instance.clone(),
+            task: request.task_id.clone(),
+            created: now,
+            lease_seconds: self.settings.lease.as_secs(),
+            pool: None,
+        };
+        let mut labels: Map<String, Value> = lease_labels
+            .to_map()
+            .into_iter()
+            .map(|(k, v)| (k, Value::String(v)))
+            .collect();
+        labels.insert(RENEWED_LABEL.to_owned(), json!(now.to_string()));
+        let body = create_body(&self.settings, &labels);
+        let doc = api
+            .json(
+                Method::POST,
+                "/sandbox",
+                Some(&body),
+                Duration::from_secs(60),
+            )
+            .await
+            .map_err(|e| SandboxError::Other(format!("creating a sandbox failed: {e}")))?;
+        let id = doc
+            .get("id")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned();
+        let ready = async {
+            let doc = self.wait_started(api, &id).await?;
+            self.build(api, &doc, labels).await
+        }
+        .await;
+        match ready {
+            Ok(sandbox) => {
+                tracing::debug!(sandbox = %id, task = %request.task_id, "Daytona sandbox started");
+                Ok(sandbox)
+            }
+            Err(err) => {
+                // Never leave a sandbox that will not serve.
+                let _ = api
+                    .call(
+                        Method::DELETE,
+                        &format!("/sandbox/{id}"),
+                        None,
+                        Duration::from_secs(60),
+                    )
+                    .await;
+                Err(err)
+            }
+        }
+    }
+
+    /// Every managed sandbox on the account whose lease passed (any worker's),
+    /// never one this worker holds.
+    async fn sweep(&self, context: &SweepContext) -> Vec<String> {
+        let Ok(api) = self.api() else {
+            return Vec::new();
+        };
+        let listed = match api.list_by_labels(&json!({label::MANAGED: "1"})).await {
+            Ok(listed) => listed,
+            Err(err) => {
+                tracing::warn!("sweeping Daytona sandboxes: {err}");
+                return Vec::new();
+            }
+        };
+        let now = SystemTime::now();
+        let mut removed = Vec::new();
+        for item in listed {
+            let Some(candidate) = candidate_of(&item) else {
+                continue;
+            };
+            if let Verdict::Remove(why) = lease::judge(&candidate, context, now) {
+                match api
+                    .call(
+                        Method::DELETE,
+                        &format!("/sandbox/{}", candidate.id),
+                        None,
+                        Duration::from_secs(60),
+                    )
+                    .await
+                {
+                    Ok(_) => {
+                        tracing::info!(sandbox = %candidate.id, "removed Daytona sandbox: {why}");
+                        removed.push(candidate.id);
+                    }
+                    Err(err) if err.status().is_some_and(|s| s.as_u16() == 404) => {}
+                    Err(err) => {
+                        tracing::warn!(sandbox = %candidate.id, "removing Daytona sandbox: {err}")
+                    }
+                }
+            }
+        }
+        removed
+    }
+}
+
+/// A listed sandbox as the sweeper sees it (its labels carry the lease).
+pub fn candidate_of(item: &Value) -> Option<SweepCandidate> {
+    let id = item.get("id").and_then(Value::as_str)?.to_owned();
+    let map: std::collections::HashMap<String, String> = item
+        .get("labels")
+        .and_then(Value::as_object)?
+        .iter()
+        .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_owned())))
+        .collect();
+    let labels = LeaseLabels::from_map(&map)?;
+    let record = map
+        .get(RENEWED_LABEL)
+        .and_then(|v| v.parse().ok())
+        .map(|renewed_at| LeaseRecord {
+            owner: labels.owner.clone(),
+            worker: labels.worker.clone(),
+            worker_instance: labels.worker_instance.clone(),
+            task: labels.task.clone(),
+            renewed_at,
+            ttl_secs: labels.lease_seconds,
+        });
+    Some(SweepCandidate { id, labels, record })
+}
