@@ -24,7 +24,8 @@ set -euo pipefail
 
 SUITE=${SUITE:-bookworm}
 IMAGE=${IMAGE:-caduceus-base:${SUITE}}
-PACKAGES="bash,coreutils,grep,sed,findutils,tar,gzip,procps,ripgrep,ca-certificates"
+# python3: execute_code runs its script with the environment's own interpreter, as hermes.
+PACKAGES="bash,coreutils,grep,sed,findutils,tar,gzip,procps,ripgrep,ca-certificates,python3"
 if [[ -n ${EXTRA_PACKAGES:-} ]]; then
   PACKAGES="${PACKAGES},${EXTRA_PACKAGES}"
 fi

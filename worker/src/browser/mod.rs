@@ -525,7 +525,7 @@ impl BrowserSession {
             let leads_session = self.pid.is_some_and(|pid| session_of(pid) == Some(pid));
             let _ = child.kill().await;
             if leads_session && let Some(pid) = self.pid {
-                kill_session(pid);
+                kill_session(pid).await;
             }
         }
         let _ = std::fs::remove_dir_all(&self.profile);
@@ -1001,28 +1001,51 @@ fn session_of(pid: u32) -> Option<u32> {
 }
 
 /// SIGKILLs every process of session `sid` (Chromium's zygote, renderers
-/// and utility processes outlive a killed browser process for a while).
-fn kill_session(sid: u32) {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if session_of(pid) == Some(sid)
-            && let Ok(pid) = i32::try_from(pid)
-        {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
+/// and utility processes outlive a killed browser process for a while), and
+/// again until none is left alive: a helper forked while the last round was
+/// killing, or one still dying, would otherwise outlive `close` (seen as a
+/// Chromium left after a worker's graceful stop under load). Bounded: after
+/// two seconds the ledger's sweep is the layer that remains.
+async fn kill_session(sid: u32) {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let alive = session_members(sid);
+        if alive.is_empty() || Instant::now() >= deadline {
+            return;
         }
+        for pid in alive {
+            if let Ok(pid) = i32::try_from(pid) {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// Live (not zombie) processes of session `sid`.
+fn session_members(sid: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+                let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+                    return false;
+                };
+                let mut fields = rest.split_whitespace();
+                let state = fields.next();
+                // state, ppid, pgrp, session
+                let session = fields.nth(2).and_then(|s| s.parse::<u32>().ok());
+                state != Some("Z") && session == Some(sid)
+            })
+        })
+        .collect()
 }
 
 /// The browsers of one worker, one per task, each closed after
