@@ -162,10 +162,13 @@ pub fn wrapper(dir: &str, cwd: &str, spec: &SpawnSpec) -> String {
 }
 
 /// The poll: bytes of `out` from `offset` on (base64), `\x1e`, then `rc`
-/// when written.
+/// when written. `rc` is read *before* `out`: it is written after the
+/// process's output is complete, so a poll that saw it and then no new bytes
+/// has seen everything. Read after, a process ending between the two reads
+/// lost its last output (a file script answered with nothing).
 pub fn poll_script(dir: &str, offset: u64) -> String {
     format!(
-        "d={dir}; tail -c +{start} \"$d/out\" 2>/dev/null | head -c {CHUNK} | base64 -w0; printf '\\036'; cat \"$d/rc\" 2>/dev/null",
+        "d={dir}; rc=$(cat \"$d/rc\" 2>/dev/null); tail -c +{start} \"$d/out\" 2>/dev/null | head -c {CHUNK} | base64 -w0; printf '\\036%s' \"$rc\"",
         dir = shell_quote(dir),
         start = offset + 1,
     )
