@@ -9,4 +9,5 @@ pub mod persist;
 pub mod process_env;
 pub mod redact;
 pub mod result;
+pub mod shell_words;
 pub mod text;

@@ -319,69 +319,13 @@ fn args_of(name: &str, args: Option<&Value>) -> Result<Vec<String>, McpError> {
                 })
             })
             .collect(),
-        Some(Value::String(s)) => shell_words(s).ok_or_else(|| {
+        Some(Value::String(s)) => caduceus_common::shell_words::split(s).map_err(|_| {
             McpError::Config(format!(
                 "MCP server '{name}': args contain invalid shell quoting"
             ))
         }),
         Some(other) => Ok(scalar(other).into_iter().collect()),
     }
-}
-
-/// POSIX-shell word splitting of one line (quotes and backslashes; no
-/// expansion). `None` for an unterminated quote.
-fn shell_words(line: &str) -> Option<Vec<String>> {
-    let mut words = Vec::new();
-    let mut word = String::new();
-    let mut in_word = false;
-    let mut chars = line.chars();
-    while let Some(c) = chars.next() {
-        match c {
-            '\'' => {
-                in_word = true;
-                loop {
-                    match chars.next()? {
-                        '\'' => break,
-                        c => word.push(c),
-                    }
-                }
-            }
-            '"' => {
-                in_word = true;
-                loop {
-                    match chars.next()? {
-                        '"' => break,
-                        '\\' => match chars.next()? {
-                            c @ ('"' | '\\' | '$' | '`') => word.push(c),
-                            c => {
-                                word.push('\\');
-                                word.push(c);
-                            }
-                        },
-                        c => word.push(c),
-                    }
-                }
-            }
-            '\\' => {
-                in_word = true;
-                word.push(chars.next()?);
-            }
-            c if c.is_whitespace() => {
-                if in_word {
-                    words.push(std::mem::take(&mut word));
-                    in_word = false;
-                }
-            }
-            c => {
-                in_word = true;
-                word.push(c);
-            }
-        }
-    }
-    if in_word {
-        words.push(word);
-    }
-    Some(words)
 }
 
 /// Replaces `${VAR}` and `${env:VAR}` with the variable's value. An unset

@@ -89,66 +89,10 @@ pub fn environment(extra: &[(String, String)]) -> Vec<(String, String)> {
     env
 }
 
-/// Splits a command line into words as a POSIX shell would (quotes and
-/// backslashes, no expansion), as hermes' `shlex.split`; a leading `~/` is
-/// the user's home.
+/// Splits a command line into words as a POSIX shell would (hermes'
+/// `shlex.split`); a leading `~/` is the user's home.
 pub fn split_command(command: &str) -> Result<Vec<String>, String> {
-    let mut words = Vec::new();
-    let mut word = String::new();
-    let mut in_word = false;
-    let mut chars = command.chars();
-    while let Some(c) = chars.next() {
-        match c {
-            '\'' => {
-                in_word = true;
-                loop {
-                    match chars.next() {
-                        Some('\'') => break,
-                        Some(c) => word.push(c),
-                        None => return Err("unterminated single quote".to_owned()),
-                    }
-                }
-            }
-            '"' => {
-                in_word = true;
-                loop {
-                    match chars.next() {
-                        Some('"') => break,
-                        Some('\\') => match chars.next() {
-                            Some(c @ ('"' | '\\' | '$' | '`')) => word.push(c),
-                            Some(c) => {
-                                word.push('\\');
-                                word.push(c);
-                            }
-                            None => return Err("unterminated double quote".to_owned()),
-                        },
-                        Some(c) => word.push(c),
-                        None => return Err("unterminated double quote".to_owned()),
-                    }
-                }
-            }
-            '\\' => {
-                in_word = true;
-                match chars.next() {
-                    Some(c) => word.push(c),
-                    None => return Err("trailing backslash".to_owned()),
-                }
-            }
-            c if c.is_whitespace() => {
-                if in_word {
-                    words.push(std::mem::take(&mut word));
-                    in_word = false;
-                }
-            }
-            c => {
-                in_word = true;
-                word.push(c);
-            }
-        }
-    }
-    if in_word {
-        words.push(word);
-    }
+    let mut words = caduceus_common::shell_words::split(command)?;
     if let Some(first) = words.first_mut()
         && let Some(rest) = first.strip_prefix("~/")
         && let Ok(home) = std::env::var("HOME")
