@@ -76,7 +76,6 @@ async fn run(shell: &PersistentShell, command: &str, timeout: Duration) -> ExecO
             timeout,
             workdir: None,
             max_output_chars: 50_000,
-            on_output: None,
             cancel: None,
         })
         .await

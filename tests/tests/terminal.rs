@@ -598,7 +598,6 @@ mod remote {
                 env: &self.env,
                 args: &args,
                 cancel: &cancel,
-                output: None,
                 session_id: "remote-session",
                 // What the coordinator would decide: the argument, else 20 s.
                 timeout: Some(Duration::from_secs(

@@ -31,7 +31,7 @@ use backends::Backends;
 use env::{EnvManager, EnvSettings};
 use process::notice::NoticeHub;
 use shell::Secret;
-use tools::{OutputSink, ToolCall, ToolSettings};
+use tools::{ToolCall, ToolSettings};
 
 /// How long the pool waits after handing out a sandbox before starting its
 /// replacement (starting a container loads the engine for a few hundred ms).
@@ -392,7 +392,6 @@ impl Worker {
     pub async fn run_call(
         &self,
         call: RunCall,
-        output: Option<OutputSink>,
         script: Option<tools::code::ScriptLink>,
     ) -> CallResult {
         let trace = caduceus_proto::trace::TraceParent::parse(&call.traceparent);
@@ -403,15 +402,12 @@ impl Worker {
             tool = %call.tool,
             task = %call.task_id,
         );
-        self.run_call_in_span(call, output, script)
-            .instrument(span)
-            .await
+        self.run_call_in_span(call, script).instrument(span).await
     }
 
     async fn run_call_in_span(
         &self,
         call: RunCall,
-        output: Option<OutputSink>,
         script: Option<tools::code::ScriptLink>,
     ) -> CallResult {
         let started = Instant::now();
@@ -419,7 +415,7 @@ impl Worker {
         if let Ok(mut calls) = self.calls.lock() {
             calls.insert(call.call_id.clone(), cancel.clone());
         }
-        let (reply, reset) = self.execute(&call, cancel, output, script).await;
+        let (reply, reset) = self.execute(&call, cancel, script).await;
         if let Ok(mut calls) = self.calls.lock() {
             calls.remove(&call.call_id);
         }
@@ -460,7 +456,6 @@ impl Worker {
         &self,
         call: &RunCall,
         cancel: CancellationToken,
-        output: Option<OutputSink>,
         script: Option<tools::code::ScriptLink>,
     ) -> (ToolReply, Option<String>) {
         if self.draining.load(Ordering::Relaxed) {
@@ -508,21 +503,13 @@ impl Worker {
         }
         let started = std::time::SystemTime::now();
         let reply = self
-            .run_tool(
-                call,
-                args.clone(),
-                env.clone(),
-                cancel.clone(),
-                output,
-                script,
-            )
+            .run_tool(call, args.clone(), env.clone(), cancel.clone(), script)
             .await;
         match recovery::after_call(&self.envs, env, started, reset).await {
             recovery::AfterCall::Done(reset) => (reply, reset),
-            recovery::AfterCall::Rerun(fresh, reset) => (
-                self.run_tool(call, args, fresh, cancel, None, None).await,
-                reset,
-            ),
+            recovery::AfterCall::Rerun(fresh, reset) => {
+                (self.run_tool(call, args, fresh, cancel, None).await, reset)
+            }
         }
     }
 
@@ -574,7 +561,6 @@ impl Worker {
         args: Map<String, Value>,
         env: Arc<env::Environment>,
         cancel: CancellationToken,
-        output: Option<OutputSink>,
         script: Option<tools::code::ScriptLink>,
     ) -> ToolReply {
         let _running = env.begin_call();
@@ -587,7 +573,6 @@ impl Worker {
                 args,
                 env: env.clone(),
                 cancel,
-                output,
                 result_cap: call.result_cap_chars,
                 timeout: call_timeout(call),
                 script_tools: call.script_tools.clone(),

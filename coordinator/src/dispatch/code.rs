@@ -59,13 +59,14 @@ impl Dispatcher {
         };
         let (requests, mut incoming) = mpsc::unbounded_channel();
         let run = self.run_on_worker(
-            NAME,
-            result_cap,
-            args,
+            super::WorkerJob {
+                tool: NAME,
+                args,
+                result_cap_chars: result_cap,
+                timeout,
+            },
             ctx,
             backend,
-            timeout,
-            None,
             Some(ScriptCalls {
                 tools: allowed.clone(),
                 requests,

@@ -17,9 +17,7 @@ pub mod repair;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use serde_json::{Map, Value, json};
-use tokio::sync::mpsc;
 use tracing::Instrument;
 
 use caduceus_common::result::{python_type, tool_error};
@@ -180,19 +178,9 @@ impl Dispatcher {
         &self.gate
     }
 
-    /// Runs one call through the whole pipeline.
-    pub async fn call(&self, request: CallRequest) -> ToolResult {
-        self.call_streaming(request, None).await
-    }
-
-    /// Like [`call`](Self::call), forwarding live output chunks of worker tools.
     /// Every call leaves here: it is counted in the metrics, logged in its
     /// trace's span and written to the audit log.
-    pub async fn call_streaming(
-        &self,
-        mut request: CallRequest,
-        output: Option<mpsc::Sender<Bytes>>,
-    ) -> ToolResult {
+    pub async fn call(&self, mut request: CallRequest) -> ToolResult {
         // The one place a call's trace is decided: the caller's, continued
         // with a span of ours, or a new one.
         let trace = request
@@ -207,14 +195,10 @@ impl Dispatcher {
             tool = %request.tool,
             task = %request.ctx.task_id,
         );
-        self.traced(request, output).instrument(span).await
+        self.traced(request).instrument(span).await
     }
 
-    async fn traced(
-        &self,
-        request: CallRequest,
-        output: Option<mpsc::Sender<Bytes>>,
-    ) -> ToolResult {
+    async fn traced(&self, request: CallRequest) -> ToolResult {
         let audited = self
             .config
             .audit
@@ -222,7 +206,7 @@ impl Dispatcher {
             .map(|audit| (audit, request.ctx.clone()));
         let trace = request.ctx.trace;
         let verdict = OnceLock::new();
-        let mut done = self.pipeline(request, output, &verdict).await;
+        let mut done = self.pipeline(request, &verdict).await;
         done.trace = trace;
         // Only registered names label the metrics: a client cannot grow
         // the label set by calling made-up tools.
@@ -245,12 +229,7 @@ impl Dispatcher {
     }
 
     /// The stages; `verdict` gets the gate's verdict once it has judged the call.
-    async fn pipeline(
-        &self,
-        request: CallRequest,
-        output: Option<mpsc::Sender<Bytes>>,
-        verdict: &OnceLock<&'static str>,
-    ) -> ToolResult {
+    async fn pipeline(&self, request: CallRequest, verdict: &OnceLock<&'static str>) -> ToolResult {
         let started = Instant::now();
         let snapshot = self.registry.snapshot();
         let CallRequest {
@@ -416,13 +395,14 @@ impl Dispatcher {
                     .await
                 } else {
                     self.run_on_worker(
-                        &entry.name,
-                        self.result_cap(&entry),
-                        &args,
+                        WorkerJob {
+                            tool: &entry.name,
+                            args: &args,
+                            result_cap_chars: self.result_cap(&entry),
+                            timeout,
+                        },
                         &ctx,
                         &backend,
-                        timeout,
-                        output,
                         None,
                     )
                     .await
@@ -598,13 +578,14 @@ impl Dispatcher {
         preview_args.insert("arguments".to_owned(), Value::Object(args.clone()));
         let ran = self
             .run_on_worker(
-                EDIT_PREVIEW,
-                0,
-                &preview_args,
+                WorkerJob {
+                    tool: EDIT_PREVIEW,
+                    args: &preview_args,
+                    result_cap_chars: 0,
+                    timeout: None,
+                },
                 ctx,
                 backend,
-                None,
-                None,
                 None,
             )
             .await;
@@ -625,18 +606,19 @@ impl Dispatcher {
         Ok((files, diff))
     }
 
-    #[allow(clippy::too_many_arguments)]
     async fn run_on_worker(
         &self,
-        tool: &str,
-        result_cap_chars: u64,
-        args: &Map<String, Value>,
+        job: WorkerJob<'_>,
         ctx: &CallContext,
         backend: &str,
-        timeout: Option<Duration>,
-        output: Option<mpsc::Sender<Bytes>>,
         script: Option<crate::scheduler::ScriptCalls>,
     ) -> WorkerRun {
+        let WorkerJob {
+            tool,
+            args,
+            result_cap_chars,
+            timeout,
+        } = job;
         // Another backend than the configured one is another environment
         // of the task.
         let task_id = if backend == self.registry.snapshot().terminal_backend() {
@@ -653,7 +635,6 @@ impl Dispatcher {
             settings_json: self.settings_json.clone(),
             owner: self.config.owner.clone(),
             result_cap_chars,
-            output,
             timeout,
             traceparent: ctx.trace.map(|t| t.to_string()).unwrap_or_default(),
             // The worker's own timeout handling (which kills the process
@@ -823,6 +804,15 @@ fn unavailable_reason(snapshot: &ToolRegistry, entry: &ToolEntry) -> String {
             entry.name
         ),
     }
+}
+
+/// What a worker is asked to run: the tool, its parsed arguments, the cap on
+/// the result kept in the transcript and the command timeout dispatch decided.
+struct WorkerJob<'a> {
+    tool: &'a str,
+    args: &'a Map<String, Value>,
+    result_cap_chars: u64,
+    timeout: Option<Duration>,
 }
 
 /// What came back from a worker tool.

@@ -43,7 +43,6 @@ pub enum RegistryMsg {
         toolsets: BTreeSet<String>,
         reply: RpcReplyPort<()>,
     },
-    InvalidateChecks,
 }
 
 pub struct Registry;
@@ -140,7 +139,6 @@ impl Actor for Registry {
                 }
                 let _ = reply.send(());
             }
-            RegistryMsg::InvalidateChecks => state.current.invalidate_checks(),
         }
         Ok(())
     }
@@ -236,10 +234,6 @@ impl RegistryHandle {
             plugin: plugin.to_owned(),
             allowed,
         });
-    }
-
-    pub fn invalidate_checks(&self) {
-        let _ = self.actor.cast(RegistryMsg::InvalidateChecks);
     }
 
     pub fn stop(&self) {

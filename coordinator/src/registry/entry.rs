@@ -1,19 +1,12 @@
 //! One registered tool and the ways it can be served.
 
 use std::fmt;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde_json::{Map, Value};
 
 use crate::call::{CallContext, ToolReply};
-
-/// How long an availability check's verdict is reused (hermes: 30 s).
-pub const CHECK_TTL: Duration = Duration::from_secs(30);
-/// A failing check within this long of the last success is treated as a flake
-/// (hermes #21658): the tool stays visible and the failure is not cached.
-pub const CHECK_FLAP_GRACE: Duration = Duration::from_secs(60);
 
 /// A tool served inside the coordinator process.
 #[async_trait]
@@ -45,8 +38,6 @@ impl fmt::Debug for Handler {
     }
 }
 
-/// A zero-argument probe: is the tool usable right now?
-pub type CheckFn = Arc<dyn Fn() -> bool + Send + Sync>;
 /// Returns fields merged over the static schema at definition time (e.g. a
 /// description that names live limits). `None` keeps the static schema.
 pub type SchemaOverrideFn = Arc<dyn Fn() -> Option<Map<String, Value>> + Send + Sync>;
@@ -61,8 +52,6 @@ pub enum Availability {
     /// Like `Fleet`, and some attached worker serves the tool's toolset
     /// (`Hello.toolsets`: "browser" where Chromium is installed).
     WorkerToolset,
-    /// A probe, cached for [`CHECK_TTL`] with the flap guard.
-    Check(CheckFn),
 }
 
 impl fmt::Debug for Availability {
@@ -71,7 +60,6 @@ impl fmt::Debug for Availability {
             Availability::Always => f.write_str("Always"),
             Availability::Fleet => f.write_str("Fleet"),
             Availability::WorkerToolset => f.write_str("WorkerToolset"),
-            Availability::Check(_) => f.write_str("Check"),
         }
     }
 }
@@ -98,13 +86,6 @@ pub enum Owner {
     Mcp(String),
 }
 
-/// Cached verdict of a [`Availability::Check`] probe.
-#[derive(Debug, Default)]
-pub(crate) struct CheckState {
-    cached: Option<(Instant, bool)>,
-    last_good: Option<Instant>,
-}
-
 /// A registered tool. Cheap to share: the registry hands out `Arc<ToolEntry>`.
 pub struct ToolEntry {
     pub name: String,
@@ -123,7 +104,6 @@ pub struct ToolEntry {
     pub dynamic_schema: Option<SchemaOverrideFn>,
     pub parallel: ParallelClass,
     pub owner: Owner,
-    pub(crate) check_state: Mutex<CheckState>,
 }
 
 impl fmt::Debug for ToolEntry {
@@ -166,7 +146,6 @@ impl ToolEntry {
             dynamic_schema: None,
             parallel: ParallelClass::Sequential,
             owner: Owner::Builtin,
-            check_state: Mutex::new(CheckState::default()),
         }
     }
 
@@ -221,40 +200,5 @@ impl ToolEntry {
             .and_then(Value::as_array)
             .map(|r| r.iter().filter_map(Value::as_str).collect())
             .unwrap_or_default()
-    }
-
-    /// Runs (or reuses) the availability probe with hermes' TTL and flap guard.
-    pub(crate) fn check_cached(&self, check: &CheckFn, now: Instant) -> bool {
-        {
-            let state = self.check_state.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some((at, value)) = state.cached
-                && now.duration_since(at) < CHECK_TTL
-            {
-                return value;
-            }
-        }
-        // Run the probe outside the lock; a panicking probe counts as "unavailable".
-        let value =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check())).unwrap_or(false);
-        let mut state = self.check_state.lock().unwrap_or_else(|e| e.into_inner());
-        if value {
-            state.last_good = Some(now);
-            state.cached = Some((now, true));
-            return true;
-        }
-        if let Some(good) = state.last_good
-            && now.duration_since(good) < CHECK_FLAP_GRACE
-        {
-            tracing::warn!(tool = %self.name, "availability check failed within the grace window of its last success; keeping the tool");
-            return true;
-        }
-        state.cached = Some((now, false));
-        false
-    }
-
-    /// Forgets the cached probe verdict.
-    pub(crate) fn invalidate_check(&self) {
-        let mut state = self.check_state.lock().unwrap_or_else(|e| e.into_inner());
-        state.cached = None;
     }
 }

@@ -11,12 +11,11 @@ pub mod toolsets;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
-use std::time::Instant;
 
 use serde_json::{Map, Value};
 
 pub use entry::{
-    Availability, CheckFn, Handler, LocalTool, Owner, ParallelClass, SchemaOverrideFn, ToolEntry,
+    Availability, Handler, LocalTool, Owner, ParallelClass, SchemaOverrideFn, ToolEntry,
 };
 use toolsets::ToolsetResolver;
 
@@ -257,13 +256,6 @@ impl ToolRegistry {
         &self.fleet_toolsets
     }
 
-    /// Forgets every cached availability verdict.
-    pub fn invalidate_checks(&self) {
-        for entry in self.tools.values() {
-            entry.invalidate_check();
-        }
-    }
-
     fn resolver(&self) -> ToolsetResolver<'_> {
         ToolsetResolver {
             registered: &self.by_toolset,
@@ -292,7 +284,6 @@ impl ToolRegistry {
                 self.fleet_backends.contains(&*self.terminal_backend)
                     && self.fleet_toolsets.contains(&entry.toolset)
             }
-            Availability::Check(check) => entry.check_cached(check, Instant::now()),
         }
     }
 

@@ -1,7 +1,5 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value, json};
 
@@ -191,60 +189,6 @@ fn required_env_hides_tools() {
         names(&reg.definitions(&ToolFilter::default()).unwrap()),
         ["free"]
     );
-}
-
-#[test]
-fn check_results_are_cached_with_ttl() {
-    let calls = Arc::new(AtomicUsize::new(0));
-    let counter = calls.clone();
-    let check: CheckFn = Arc::new(move || {
-        counter.fetch_add(1, Ordering::SeqCst);
-        true
-    });
-    let entry = local("probe", "x").with_availability(Availability::Check(check.clone()));
-    let t0 = Instant::now();
-    assert!(entry.check_cached(&check, t0));
-    assert!(entry.check_cached(&check, t0 + Duration::from_secs(10)));
-    assert_eq!(calls.load(Ordering::SeqCst), 1, "cached within the TTL");
-    assert!(entry.check_cached(&check, t0 + entry::CHECK_TTL + Duration::from_secs(1)));
-    assert_eq!(calls.load(Ordering::SeqCst), 2, "re-probed after the TTL");
-    entry.invalidate_check();
-    assert!(entry.check_cached(&check, t0 + entry::CHECK_TTL + Duration::from_secs(2)));
-    assert_eq!(
-        calls.load(Ordering::SeqCst),
-        3,
-        "re-probed after invalidation"
-    );
-}
-
-#[test]
-fn flap_guard_keeps_recently_good_tools() {
-    let up = Arc::new(AtomicBool::new(true));
-    let state = up.clone();
-    let check: CheckFn = Arc::new(move || state.load(Ordering::SeqCst));
-    let entry = local("docker", "x");
-    let t0 = Instant::now();
-    assert!(entry.check_cached(&check, t0));
-    up.store(false, Ordering::SeqCst);
-    // Past the TTL but within the grace window of the last success: still up,
-    // and the failure is not cached.
-    let t1 = t0 + entry::CHECK_TTL + Duration::from_secs(1);
-    assert!(entry.check_cached(&check, t1));
-    // Past the grace window: the failure is honoured and cached.
-    let t2 = t0 + entry::CHECK_FLAP_GRACE + Duration::from_secs(1);
-    assert!(!entry.check_cached(&check, t2));
-    up.store(true, Ordering::SeqCst);
-    assert!(
-        !entry.check_cached(&check, t2 + Duration::from_secs(1)),
-        "cached failure within its TTL"
-    );
-}
-
-#[test]
-fn panicking_check_counts_as_unavailable() {
-    let check: CheckFn = Arc::new(|| panic!("probe exploded"));
-    let entry = local("p", "x");
-    assert!(!entry.check_cached(&check, Instant::now()));
 }
 
 #[test]

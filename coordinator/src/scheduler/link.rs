@@ -9,7 +9,7 @@
 //! of a tool call had four of them). The table's lock also orders a call
 //! against the link closing, so no call is ever left unanswered.
 //!
-//! [`read_events`] is the stream reader: results and output go to the table,
+//! [`read_events`] is the stream reader: results and script calls go to the table,
 //! everything else (heartbeats, notices, releases) to the link actor.
 
 use std::collections::HashMap;
@@ -18,7 +18,6 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use futures::StreamExt;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::sync::{mpsc, oneshot};
@@ -189,13 +188,7 @@ impl CallTable {
 
     /// Sends a call (a `run` or a `persist`) to the worker; its result (or
     /// the link's failure) arrives on `reply`.
-    pub fn run(
-        &self,
-        call: CallCommand,
-        output: Option<mpsc::Sender<Bytes>>,
-        script: Option<ScriptSink>,
-        reply: CallReply,
-    ) {
+    pub fn run(&self, call: CallCommand, script: Option<ScriptSink>, reply: CallReply) {
         if self.shared.draining.load(Ordering::Relaxed) {
             let _ = reply.send(Err(LinkFailure::Draining));
             return;
@@ -214,14 +207,7 @@ impl CallTable {
         };
         if self.send(command) {
             self.shared.running.fetch_add(1, Ordering::Relaxed);
-            state.pending.insert(
-                call_id,
-                Pending {
-                    reply,
-                    output,
-                    script,
-                },
-            );
+            state.pending.insert(call_id, Pending { reply, script });
         } else {
             let _ = reply.send(Err(LinkFailure::Lost(format!(
                 "worker '{}' has closed its command stream",
@@ -266,19 +252,6 @@ impl CallTable {
             None => {
                 tracing::debug!(call_id = %result.call_id, "result for a call nobody waits for (cancelled or timed out)")
             }
-        }
-    }
-
-    /// A piece of live output: best effort, a slow reader loses chunks, never
-    /// the final result.
-    pub fn output(&self, call_id: &str, chunk: Vec<u8>) {
-        let state = self.lock();
-        if let Some(Pending {
-            output: Some(output),
-            ..
-        }) = state.pending.get(call_id)
-        {
-            let _ = output.try_send(Bytes::from(chunk));
         }
     }
 
@@ -351,7 +324,6 @@ impl LinkArgs {
 
 struct Pending {
     reply: CallReply,
-    output: Option<mpsc::Sender<Bytes>>,
     script: Option<ScriptSink>,
 }
 
@@ -436,7 +408,7 @@ impl Actor for WorkerLink {
     }
 }
 
-/// Everything but results and output, which [`read_events`] hands to the
+/// Everything but results and script calls, which [`read_events`] hands to the
 /// call table itself.
 fn handle_event(state: &mut LinkArgs, event: WorkerEvent) {
     let shared = state.shared();
@@ -484,16 +456,11 @@ fn handle_event(state: &mut LinkArgs, event: WorkerEvent) {
         Some(worker_event::Event::Hello(_)) => {
             tracing::warn!(worker = %state.name, "duplicate hello ignored");
         }
-        Some(
-            worker_event::Event::Result(_)
-            | worker_event::Event::Output(_)
-            | worker_event::Event::ScriptCall(_),
-        )
-        | None => {}
+        Some(worker_event::Event::Result(_) | worker_event::Event::ScriptCall(_)) | None => {}
     }
 }
 
-/// Reads a worker's events until its stream ends: results and output go
+/// Reads a worker's events until its stream ends: results and script calls go
 /// straight to their callers through the call table; the link actor sees the
 /// rest and, at the end, why the stream closed.
 pub async fn read_events(
@@ -508,12 +475,6 @@ pub async fn read_events(
             })) => {
                 calls.shared().touch();
                 calls.complete(result);
-            }
-            Some(Ok(WorkerEvent {
-                event: Some(worker_event::Event::Output(chunk)),
-            })) => {
-                calls.shared().touch();
-                calls.output(&chunk.call_id, chunk.chunk);
             }
             Some(Ok(WorkerEvent {
                 event: Some(worker_event::Event::ScriptCall(call)),

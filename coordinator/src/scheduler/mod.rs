@@ -27,9 +27,8 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError, RwLock, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{oneshot, watch};
 
 use caduceus_proto::{
     Drain, EnvironmentSpec, Hello, PersistResult, ReleaseEnvironment, RunCall, StaleEnvironment,
@@ -55,7 +54,6 @@ pub struct WorkerCall {
     pub settings_json: String,
     pub owner: String,
     pub result_cap_chars: u64,
-    pub output: Option<mpsc::Sender<Bytes>>,
     /// The tool's own timeout, decided by dispatch; the worker obeys it.
     pub timeout: Option<Duration>,
     /// The call's W3C trace context, for the worker's logs ("" = none).
@@ -1114,7 +1112,6 @@ impl SchedulerHandle {
                 owner: call.owner,
             }),
             result_cap_chars: call.result_cap_chars,
-            stream_output: call.output.is_some(),
             session_id: call.session_id,
             epoch: placement.epoch,
             timeout_ms: call
@@ -1130,7 +1127,6 @@ impl SchedulerHandle {
         let (reply, result) = oneshot::channel();
         placement.calls.run(
             CallCommand::Run(run),
-            call.output,
             call.script.map(|s| s.requests),
             reply,
         );
@@ -1193,7 +1189,7 @@ impl SchedulerHandle {
         let (reply, result) = oneshot::channel();
         placement
             .calls
-            .run(CallCommand::Persist(persist), None, None, reply);
+            .run(CallCommand::Persist(persist), None, reply);
         let _cancel = CancelOnDrop {
             calls: placement.calls.clone(),
             call_id,

@@ -154,7 +154,6 @@ fn call(task_id: &str) -> WorkerCall {
         settings_json: "{}".to_owned(),
         owner: "c".to_owned(),
         result_cap_chars: 0,
-        output: None,
         timeout: None,
         traceparent: String::new(),
         deadline: Duration::from_secs(5),

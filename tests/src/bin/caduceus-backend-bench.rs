@@ -85,12 +85,10 @@ async fn echo(worker: &Worker, backend: &str, task: &str) -> f64 {
                     owner: "bench".to_owned(),
                 }),
                 result_cap_chars: 0,
-                stream_output: false,
                 session_id: String::new(),
                 timeout_ms: 30_000,
                 ..RunCall::default()
             },
-            None,
             None,
         )
         .await;

@@ -138,7 +138,6 @@ async fn init_files_run_once_and_later_shells_restore_their_state() {
                 timeout: Duration::from_secs(10),
                 workdir: None,
                 max_output_chars: 1000,
-                on_output: None,
                 cancel: None,
             })
             .await

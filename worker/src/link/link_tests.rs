@@ -25,7 +25,6 @@ fn run_call(call_id: &str, args: &Value) -> Result<WorkerCommand, tonic::Status>
                 owner: "c".to_owned(),
             }),
             result_cap_chars: 0,
-            stream_output: false,
             session_id: "session-7".to_owned(),
             timeout_ms: 30_000,
             ..RunCall::default()

@@ -27,16 +27,11 @@ use tonic::{Code, Request, Status};
 use caduceus_common::result::tool_error;
 use caduceus_proto::worker_gateway_client::WorkerGatewayClient;
 use caduceus_proto::{
-    CallOutput, CallResult, EnvironmentReleased, WorkerCommand, WorkerEvent, bearer,
-    worker_command, worker_event,
+    CallResult, EnvironmentReleased, WorkerCommand, WorkerEvent, bearer, worker_command,
+    worker_event,
 };
 
 use crate::Worker;
-use crate::tools::OutputSink;
-
-/// Live output streamed per call at most; the final result carries the
-/// (bounded) output anyway.
-const MAX_STREAMED_BYTES: usize = 1024 * 1024;
 
 /// How long a stopping worker waits for its queued events to be sent.
 const FLUSH_WAIT: Duration = Duration::from_secs(2);
@@ -274,22 +269,6 @@ fn handle_command(
             let script = (call.tool == crate::tools::code::TOOL)
                 .then(|| worker.open_script(&call.call_id, events.clone()));
             tokio::spawn(async move {
-                let output: Option<OutputSink> = call.stream_output.then(|| {
-                    let events = events.clone();
-                    let call_id = call.call_id.clone();
-                    let mut sent = 0usize;
-                    Box::new(move |chunk: &[u8]| {
-                        if sent < MAX_STREAMED_BYTES {
-                            let take = chunk.len().min(MAX_STREAMED_BYTES - sent);
-                            sent += take;
-                            let _ =
-                                events.try_send(event(worker_event::Event::Output(CallOutput {
-                                    call_id: call_id.clone(),
-                                    chunk: chunk[..take].to_vec(),
-                                })));
-                        }
-                    }) as OutputSink
-                });
                 let result = match worker.environments().fence(&call.task_id, call.epoch).await {
                     // Nobody waits for it any more (see `lost`); run_call
                     // registers its cancel token before its first await, so
@@ -299,7 +278,7 @@ fn handle_command(
                         in_flight.fetch_sub(1, Ordering::Relaxed);
                         return;
                     }
-                    Ok(()) => worker.run_call(call, output, script).await,
+                    Ok(()) => worker.run_call(call, script).await,
                     Err(stale) => {
                         worker.close_script(&call.call_id);
                         CallResult {

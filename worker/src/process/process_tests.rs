@@ -61,7 +61,6 @@ impl Fixture {
             timeout: Duration::from_secs(10),
             workdir: None,
             max_output_chars: 50_000,
-            on_output: None,
             cancel: None,
         };
         self.shell.exec(request).await.unwrap().output

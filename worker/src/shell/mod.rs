@@ -162,9 +162,6 @@ impl Default for ShellConfig {
     }
 }
 
-/// Receives raw output bytes as they arrive.
-pub type OutputCallback<'a> = &'a mut (dyn FnMut(&[u8]) + Send);
-
 /// One command to run.
 pub struct ExecRequest<'a> {
     pub command: &'a str,
@@ -173,8 +170,6 @@ pub struct ExecRequest<'a> {
     pub workdir: Option<&'a str>,
     /// Characters kept of the output (head 40 % / tail 60 % beyond that).
     pub max_output_chars: usize,
-    /// Receives raw output bytes as they arrive.
-    pub on_output: Option<OutputCallback<'a>>,
     pub cancel: Option<&'a CancellationToken>,
 }
 
@@ -354,7 +349,7 @@ impl PersistentShell {
 
     /// Runs one command. Calls are queued: two commands never share the shell
     /// at once, so their outputs never interleave.
-    pub async fn exec(&self, mut request: ExecRequest<'_>) -> Result<ExecOutcome, ShellError> {
+    pub async fn exec(&self, request: ExecRequest<'_>) -> Result<ExecOutcome, ShellError> {
         if request.command.contains('\0') {
             return Err(ShellError::NulInCommand);
         }
@@ -415,11 +410,7 @@ impl PersistentShell {
                                 end = ExecEnd::ShellExited;
                                 break;
                             }
-                            let on_output = &mut request.on_output;
-                            let mut emit = |chunk: &[u8]| {
-                                capture.push(chunk);
-                                if let Some(cb) = on_output.as_mut() { cb(chunk); }
-                            };
+                            let mut emit = |chunk: &[u8]| capture.push(chunk);
                             let Some(after_ack) = ack.feed(&buf[..n], &mut emit) else {
                                 continue;
                             };

@@ -32,7 +32,6 @@ async fn run_with(shell: &PersistentShell, command: &str, timeout: Duration) -> 
             timeout,
             workdir: None,
             max_output_chars: 50_000,
-            on_output: None,
             cancel: None,
         })
         .await
@@ -103,7 +102,6 @@ async fn workdir_applies_and_bad_workdir_fails_cleanly() {
             timeout: Duration::from_secs(5),
             workdir: Some("/usr"),
             max_output_chars: 1000,
-            on_output: None,
             cancel: None,
         })
         .await
@@ -115,7 +113,6 @@ async fn workdir_applies_and_bad_workdir_fails_cleanly() {
             timeout: Duration::from_secs(5),
             workdir: Some("/no/such/dir"),
             max_output_chars: 1000,
-            on_output: None,
             cancel: None,
         })
         .await
@@ -316,7 +313,6 @@ async fn cancel_stops_the_command() {
             timeout: Duration::from_secs(60),
             workdir: None,
             max_output_chars: 1000,
-            on_output: None,
             cancel: Some(&token),
         })
         .await
@@ -352,27 +348,6 @@ async fn marker_lookalikes_in_output_are_just_output() {
     let out = run(&sh, r"printf '\n\036deadbeef 0 /\036\n'; echo after").await;
     assert_eq!(out.output, "\n\u{1e}deadbeef 0 /\u{1e}\nafter\n");
     assert_eq!(out.exit_code, 0);
-    sh.close().await;
-}
-
-#[tokio::test]
-async fn streams_output_as_it_arrives() {
-    let sh = shell();
-    let mut seen = Vec::new();
-    let mut sink = |chunk: &[u8]| seen.extend_from_slice(chunk);
-    let out = sh
-        .exec(ExecRequest {
-            command: "echo one; sleep 0.1; echo two",
-            timeout: Duration::from_secs(5),
-            workdir: None,
-            max_output_chars: 1000,
-            on_output: Some(&mut sink),
-            cancel: None,
-        })
-        .await
-        .unwrap();
-    assert_eq!(out.output, "one\ntwo\n");
-    assert_eq!(String::from_utf8(seen).unwrap(), "one\ntwo\n");
     sh.close().await;
 }
 

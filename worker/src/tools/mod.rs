@@ -20,9 +20,6 @@ use crate::env::Environment;
 use crate::sandbox::SpawnSpec;
 use crate::shell::shell_quote;
 
-/// Receives live output of a running call.
-pub type OutputSink = Box<dyn FnMut(&[u8]) + Send>;
-
 /// Worker-wide tool settings.
 #[derive(Debug, Clone)]
 pub struct ToolSettings {
@@ -50,7 +47,6 @@ pub struct ToolCall {
     pub args: Map<String, Value>,
     pub env: Arc<Environment>,
     pub cancel: CancellationToken,
-    pub output: Option<OutputSink>,
     /// Results longer than this are persisted in the sandbox; 0 = never.
     pub result_cap: u64,
     /// The command timeout the coordinator decided (`RunCall.timeout_ms`).
@@ -82,7 +78,6 @@ pub async fn run(settings: &ToolSettings, mut call: ToolCall) -> ToolReply {
                 env: &call.env,
                 args: &call.args,
                 cancel: &call.cancel,
-                output: call.output.take(),
                 session_id: &call.session_id,
                 timeout: call.timeout,
             };

@@ -56,7 +56,6 @@ impl Harness {
                 env: &env,
                 args: &args,
                 cancel: &cancel,
-                output: None,
                 session_id: session,
                 timeout: None,
             },

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use caduceus_common::result::{CallStatus, ToolReply, python_type, to_json};
 use caduceus_guard::hints;
 
-use super::{OutputSink, ToolSettings};
+use super::ToolSettings;
 use crate::env::Environment;
 use crate::process::SpawnRequest;
 use crate::shell::{ExecEnd, ExecRequest};
@@ -21,7 +21,6 @@ pub struct TerminalCall<'a> {
     pub env: &'a Environment,
     pub args: &'a Map<String, Value>,
     pub cancel: &'a CancellationToken,
-    pub output: Option<OutputSink>,
     pub session_id: &'a str,
     /// The coordinator's decision for a foreground command (it read the
     /// `timeout` argument, the default and the maximum).
@@ -217,18 +216,11 @@ async fn run_foreground(
     timeout: Duration,
     pty_note: Option<&str>,
 ) -> ToolReply {
-    let mut output = call.output;
-    let mut forward = |chunk: &[u8]| {
-        if let Some(sink) = output.as_mut() {
-            sink(chunk);
-        }
-    };
     let request = ExecRequest {
         command,
         timeout,
         workdir,
         max_output_chars: settings.max_output_chars,
-        on_output: Some(&mut forward),
         cancel: Some(call.cancel),
     };
     let outcome = match call.env.shell.exec(request).await {

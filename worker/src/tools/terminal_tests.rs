@@ -26,7 +26,6 @@ async fn call_raw(env: &Arc<Environment>, args: Value) -> String {
             env,
             args: &args,
             cancel: &cancel,
-            output: None,
             session_id: "session-1",
             timeout: decided_timeout(&args),
         },
@@ -199,7 +198,6 @@ async fn notifications_need_a_session_to_go_to() {
         env: &env,
         args: &args,
         cancel: &cancel,
-        output: None,
         session_id: "",
         timeout: None,
     };

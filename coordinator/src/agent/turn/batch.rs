@@ -182,7 +182,7 @@ impl CallSite {
         let done = tokio::select! {
             biased;
             _ = self.cancel.cancelled() => Finished { content: cancelled_content(&call.name), status: CallStatus::Cancelled, worker: None },
-            outcome = self.dispatcher.call_streaming(request, None) => Finished { content: outcome.render(), status: outcome.status, worker: outcome.worker },
+            outcome = self.dispatcher.call(request) => Finished { content: outcome.render(), status: outcome.status, worker: outcome.worker },
         };
         self.record_end(call, &done);
         self.finished(call, started, &done);

@@ -22,7 +22,7 @@
 //!   model for a summary.
 //!
 //! `todo`, `clarify` and `delegate_task` are served here; every other call
-//! goes through `Dispatcher::call_streaming`. Calls of a parallel segment run
+//! goes through `Dispatcher::call`. Calls of a parallel segment run
 //! concurrently (at most 8 at once); sequential calls run back to back with
 //! no pause between them.
 //!

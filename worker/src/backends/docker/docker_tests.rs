@@ -234,7 +234,6 @@ async fn run(
             timeout,
             workdir: None,
             max_output_chars: 50_000,
-            on_output: None,
             cancel: None,
         })
         .await
