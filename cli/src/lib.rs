@@ -8,6 +8,7 @@
 
 mod agent_settings;
 pub mod config;
+pub mod file_server;
 mod hardening;
 mod listen;
 mod mcp_client;
@@ -309,6 +310,9 @@ enum GuardCommand {
 /// The `caduceus` program.
 #[allow(clippy::print_stderr)] // the binary's edge: errors go to stderr
 pub fn main() -> std::process::ExitCode {
+    if let Some(code) = file_server::run_if_asked() {
+        return code;
+    }
     let _ = rustls::crypto::ring::default_provider().install_default();
     let matches = Cli::command().get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|err| err.exit());
@@ -846,6 +850,7 @@ fn backend_options(config: &Config) -> caduceus_worker::backends::BackendOptions
         }),
         local_user: None,
         local_confinement: None,
+        local_file_server: file_server::program(),
         worker: String::new(),
         worker_instance: String::new(),
         // `Worker::new` decides (it knows whether it has Chromium).

@@ -10,12 +10,13 @@
 //! [`crate::paths::canonical_path`]); relative paths are the tools' business.
 
 use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
 
 use crate::lines::{self, LinePage, LineWindow};
 use crate::search::{SearchHits, SearchQuery};
 
 /// What a path names, after following symlinks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum FileKind {
     File,
     Dir,
@@ -24,7 +25,7 @@ pub enum FileKind {
 }
 
 /// Metadata of a path (symlinks followed).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FileStat {
     pub kind: FileKind,
     pub size: u64,
@@ -46,7 +47,7 @@ impl FileStat {
 }
 
 /// Modification time plus size: two reads with the same stamp saw the same file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct FileStamp {
     pub mtime_ns: i64,
     pub size: u64,
@@ -60,7 +61,7 @@ pub struct FileBytes {
 }
 
 /// Answer of [`FileSystem::read_lines`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum LineRead {
     NotFound,
     /// The file's stamp equals [`LineWindow::unless_unchanged`]; nothing was read.
@@ -71,7 +72,7 @@ pub enum LineRead {
 }
 
 /// What [`FileSystem::write_atomic`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WriteOutcome {
     pub bytes_written: u64,
     /// Some parent directory did not exist and was created.
@@ -94,7 +95,7 @@ impl WriteOutcome {
 }
 
 /// A syntax checker that runs inside the sandbox (see [`crate::lint`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum SyntaxChecker {
     /// `ast.parse` by the sandbox's `python3`.
     Python,
@@ -103,7 +104,7 @@ pub enum SyntaxChecker {
 }
 
 /// What a syntax check inside the sandbox found.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum CheckRun {
     /// The checker's program is not installed there.
     Unavailable,
@@ -114,7 +115,7 @@ pub enum CheckRun {
 
 /// Failures of a file-system primitive. "Not found" on reads is a value
 /// (`Ok(None)`, [`LineRead::NotFound`], [`SearchHits::RootNotFound`]), not an error.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, thiserror::Error, Serialize, Deserialize)]
 pub enum FsError {
     #[error("No such file or directory: {0}")]
     NotFound(String),

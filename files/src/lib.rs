@@ -22,6 +22,7 @@ pub mod paths;
 pub mod preview;
 pub mod safety;
 pub mod search;
+pub mod served;
 pub mod text;
 mod tools;
 mod tracker;

@@ -13,7 +13,7 @@ pub const BINARY_SNIFF_BYTES: usize = 1000;
 const UTF8_BOM: &[u8] = b"\xEF\xBB\xBF";
 
 /// Which lines [`crate::fs::FileSystem::read_lines`] should return.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LineWindow {
     /// First line to return, 1-based.
     pub offset: usize,
@@ -30,7 +30,7 @@ pub struct LineWindow {
 }
 
 /// A window of lines and the file's total line count.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LinePage {
     pub stat: FileStat,
     /// The window's lines, decoded as UTF-8 (invalid bytes replaced), without

@@ -183,6 +183,15 @@ fn a_confined_environment_sees_no_worker_process_and_writes_only_its_workspace()
             mode,
         );
         assert!(inside.exists(), "{mode}: {written}");
+        // Served by one file server as the sandbox's user, inside its
+        // namespaces: its own `ps` lists it.
+        let servers = run(
+            &fleet,
+            &coordinator,
+            mode,
+            "ps -eo user:12,args | grep -c -- '^nobody .*__file-serve[r]'",
+        );
+        assert_eq!(servers.trim(), "1", "{mode}: {servers}");
 
         // A background process is stopped by the pid it reports inside.
         let started = fleet.call(

@@ -356,6 +356,37 @@ fn a_local_sandbox_reads_none_of_its_workers_or_coordinators_secrets() {
     assert!(listed.contains("hello"), "{listed}");
     if root {
         assert!(listed.contains("nobody notes.txt"), "{listed}");
+        // They are served by one file server per environment, running as
+        // the sandbox's user (not a shell script per primitive).
+        let out = client(&[
+            "call",
+            "terminal",
+            r#"{"command":"ps -eo user:12,args | grep -- '__file-serve[r]'"}"#,
+        ]);
+        let servers = parse_result(&out.stdout)["output"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert_eq!(servers.lines().count(), 1, "{servers}");
+        assert!(servers.starts_with("nobody "), "{servers}");
+        // Its environment is as clean as the commands': the probe, run
+        // again now that it exists, finds no secret in it either.
+        let seen = probe(&client(&["call", "terminal", &probe_arguments()]));
+        assert_none_leaked(&seen, &secrets);
+        // The sandbox's user may kill it; the next file call starts another.
+        let out = client(&[
+            "call",
+            "terminal",
+            r#"{"command":"pkill -f -- '__file-serve[r]'; sleep 0.2; pgrep -f -- '__file-serve[r]' || echo gone"}"#,
+        ]);
+        let killed = parse_result(&out.stdout);
+        assert!(
+            killed["output"].as_str().unwrap().contains("gone"),
+            "{killed}"
+        );
+        let out = client(&["call", "read_file", r#"{"path":"notes.txt"}"#]);
+        let read = parse_result(&out.stdout);
+        assert_eq!(read["content"], "1|hello", "{read}");
     }
 }
 

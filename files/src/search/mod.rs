@@ -11,7 +11,7 @@ pub mod local;
 pub mod shell;
 
 /// One search request. `root` is absolute and normalized; it may name a file.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SearchQuery {
     pub root: String,
     pub target: SearchTarget,
@@ -20,7 +20,7 @@ pub struct SearchQuery {
     pub max_entries: usize,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum SearchTarget {
     /// Regex search inside files (ripgrep syntax, line by line).
     Content {
@@ -35,7 +35,7 @@ pub enum SearchTarget {
     Files { glob: String },
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum OutputMode {
     Content,
     FilesOnly,
@@ -43,7 +43,7 @@ pub enum OutputMode {
 }
 
 /// What a backend found. Paths start with [`SearchQuery::root`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum SearchHits {
     /// The root does not exist (not an error: the tool suggests similar names).
     RootNotFound,
@@ -60,7 +60,7 @@ pub enum SearchHits {
     },
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LineHit {
     pub path: String,
     pub line: u64,
@@ -69,13 +69,13 @@ pub struct LineHit {
     pub is_context: bool,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct FileHit {
     pub path: String,
     pub mtime_ns: Option<i64>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct FileCount {
     pub path: String,
     pub count: u64,

@@ -17,6 +17,7 @@ use std::process::Stdio;
 use std::sync::{Arc, Weak};
 
 use async_trait::async_trait;
+use caduceus_files::served::{self, Connection, Dial, ServedFs};
 use caduceus_files::{FileSystem, LocalFs};
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
@@ -86,18 +87,30 @@ impl LocalSandbox {
     /// own when `None`) and, with a `confinement`, inside its namespaces.
     /// The file tools of either go through the shell, so they see and may
     /// write exactly what its commands may.
+    ///
+    /// `file_server` is a program that serves them (`<it> __file-server`,
+    /// see `caduceus_files::served`): started once, as the user and inside
+    /// the namespaces, it answers each primitive over a pipe instead of a
+    /// shell script per primitive, which stays the fallback.
     pub fn for_user(
         id: String,
         cwd: String,
         user: Option<SandboxUser>,
         confinement: Option<Confinement>,
         ledger: Option<Arc<HostLedger>>,
+        file_server: Option<String>,
     ) -> Arc<Self> {
         Arc::new_cyclic(|me: &Weak<LocalSandbox>| {
             let me: Weak<dyn Sandbox> = me.clone();
             let mut sandbox = LocalSandbox::new(id, cwd).with_ledger(ledger);
             if user.is_some() || confinement.is_some() {
-                sandbox.files = Arc::new(ShellFs::new(me));
+                let by_script: Arc<dyn FileSystem> = Arc::new(ShellFs::new(me.clone()));
+                sandbox.files = match file_server {
+                    Some(program) => {
+                        Arc::new(ServedFs::new(file_server_dial(me, program), by_script))
+                    }
+                    None => by_script,
+                };
             }
             if let Some(user) = &user {
                 sandbox.home = user.home.clone();
@@ -128,6 +141,40 @@ impl LocalSandbox {
         self.ledger = ledger;
         self
     }
+}
+
+/// Starts `program` as the sandbox's file server, the way its commands are
+/// started (same user, same namespaces, no inherited environment).
+fn file_server_dial(sandbox: Weak<dyn Sandbox>, program: String) -> Dial {
+    Arc::new(move || {
+        let sandbox = sandbox.clone();
+        let program = program.clone();
+        Box::pin(async move {
+            let sandbox = sandbox
+                .upgrade()
+                .ok_or_else(|| "the sandbox is gone".to_owned())?;
+            let process = sandbox
+                .spawn(SpawnSpec {
+                    program,
+                    args: vec![served::FILE_SERVER_ARG.to_owned()],
+                    cwd: None,
+                    env: vec![
+                        ("PATH".to_owned(), SYSTEM_PATH.to_owned()),
+                        ("LC_ALL".to_owned(), "C".to_owned()),
+                    ],
+                })
+                .await
+                .map_err(|e| e.to_string())?;
+            let mut connection = Connection {
+                reader: process.output,
+                writer: process.stdin,
+                // Kills the server with the connection (kill on drop).
+                guard: Box::new(process.handle),
+            };
+            served::handshake(&mut connection, std::time::Duration::from_secs(10)).await?;
+            Ok(connection)
+        })
+    })
 }
 
 /// The host's temporary directory (`TMPDIR`, `TMP`, `TEMP`, else `/tmp`),

@@ -92,6 +92,10 @@ pub struct BackendOptions {
     pub local_user: Option<local::SandboxUser>,
     /// `terminal.local_isolation`, probed: `None` unconfined.
     pub local_confinement: Option<isolation::Confinement>,
+    /// The program that serves a sandbox user's file tools
+    /// (`<it> __file-server`): the worker's own binary when it has the
+    /// entry point; `None`: a shell script per primitive.
+    pub local_file_server: Option<String>,
     /// This worker's name and process instance id (pool entries' labels);
     /// `Worker::new` fills them in.
     pub worker: String,
@@ -108,6 +112,7 @@ pub struct LocalProvider {
     confinement: Option<isolation::Confinement>,
     /// This worker's ledger on the host (absent in tests without a worker).
     ledger: Option<Arc<ledger::HostLedger>>,
+    file_server: Option<String>,
 }
 
 #[async_trait]
@@ -133,6 +138,7 @@ impl Provider for LocalProvider {
                 user.clone(),
                 confinement.clone(),
                 ledger,
+                self.file_server.clone(),
             ),
         })
     }
@@ -206,6 +212,7 @@ impl Backends {
                     user: options.local_user.clone(),
                     confinement: options.local_confinement.clone(),
                     ledger: ledger.clone(),
+                    file_server: options.local_file_server.clone(),
                 })),
                 "docker" => providers.push(Arc::new(docker::DockerProvider::new(
                     options.docker.clone(),
