@@ -414,7 +414,11 @@ impl FakeDaytona {
         let ours: Vec<String> = self
             .sandboxes_with(&serde_json::json!({}))
             .iter()
-            .filter_map(|s| s["id"].as_str().map(|id| format!("DAYTONA_SANDBOX_ID={id}")))
+            .filter_map(|s| {
+                s["id"]
+                    .as_str()
+                    .map(|id| format!("DAYTONA_SANDBOX_ID={id}"))
+            })
             .collect();
         entries
             .flatten()

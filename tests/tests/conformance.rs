@@ -22,9 +22,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::{Duration, Instant};
 
-use caduceus_tests::conformance::{
-    BackendUnderTest, Control, Stand, docker,
-};
+use caduceus_tests::conformance::{BackendUnderTest, Control, Stand, docker};
 use serde_json::{Value, json};
 
 /// A case gets a client and a task id of its own.

@@ -160,7 +160,10 @@ fn worker_env(fake: &FakeDaytona, jwt: bool) -> Vec<(&'static str, String)> {
     let mut env = vec![("DAYTONA_API_URL", fake.api_url())];
     if jwt {
         env.push(("DAYTONA_JWT_TOKEN", FakeDaytona::JWT.to_owned()));
-        env.push(("DAYTONA_ORGANIZATION_ID", FakeDaytona::ORGANIZATION.to_owned()));
+        env.push((
+            "DAYTONA_ORGANIZATION_ID",
+            FakeDaytona::ORGANIZATION.to_owned(),
+        ));
     } else {
         env.push(("DAYTONA_API_KEY", FakeDaytona::API_KEY.to_owned()));
     }
@@ -194,7 +197,12 @@ fn a_daytona_sandbox_ends_itself_when_its_worker_is_gone() {
     let name = format!("dt-expiry-{}", std::process::id());
     let mut w = start_worker(&fleet, &c, &name, &worker_env(&fake, false));
     fleet.wait_for_backend(&c, &name, "daytona", std::time::Duration::from_secs(60));
-    let result = fleet.call(&c, "terminal", &serde_json::json!({"command": "echo held"}), "dt");
+    let result = fleet.call(
+        &c,
+        "terminal",
+        &serde_json::json!({"command": "echo held"}),
+        "dt",
+    );
     assert_eq!(result["output"], "held", "{result}");
     let held = fake.sandboxes_of_worker(&name);
     assert_eq!(held.len(), 1, "{held:?}");
@@ -202,7 +210,12 @@ fn a_daytona_sandbox_ends_itself_when_its_worker_is_gone() {
     std::thread::sleep(std::time::Duration::from_secs(6));
     let listed = fake.sandboxes_with(&serde_json::json!({"caduceus.worker": name}));
     assert_eq!(listed.len(), 1, "{listed:?}");
-    assert_eq!(listed[0]["state"], "started", "a held sandbox stopped: {}", fake.log());
+    assert_eq!(
+        listed[0]["state"],
+        "started",
+        "a held sandbox stopped: {}",
+        fake.log()
+    );
     w.kill();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while !fake.sandboxes_of_worker(&name).is_empty() {
@@ -240,12 +253,24 @@ fn daytona_credentials_reach_no_log_output_or_sandbox() {
         fleet.wait_for_backend(&c, &name, "daytona", std::time::Duration::from_secs(60));
         let mut outputs = Vec::new();
         for (tool, args) in [
-            ("terminal", json!({"command": "env; cd \"$(mktemp -d)\" && pwd"})),
-            ("terminal", json!({"command": "echo \"[$DAYTONA_API_KEY][$DAYTONA_JWT_TOKEN]\""})),
-            ("write_file", json!({"path": "notes.txt", "content": "hello\n"})),
+            (
+                "terminal",
+                json!({"command": "env; cd \"$(mktemp -d)\" && pwd"}),
+            ),
+            (
+                "terminal",
+                json!({"command": "echo \"[$DAYTONA_API_KEY][$DAYTONA_JWT_TOKEN]\""}),
+            ),
+            (
+                "write_file",
+                json!({"path": "notes.txt", "content": "hello\n"}),
+            ),
             ("read_file", json!({"path": "notes.txt"})),
             ("search_files", json!({"pattern": "hello", "path": "."})),
-            ("terminal", json!({"command": "sleep 30", "background": true})),
+            (
+                "terminal",
+                json!({"command": "sleep 30", "background": true}),
+            ),
         ] {
             let result = fleet.call(&c, tool, &args, "dt-secret");
             assert!(result["error"].is_null(), "{tool}: {result}");
@@ -296,9 +321,7 @@ async fn a_frozen_daytona_fails_calls_clearly_and_they_work_after() {
     assert_eq!(before["output"], "before", "{before}");
     let fake = backend.fake_daytona().unwrap();
     caduceus_tests::signal(fake.pid(), "STOP");
-    let during = control
-        .terminal("dt-frozen", "echo during", Some(5))
-        .await;
+    let during = control.terminal("dt-frozen", "echo during", Some(5)).await;
     caduceus_tests::signal(fake.pid(), "CONT");
     assert_eq!(during["exit_code"], 124, "{during}");
     let error = during["error"]

@@ -25,17 +25,17 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use caduceus_proto::{EnvironmentSpec, RunCall};
 use caduceus_files::FileSystem;
+use caduceus_proto::{EnvironmentSpec, RunCall};
 use caduceus_tests::standins::{FakeApptainer, FakeDaytona, Sshd};
-use caduceus_worker::backends::daytona::{DaytonaProvider, DaytonaSettings};
-use caduceus_worker::backends::shell_fs::ShellFs;
-use caduceus_worker::backends::{CreateRequest, Provider};
 use caduceus_worker::backends::BackendOptions;
+use caduceus_worker::backends::daytona::{DaytonaProvider, DaytonaSettings};
 use caduceus_worker::backends::docker::settings::DockerSettings;
 use caduceus_worker::backends::pool::PoolSpec;
+use caduceus_worker::backends::shell_fs::ShellFs;
 use caduceus_worker::backends::singularity::SingularitySettings;
 use caduceus_worker::backends::ssh::SshSettings;
+use caduceus_worker::backends::{CreateRequest, Provider};
 use caduceus_worker::{Worker, WorkerConfig};
 use serde_json::{Value, json};
 
@@ -193,21 +193,21 @@ async fn run(rounds: usize, only: &[String]) {
 
     // local
     if wanted("local") {
-    let local = worker("bench-local", "local", BackendOptions::default());
-    let mut row = Row {
-        backend: "local",
-        label: "local",
-        cold: vec![],
-        pool: vec![],
-        warm: vec![],
-        cli_label: "`bash -c 'echo hi'`",
-        cli: vec![],
-    };
-    measure(&mut row, rounds, &local, None, || {
-        time_cli(Command::new("bash").args(["-c", "echo hi"]))
-    })
-    .await;
-    rows.push(row);
+        let local = worker("bench-local", "local", BackendOptions::default());
+        let mut row = Row {
+            backend: "local",
+            label: "local",
+            cold: vec![],
+            pool: vec![],
+            warm: vec![],
+            cli_label: "`bash -c 'echo hi'`",
+            cli: vec![],
+        };
+        measure(&mut row, rounds, &local, None, || {
+            time_cli(Command::new("bash").args(["-c", "echo hi"]))
+        })
+        .await;
+        rows.push(row);
     }
 
     // docker
@@ -493,7 +493,9 @@ async fn daytona(rounds: usize, rows: &mut Vec<Row>, file_rows: &mut Vec<(String
     let by_process = ShellFs::new(Arc::downgrade(&sandbox));
     let by_execute = sandbox.files();
     let dir = format!("{}/bench", sandbox.home_dir());
-    let lines: String = (1..=1000).map(|i| format!("line {i:04}: lorem ipsum\n")).collect();
+    let lines: String = (1..=1000)
+        .map(|i| format!("line {i:04}: lorem ipsum\n"))
+        .collect();
     let big: Vec<u8> = (0..=255u8).cycle().take(100_000).collect();
     by_execute
         .write_atomic(&format!("{dir}/lines.txt"), lines.as_bytes())

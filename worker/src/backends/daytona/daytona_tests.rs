@@ -134,8 +134,15 @@ fn a_file_script_runs_as_one_posix_command() {
     let staged = staged.display().to_string();
     let out = run(&files::command(&argv, &env, &files::Input::File(&staged)));
     assert!(out.starts_with(b"from a file"));
-    assert!(!std::path::Path::new(&staged).exists(), "the staged input was left");
+    assert!(
+        !std::path::Path::new(&staged).exists(),
+        "the staged input was left"
+    );
 
     let out = run(&files::command(&argv, &env, &files::Input::None));
-    assert!(out.starts_with(b"LC_ALL=C"), "{}", String::from_utf8_lossy(&out));
+    assert!(
+        out.starts_with(b"LC_ALL=C"),
+        "{}",
+        String::from_utf8_lossy(&out)
+    );
 }

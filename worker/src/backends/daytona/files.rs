@@ -77,10 +77,7 @@ impl ScriptRunner for ToolboxScripts {
     ) -> Result<Vec<u8>, FsError> {
         let staged = match stdin {
             Some(data) if data.len() > INLINE => {
-                let path = format!(
-                    "/tmp/.caduceus-fs-in.{}",
-                    uuid::Uuid::new_v4().simple()
-                );
+                let path = format!("/tmp/.caduceus-fs-in.{}", uuid::Uuid::new_v4().simple());
                 self.toolbox
                     .upload(&path, data)
                     .await

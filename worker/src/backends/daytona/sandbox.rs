@@ -22,9 +22,9 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::SystemTime;
 use std::task::{Context, Poll};
 use std::time::Duration;
+use std::time::SystemTime;
 
 use async_trait::async_trait;
 use base64::Engine as _;
