@@ -116,7 +116,9 @@ impl DelegationConfig {
     /// hermes' default).
     pub fn stall_limits(&self) -> StallLimits {
         let seconds = |value: Option<f64>, default: f64| {
-            let s = value.filter(|s| s.is_finite() && *s > 0.0).unwrap_or(default);
+            let s = value
+                .filter(|s| s.is_finite() && *s > 0.0)
+                .unwrap_or(default);
             Duration::try_from_secs_f64(s).unwrap_or(Duration::from_secs_f64(default))
         };
         StallLimits {
@@ -554,7 +556,11 @@ pub const BACKGROUND_ONLY_TOP_LEVEL: &str = "background runs only for top-level 
 pub const BACKGROUND_NOTE: &str = "The subagents run in the background. Their results arrive as a new message when all of them have finished. Carry on with work that does not depend on them, then end your turn instead of polling; delegate_task with action='list', 'steer' or 'stop' shows, redirects or stops them.";
 
 /// The handle a background call returns (hermes' dispatch response).
-pub fn dispatched_json(delegation_id: &str, goals: &[String], subagent_ids: &[String]) -> ToolReply {
+pub fn dispatched_json(
+    delegation_id: &str,
+    goals: &[String],
+    subagent_ids: &[String],
+) -> ToolReply {
     ToolReply::json(&json!({
         "status": "dispatched",
         "mode": "background",
@@ -585,9 +591,7 @@ pub fn background_message(
 
 /// hermes' note on a summary whose child ended before reading a steer.
 pub fn missed_steer_note(steer: &str) -> String {
-    format!(
-        "[steer did not land — the subagent finished before it could be delivered: {steer}]"
-    )
+    format!("[steer did not land — the subagent finished before it could be delivered: {steer}]")
 }
 
 /// The error of a child the stall monitor interrupted.

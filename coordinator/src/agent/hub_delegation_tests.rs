@@ -176,9 +176,7 @@ async fn a_background_child_is_listed_steered_and_its_next_turn_sees_the_steer()
         .push(ScriptedResponse::text("I will wait for the research."));
     h.server.push(ScriptedResponse::text("All done."));
     gates.open("parent");
-    watch
-        .until("the steer", |e| e.kind == "steer_queued")
-        .await;
+    watch.until("the steer", |e| e.kind == "steer_queued").await;
     gates.open("child");
     let events = watch.rest().await;
     let root = root(&events);
@@ -341,7 +339,10 @@ async fn a_stopped_background_child_reports_interrupted_and_a_later_steer_is_too
     let late = result_of(&h, prompt, "late");
     assert_eq!(late["status"], "rejected");
     assert!(
-        late["error"].as_str().unwrap().starts_with("Too late: the subagent has already finished"),
+        late["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("Too late: the subagent has already finished"),
         "{late}"
     );
     assert_eq!(result_of(&h, prompt, "again")["status"], "already_finished");

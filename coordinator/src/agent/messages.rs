@@ -102,5 +102,7 @@ mod tests;
 /// How a parent's steer reaches its child: a user message before the child's
 /// next model request.
 pub fn steer_message(text: &str) -> String {
-    format!("[Message from your parent agent, sent while you were working. Take it into account from now on:]\n{text}")
+    format!(
+        "[Message from your parent agent, sent while you were working. Take it into account from now on:]\n{text}"
+    )
 }

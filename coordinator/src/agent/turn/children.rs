@@ -270,8 +270,13 @@ impl AgentLoop {
 
     /// A finished background delegation enters the conversation.
     pub(super) fn deliver(&mut self, delivery: Delivery) {
+        let Delivery {
+            delegation_id,
+            entries,
+            total,
+        } = delivery;
         self.outstanding = self.outstanding.saturating_sub(1);
-        for entry in &delivery.entries {
+        for entry in &entries {
             self.workers.extend(entry.workers.iter().cloned());
             if let Some(child) = self
                 .background
@@ -284,16 +289,12 @@ impl AgentLoop {
         self.emit(
             events::DELEGATION_FINISHED,
             &json!({
-                "delegation_id": delivery.delegation_id,
-                "count": delivery.entries.len(),
-                "statuses": delivery.entries.iter().map(|e| e.status).collect::<Vec<_>>(),
+                "delegation_id": delegation_id,
+                "count": entries.len(),
+                "statuses": entries.iter().map(|e| e.status).collect::<Vec<_>>(),
             }),
         );
-        let text = delegate::background_message(
-            &delivery.delegation_id,
-            &delivery.entries,
-            delivery.total,
-        );
+        let text = delegate::background_message(&delegation_id, &entries, total);
         self.push(ChatMessage::user(text), None);
     }
 
@@ -507,7 +508,6 @@ impl AgentLoop {
             ),
         }
     }
-
 }
 
 /// Waits for one child (watched by the stall monitor) and tells the
@@ -644,7 +644,11 @@ impl ChildWait {
                 continue;
             }
             cancel.cancel();
-            let grace = if capped { CHILD_STOP_GRACE } else { limits.grace };
+            let grace = if capped {
+                CHILD_STOP_GRACE
+            } else {
+                limits.grace
+            };
             let outcome = tokio::time::timeout(grace, report)
                 .await
                 .ok()

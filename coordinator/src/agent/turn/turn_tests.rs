@@ -67,8 +67,8 @@ async fn a_child_past_its_wall_clock_limit_is_cancelled_and_reported() {
         shared: Arc::new(SessionShared::default()),
     };
     let end = tokio::time::timeout(Duration::from_secs(5), wait.finish(limits, &cancel))
-    .await
-    .unwrap();
+        .await
+        .unwrap();
     assert!(cancel.is_cancelled(), "the child is told to stop");
     let task = ChildTask {
         index: 2,
@@ -208,7 +208,10 @@ fn a_missed_steer_is_on_the_entry_and_noted_in_the_summary() {
     };
     let entry = child_entry(&task, "s", "t", "m", ChildEnd::Finished(outcome));
     assert_eq!(entry.status, ChildStatus::Completed);
-    assert_eq!(entry.missed_steer.as_deref(), Some("focus on pricing instead"));
+    assert_eq!(
+        entry.missed_steer.as_deref(),
+        Some("focus on pricing instead")
+    );
     assert_eq!(
         entry.summary.as_deref(),
         Some(
