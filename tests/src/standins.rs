@@ -306,6 +306,9 @@ pub struct FakeDaytona {
 impl FakeDaytona {
     /// The test API key (tests/fake-daytona/README.md).
     pub const API_KEY: &'static str = "dtn_fake_test_key_0123456789";
+    /// The test JWT and its organization.
+    pub const JWT: &'static str = "fake-daytona-test-jwt";
+    pub const ORGANIZATION: &'static str = "fake-org";
 
     /// Starts it; one Daytona "minute" (auto-stop and friends) lasts
     /// `minute_seconds` here.
@@ -366,6 +369,63 @@ impl FakeDaytona {
 
     pub fn log(&self) -> String {
         self.log.lock().map(|l| l.clone()).unwrap_or_default()
+    }
+
+    /// Its process id (to SIGSTOP it).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn address(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// `DELETE /api/sandbox/{id}` behind the worker's back; true when the
+    /// stand-in took it.
+    pub fn delete(&self, id: &str) -> bool {
+        let (status, body) = crate::http_request(
+            &self.address(),
+            "DELETE",
+            &format!("/api/sandbox/{id}"),
+            Some(Self::API_KEY),
+        );
+        if status != 200 {
+            eprintln!("fake-daytona: DELETE {id} answered {status}: {body}");
+        }
+        status == 200
+    }
+
+    /// Ids of the sandboxes labelled with worker `name` that are not being
+    /// deleted (what would still cost money).
+    pub fn sandboxes_of_worker(&self, name: &str) -> Vec<String> {
+        self.sandboxes_with(&serde_json::json!({"caduceus.worker": name}))
+            .iter()
+            .filter(|s| !matches!(s["state"].as_str(), Some("destroying" | "destroyed")))
+            .filter_map(|s| s["id"].as_str().map(str::to_owned))
+            .collect()
+    }
+
+    /// The environments (`/proc/<pid>/environ`, NUL-separated) of every
+    /// process running in one of this stand-in's sandboxes.
+    pub fn sandbox_environments(&self) -> Vec<String> {
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        let ours: Vec<String> = self
+            .sandboxes_with(&serde_json::json!({}))
+            .iter()
+            .filter_map(|s| {
+                s["id"]
+                    .as_str()
+                    .map(|id| format!("DAYTONA_SANDBOX_ID={id}"))
+            })
+            .collect();
+        entries
+            .flatten()
+            .filter_map(|entry| std::fs::read(entry.path().join("environ")).ok())
+            .map(|raw| String::from_utf8_lossy(&raw).into_owned())
+            .filter(|env| env.split('\0').any(|v| ours.iter().any(|o| o == v)))
+            .collect()
     }
 
     /// `GET /api/sandbox?labels=…` with the test key: the sandboxes carrying
