@@ -358,7 +358,9 @@ fn parse_output_schema(value: Option<&Value>, what: &str) -> Result<Option<Value
         None | Some(Value::Null) => return Ok(None),
         Some(Value::String(text)) if text.trim().is_empty() => return Ok(None),
         Some(Value::String(text)) => serde_json::from_str(text).map_err(|err| {
-            ToolReply::error(format!("{what} must be a JSON Schema object; the text given is not JSON ({err})."))
+            ToolReply::error(format!(
+                "{what} must be a JSON Schema object; the text given is not JSON ({err})."
+            ))
         })?,
         Some(other) => other.clone(),
     };

@@ -503,7 +503,10 @@ async fn an_answer_that_misses_its_output_schema_gets_one_correction_turn() {
     assert_eq!(fixed["status"], "completed");
     assert_eq!(fixed["schema_valid"], true, "{fixed}");
     assert!(fixed.get("schema_errors").is_none());
-    assert_eq!(fixed["summary"], "```json\n{\"healthy\": [\"a.example\"]}\n```");
+    assert_eq!(
+        fixed["summary"],
+        "```json\n{\"healthy\": [\"a.example\"]}\n```"
+    );
     assert_eq!(fixed["api_calls"], 2);
 
     // A second miss keeps the raw text, marked unvalidated: no third turn.
@@ -514,7 +517,10 @@ async fn an_answer_that_misses_its_output_schema_gets_one_correction_turn() {
     assert_eq!(stubborn["api_calls"], 2);
     let errors = stubborn["schema_errors"].as_array().unwrap();
     assert_eq!(errors.len(), 1, "{errors:?}");
-    assert!(errors[0].as_str().unwrap().contains("/healthy"), "{errors:?}");
+    assert!(
+        errors[0].as_str().unwrap().contains("/healthy"),
+        "{errors:?}"
+    );
     assert_eq!(stubborn["schema_note"], output_schema::UNVALIDATED_NOTE);
 
     // The child saw the contract up front and the errors in its correction.
@@ -535,7 +541,10 @@ async fn an_answer_that_misses_its_output_schema_gets_one_correction_turn() {
         "{correction}"
     );
     assert!(correction.contains("/healthy"), "{correction}");
-    assert!(!correction.contains("\"required\""), "the schema is not re-pasted");
+    assert!(
+        !correction.contains("\"required\""),
+        "the schema is not re-pasted"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
