@@ -64,8 +64,8 @@ pub async fn answer(
     let Some(vision) = vision else {
         return failed(
             tool,
-            "no auxiliary vision model is configured (auxiliary.vision.model)".to_owned(),
-            document,
+            "no auxiliary vision model is configured (auxiliary.vision.model)",
+            &document,
         );
     };
     let prompt = match tool {
@@ -100,15 +100,15 @@ pub async fn answer(
             .unwrap_or_default()
             .trim()
             .to_owned(),
-        Ok(Err(err)) => return failed(tool, err.to_string(), document),
+        Ok(Err(err)) => return failed(tool, &err.to_string(), &document),
         Err(_) => {
             return failed(
                 tool,
-                format!(
+                &format!(
                     "the vision model did not answer within {} s",
                     vision.timeout.as_secs()
                 ),
-                document,
+                &document,
             );
         }
     };
@@ -141,7 +141,7 @@ pub async fn answer(
 
 /// hermes' failure documents: `vision_analyze` adds an `analysis` the model
 /// can relay, `browser_vision` keeps the screenshot it took.
-fn failed(tool: &str, error: String, worker_fields: Map<String, Value>) -> ToolReply {
+fn failed(tool: &str, error: &str, worker_fields: &Map<String, Value>) -> ToolReply {
     let body = match tool {
         "browser_vision" => {
             let mut out = json!({"success": false, "error": format!("Error during vision analysis: {error}")});
