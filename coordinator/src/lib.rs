@@ -15,6 +15,7 @@ pub mod registry;
 pub mod scheduler;
 pub mod server;
 pub mod skills;
+pub mod web;
 
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -84,6 +85,9 @@ pub struct CoordinatorConfig {
     /// Tool providers (MCP servers with `on: {labels: …}`) that run on the
     /// workers carrying those labels.
     pub hosted: Vec<scheduler::hosted::HostedProviderConfig>,
+    /// The auxiliary vision model (`auxiliary.vision`); `vision_analyze` and
+    /// `browser_vision` are offered only with one.
+    pub vision: Option<dispatch::vision::VisionModel>,
 }
 
 impl Default for CoordinatorConfig {
@@ -107,6 +111,7 @@ impl Default for CoordinatorConfig {
             code_max_tool_calls: caduceus_common::execute_code::DEFAULT_MAX_TOOL_CALLS,
             cron_clock: Arc::new(cron::clock::SystemClock),
             hosted: Vec::new(),
+            vision: None,
         }
     }
 }
@@ -225,6 +230,12 @@ impl Coordinator {
                 initial.register(entry, false)?;
             }
         }
+        initial.register(web::search_entry()?, false)?;
+        if config.vision.is_some() {
+            for entry in registry::builtin::vision_entries()? {
+                initial.register(entry, false)?;
+            }
+        }
         let cron_wake = Arc::new(tokio::sync::Notify::new());
         if let Some(db) = &config.agent.state_db {
             initial.register(agent::search::registry_entry(db.clone())?, false)?;
@@ -261,6 +272,7 @@ impl Coordinator {
             metrics: metrics.clone(),
             code_timeout_secs: config.code_timeout_secs,
             code_max_tool_calls: config.code_max_tool_calls,
+            vision: config.vision.clone(),
             ..DispatchConfig::default()
         };
         let mut dispatcher =

@@ -34,6 +34,7 @@ fn a_single_goal_becomes_one_task_with_the_top_level_role() {
             context: Some("repo at /r".to_owned()),
             role: Role::Orchestrator,
             labels: Default::default(),
+            output_schema: None,
         }]
     );
     assert!(!request.share_environment);
@@ -289,11 +290,19 @@ fn entries_serialize_with_hermes_fields_first() {
         error: None,
         summary_truncated: None,
         summary_full_path: None,
+        missed_steer: None,
+        stalled_after_quiet_seconds: None,
+        stall_threshold_seconds: None,
+        stall_phase: None,
+        stall_grace_seconds: None,
+        schema_valid: None,
+        schema_errors: None,
+        schema_note: None,
         session_id: "s".into(),
         task_id: "t".into(),
         workers: vec!["w1".into()],
     };
-    let text = results_json(&[entry], Duration::from_millis(1234)).body;
+    let text = results_json(&[entry], Duration::from_millis(1234), None).body;
     assert!(text.starts_with(r#"{"results": [{"task_index": 0, "status": "completed", "summary": "done", "api_calls": 2, "duration_seconds": 1.25, "#), "{text}");
     assert!(
         text.ends_with(r#""total_duration_seconds": 1.23}"#),

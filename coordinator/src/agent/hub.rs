@@ -362,6 +362,7 @@ impl SessionHub {
             cancel: CancellationToken::new(),
             task_index: None,
             parent_call_id: None,
+            output_schema: None,
         };
         let (events, rx) = EventStream::recorded(
             self.inner.store().map(|s| (s.clone(), session_id.clone())),
@@ -378,6 +379,7 @@ impl SessionHub {
             events,
             report: None,
             restored: None,
+            shared: Arc::default(),
         };
         start_session(args, None)
             .await
@@ -561,6 +563,7 @@ impl SessionHub {
                 events: stream.clone(),
                 report: None,
                 restored: Some(restored),
+                shared: Arc::default(),
             };
             if let Err(err) = start_session(args, None).await {
                 hub.resume_failed(&spec, &stream, &err.to_string()).await;

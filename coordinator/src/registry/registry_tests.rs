@@ -360,18 +360,22 @@ fn dynamic_descriptions_name_only_the_tools_each_request_offers() {
     );
     assert!(!navigate.contains("web_"), "{navigate}");
 
-    // A web tool joins: named where it is, the absent one still not.
+    // One web tool offered: named, the absent one still not. (`web_search`
+    // is registered at start when a search backend is configured.)
     reg.register(
         ToolEntry::new(
             "web_search",
             "web",
             schema("search the web"),
-            Handler::Worker,
+            Handler::AgentLoop,
         ),
         false,
     )
     .unwrap();
-    let with_web = filter(&["code_execution", "browser", "terminal", "web"], &[]);
+    let with_web = filter(
+        &["code_execution", "browser", "terminal", "web"],
+        &["web_extract"],
+    );
     let navigate = description_of(&reg, &with_web, "browser_navigate");
     assert!(
         navigate.contains("For simple information retrieval, prefer web_search (faster, cheaper)."),
@@ -393,11 +397,6 @@ fn dynamic_descriptions_name_only_the_tools_each_request_offers() {
     );
 
     // Everything offered: hermes' static text, unchanged.
-    reg.register(
-        ToolEntry::new("web_extract", "web", schema("extract"), Handler::Worker),
-        false,
-    )
-    .unwrap();
     let everything = ToolFilter::default();
     let navigate = description_of(&reg, &everything, "browser_navigate");
     assert_eq!(

@@ -57,9 +57,10 @@ use super::events::{self, EventStream, now_ms, preview};
 use super::hub::{HubInner, new_session_id};
 use super::messages::{
     NO_SUMMARY, SKIPPED_INVALID_SIBLING, SUMMARY_REQUEST, cancelled_content,
-    invalid_tool_name_content, summary_failed, tool_message, wrap_untrusted,
+    invalid_tool_name_content, steer_message, summary_failed, tool_message, wrap_untrusted,
 };
 use super::notices::notice_message;
+use super::output_schema::{self, OutputSchema, SchemaCheck};
 use super::planner::{MAX_PARALLEL_CALLS, PlanCall, plan_batch};
 use super::resume::{Next, Recovered, Restored};
 use super::session::{
@@ -82,6 +83,7 @@ mod children;
 mod prompts;
 
 use batch::cancelled;
+use children::{BackgroundChild, Delivery};
 use prompts::{root_system_prompt, strip_think};
 
 /// Turns in a row whose calls all name unknown tools before the session stops.
@@ -203,6 +205,16 @@ pub(crate) struct AgentLoop {
     resume_next: Option<Next>,
     /// After a restart: the interrupted turn's calls, by id.
     recovered: HashMap<String, Recovered>,
+    /// The children of this session's background delegations, in start order.
+    background: Vec<BackgroundChild>,
+    /// Background delegations not yet delivered.
+    outstanding: usize,
+    deliveries_tx: mpsc::UnboundedSender<Delivery>,
+    deliveries: mpsc::UnboundedReceiver<Delivery>,
+    /// With an `output_schema`: the last check of a final answer, and
+    /// whether the one correction turn was used.
+    schema_check: Option<SchemaCheck>,
+    schema_corrected: bool,
 }
 
 impl AgentLoop {
@@ -216,6 +228,7 @@ impl AgentLoop {
         shared: Arc<SessionShared>,
     ) -> Self {
         let budget = IterationBudget::new(spec.max_iterations);
+        let (deliveries_tx, deliveries) = mpsc::unbounded_channel();
         AgentLoop {
             hub,
             spec,
@@ -237,6 +250,12 @@ impl AgentLoop {
             started: Instant::now(),
             resume_next: None,
             recovered: HashMap::new(),
+            background: Vec::new(),
+            outstanding: 0,
+            deliveries_tx,
+            deliveries,
+            schema_check: None,
+            schema_corrected: false,
         }
     }
 
@@ -290,6 +309,7 @@ impl AgentLoop {
                         .and_then(|v| v.as_str().map(str::to_owned))
                 }),
                 interactive: spec.interactive,
+                output_schema: spec.output_schema.clone(),
             },
         });
     }
@@ -421,6 +441,7 @@ impl AgentLoop {
                 return Ending::interrupted();
             }
             self.inject_queued_notices();
+            self.inject_steers();
             if self.budget.permit() == Permit::Exhausted {
                 return self.summarize().await;
             }
@@ -451,6 +472,10 @@ impl AgentLoop {
                         events::ASSISTANT_TEXT,
                         &json!({"iteration": self.api_calls, "text": text, "tool_calls": 0}),
                     );
+                }
+                if let Some(correction) = self.check_output(&text) {
+                    self.push(ChatMessage::user(correction), None);
+                    continue;
                 }
                 if self.wait_for_notices().await {
                     continue;
@@ -515,14 +540,19 @@ impl AgentLoop {
             .store(self.api_calls, Ordering::Relaxed);
     }
 
-    /// One model request, abandoned when the session is cancelled.
+    /// One model request, abandoned when the session is cancelled. Each
+    /// streamed chunk is a sign of progress for the stall monitor.
     async fn complete(&mut self, request: ChatRequest) -> Result<AssistantTurn, Stop> {
         let model = self.model.clone();
+        let shared = self.shared.clone();
+        shared.touch();
+        let mut on_chunk = |_chunk| shared.touch();
         let turn = tokio::select! {
             biased;
             _ = self.spec.cancel.cancelled() => return Err(Stop::Cancelled),
-            turn = model.complete_quietly(&request) => turn,
+            turn = model.complete(&request, &mut on_chunk) => turn,
         };
+        self.shared.touch();
         match turn {
             Ok(turn) => {
                 if let Some(usage) = &turn.usage {
@@ -582,10 +612,44 @@ impl AgentLoop {
             .collect()
     }
 
-    /// Injects notices that arrived meanwhile.
+    /// Injects notices and background results that arrived meanwhile.
     fn inject_queued_notices(&mut self) {
         while let Ok((worker, notice)) = self.notices.try_recv() {
             self.inject_notice(&worker, &notice);
+        }
+        while let Ok(delivery) = self.deliveries.try_recv() {
+            self.deliver(delivery);
+        }
+    }
+
+    /// A final answer against the `output_schema`: the correction to send
+    /// when it misses and the one correction turn is unused.
+    fn check_output(&mut self, answer: &str) -> Option<String> {
+        let schema = self.spec.output_schema.as_ref()?;
+        let compiled = match OutputSchema::compile(schema) {
+            Ok(compiled) => compiled,
+            Err(err) => {
+                tracing::warn!(session = %self.spec.session_id, "output_schema no longer compiles: {err}");
+                return None;
+            }
+        };
+        let check = compiled.check(answer);
+        let correct = !check.valid && !self.schema_corrected;
+        self.emit(
+            events::SCHEMA_CHECKED,
+            &json!({"valid": check.valid, "errors": check.errors, "correction": correct}),
+        );
+        let correction = correct.then(|| output_schema::correction(&check.errors));
+        self.schema_corrected |= correct;
+        self.schema_check = Some(check);
+        correction
+    }
+
+    /// The parent's steers, read before the next model request.
+    fn inject_steers(&mut self) {
+        for text in self.shared.take_steers() {
+            self.emit(events::STEER_RECEIVED, &json!({"message": text}));
+            self.push(ChatMessage::user(steer_message(&text)), None);
         }
     }
 
@@ -607,29 +671,42 @@ impl AgentLoop {
         self.push(ChatMessage::user(text), None);
     }
 
-    /// After a final answer: a notice that arrived, or one for a process the
-    /// model asked to be told about, starts a new turn. Returns whether it did.
+    /// After a final answer: a notice that arrived, one for a process the
+    /// model asked to be told about, or the results of a background
+    /// delegation (waited for as long as its children run: the stall monitor
+    /// bounds them) start a new turn. Returns whether one did.
     async fn wait_for_notices(&mut self) -> bool {
         if let Ok((worker, notice)) = self.notices.try_recv() {
             self.inject_notice(&worker, &notice);
             return true;
         }
-        if self.awaited_processes.is_empty() {
+        if let Ok(delivery) = self.deliveries.try_recv() {
+            self.deliver(delivery);
+            return true;
+        }
+        if self.awaited_processes.is_empty() && self.outstanding == 0 {
             return false;
         }
         let wait = self.hub.settings.notice_wait;
-        let received = tokio::select! {
+        let children_running = self.outstanding > 0;
+        tokio::select! {
             biased;
-            _ = self.spec.cancel.cancelled() => None,
-            _ = tokio::time::sleep(wait) => None,
-            notice = self.notices.recv() => notice,
-        };
-        match received {
-            Some((worker, notice)) => {
-                self.inject_notice(&worker, &notice);
-                true
-            }
-            None => false,
+            _ = self.spec.cancel.cancelled() => false,
+            delivery = self.deliveries.recv(), if children_running => match delivery {
+                Some(delivery) => {
+                    self.deliver(delivery);
+                    true
+                }
+                None => false,
+            },
+            notice = self.notices.recv() => match notice {
+                Some((worker, notice)) => {
+                    self.inject_notice(&worker, &notice);
+                    true
+                }
+                None => false,
+            },
+            _ = tokio::time::sleep(wait), if !children_running => false,
         }
     }
 
@@ -672,6 +749,8 @@ impl AgentLoop {
             tokens: self.tokens,
             tool_trace: self.trace,
             workers: self.workers,
+            missed_steer: self.shared.close_steering(),
+            schema: self.schema_check,
         };
         conclude(
             &self.hub,
