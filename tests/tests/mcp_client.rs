@@ -730,3 +730,54 @@ fn a_server_hosted_on_a_labelled_worker_runs_there_and_leaves_with_it() {
     assert!(again["result"].is_string(), "{again}");
     assert_eq!(children_running(lab2.pid(), "mcp-server-time").len(), 1);
 }
+
+#[test]
+fn a_hosted_server_that_dies_is_hidden_on_the_coordinator_until_its_worker_reconnects_it() {
+    if !python_has("mcp_server_time", "mcp-server-time") {
+        return;
+    }
+    let state = tempfile::tempdir().unwrap();
+    let flaky = switchable_server(state.path(), "hflaky");
+    let fleet = Fleet::new();
+    fleet.write_config(&format!(
+        "mcp_servers:\n  hflaky:\n    command: '{}'\n    env:\n      STATE_DIR: '{}'\n    tools:\n      include: [get_current_time]\n    reconnect: {{first_delay: 0.2, max_delay: 1, retries: 100000}}\n    on:\n      labels: {{site: lab}}\n",
+        flaky.display(),
+        state.path().display()
+    ));
+    let coordinator = fleet.serve(&[]);
+    let _lab = fleet.worker(&coordinator, "lab", &fleet.token, &["--labels", "site=lab"]);
+    let now = || {
+        fleet.call(
+            &coordinator,
+            "mcp__hflaky__get_current_time",
+            &json!({"timezone": "UTC"}),
+            "f1",
+        )
+    };
+    let offered = || {
+        tool_names(&fleet, &coordinator, "").contains(&"mcp__hflaky__get_current_time".to_owned())
+    };
+    wait_until(
+        "the lab worker to host hflaky",
+        Duration::from_secs(60),
+        offered,
+    );
+    assert!(now()["result"].is_string(), "{}", now());
+
+    // Its process killed and kept down: the worker reconnects in vain, and
+    // the coordinator hides the tool with the reason.
+    kill_server(state.path(), "hflaky");
+    wait_until(
+        "the hosted tool to be hidden while its server reconnects",
+        Duration::from_secs(60),
+        || !offered(),
+    );
+    assert_eq!(
+        now()["error"],
+        "Tool 'mcp__hflaky__get_current_time' is not available right now: MCP server 'hflaky' lost its connection and is reconnecting; its tools are back once it is."
+    );
+    std::fs::write(state.path().join("hflaky.up"), "").unwrap();
+    wait_until("hflaky to be back", Duration::from_secs(60), || {
+        offered() && now()["result"].is_string()
+    });
+}

@@ -178,11 +178,26 @@ fn web_extract_returns_a_loopback_page_as_markdown() {
 #[test]
 fn a_long_page_is_cut_with_a_footer_and_its_full_text_is_readable() {
     let site = serve("127.0.0.1:0");
-    let (fleet, c, _w) = fleet(ALLOW_PRIVATE, &[]);
+    // The configured budget (hermes' `web.extract_char_limit`) when a call names none.
+    let (fleet, c, _w) = fleet(
+        &format!("{ALLOW_PRIVATE}web:\n  extract_char_limit: 5000\n"),
+        &[],
+    );
+    let whole = fleet.call(
+        &c,
+        "web_extract",
+        &json!({"urls": [format!("{}/long", site.base)], "char_limit": 400000}),
+        "long",
+    );
+    let text = whole["results"][0]["content"].as_str().unwrap();
+    assert!(
+        !text.contains("[TRUNCATED]") && text.contains("line 1500 of"),
+        "cut although asked for 400,000"
+    );
     let got = fleet.call(
         &c,
         "web_extract",
-        &json!({"urls": [format!("{}/long", site.base)], "char_limit": 5000}),
+        &json!({"urls": [format!("{}/long", site.base)]}),
         "long",
     );
     let content = got["results"][0]["content"].as_str().unwrap();
