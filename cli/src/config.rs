@@ -234,6 +234,13 @@ pub struct TerminalSection {
     /// neither: the organization's default snapshot. Credentials, the API
     /// URL and the target come from `DAYTONA_*` variables only.
     pub daytona_image: Option<String>,
+    /// Registry image of Modal sandboxes (`TERMINAL_MODAL_IMAGE`), debian:bookworm-slim
+    /// when unset. Credentials and the server URL come from `MODAL_*` variables or
+    /// `~/.modal.toml`.
+    pub modal_image: Option<String>,
+    /// A Modal sandbox's whole lifetime, its `timeout` on Modal's side (at least the
+    /// lease, at most 24 h): what bounds an abandoned sandbox when no worker is left.
+    pub modal_timeout_seconds: u64,
     /// Image of Singularity/Apptainer environments (`TERMINAL_SINGULARITY_IMAGE`).
     pub singularity_image: Option<String>,
     /// The apptainer/singularity executable (`TERMINAL_SINGULARITY_EXECUTABLE`);
@@ -317,6 +324,8 @@ impl Default for TerminalSection {
             ssh_control_dir: None,
             daytona_snapshot: None,
             daytona_image: None,
+            modal_image: None,
+            modal_timeout_seconds: 3600,
             singularity_image: None,
             singularity_executable: None,
             singularity_binds: Vec::new(),
@@ -727,6 +736,7 @@ impl Config {
             ("TERMINAL_SINGULARITY_IMAGE", &mut t.singularity_image),
             ("TERMINAL_DAYTONA_SNAPSHOT", &mut t.daytona_snapshot),
             ("TERMINAL_DAYTONA_IMAGE", &mut t.daytona_image),
+            ("TERMINAL_MODAL_IMAGE", &mut t.modal_image),
             (
                 "TERMINAL_SINGULARITY_EXECUTABLE",
                 &mut t.singularity_executable,

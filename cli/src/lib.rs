@@ -845,9 +845,22 @@ fn backend_options(config: &Config) -> caduceus_worker::backends::BackendOptions
         daytona.lease = lease;
         daytona
     });
+    let modal = caduceus_worker::backends::modal::ModalSettings::from_env(
+        caduceus_common::process_env::var,
+    )
+    .map(|mut modal| {
+        if let Some(image) = t.modal_image.clone().filter(|s| !s.is_empty()) {
+            modal.image = image;
+        }
+        modal.cwd = t.cwd.clone();
+        modal.lease = lease;
+        modal.timeout = Duration::from_secs(t.modal_timeout_seconds.max(1));
+        modal
+    });
     caduceus_worker::backends::BackendOptions {
         ssh,
         daytona,
+        modal,
         singularity,
         docker: t.docker_settings(),
         lease: t.lease_policy(),
