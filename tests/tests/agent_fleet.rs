@@ -565,8 +565,7 @@ fn pgrep(pattern: &str) -> bool {
 }
 
 #[test]
-fn background_children_are_listed_steered_and_stopped_and_a_stopped_childs_processes_die_with_it()
-{
+fn background_children_are_listed_steered_and_stopped_and_a_stopped_childs_processes_die_with_it() {
     let dir = tempfile::tempdir().unwrap();
     let gate = |name: &str| dir.path().join(name);
     // An unusual duration names the stopped child's background process.
@@ -678,11 +677,7 @@ fn background_children_are_listed_steered_and_stopped_and_a_stopped_childs_proce
         .nth(1)
         .expect("the steered child asked again");
     let messages = second.body["messages"].as_array().unwrap();
-    let steer = messages
-        .iter()
-        .rev()
-        .find(|m| m["role"] == "user")
-        .unwrap();
+    let steer = messages.iter().rev().find(|m| m["role"] == "user").unwrap();
     assert!(
         steer["content"]
             .as_str()

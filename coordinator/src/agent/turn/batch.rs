@@ -334,8 +334,8 @@ impl AgentLoop {
             }),
         });
         if let Some(result) = &parsed {
-            let started = result.get("output").and_then(Value::as_str)
-                == Some("Background process started");
+            let started =
+                result.get("output").and_then(Value::as_str) == Some("Background process started");
             if call.name == "terminal"
                 && started
                 && let Some(process) = result.get("session_id").and_then(Value::as_str)

@@ -55,7 +55,7 @@ async fn a_child_past_its_wall_clock_limit_is_cancelled_and_reported() {
             workers: BTreeSet::new(),
             missed_steer: Vec::new(),
             schema: None,
-        killed_processes: Vec::new(),
+            killed_processes: Vec::new(),
         });
     });
     // A child that shows no progress at all: the inactivity cap (shorter
