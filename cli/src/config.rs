@@ -50,6 +50,8 @@ pub struct Config {
     /// hermes' `security:`; only `allow_private_urls` is read (by the
     /// browser, `web_extract` and `vision_analyze`).
     pub security: SecuritySection,
+    /// hermes' `web:`; only `extract_char_limit` is read (by `web_extract`).
+    pub web: WebSection,
     /// hermes' `auxiliary:`; only `vision` is read (the model of
     /// `vision_analyze` and `browser_vision`).
     pub auxiliary: AuxiliarySection,
@@ -499,6 +501,14 @@ impl Default for BrowserSection {
             allow_private_urls: false,
         }
     }
+}
+
+/// `web:` (hermes' keys other than `extract_char_limit` are ignored).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct WebSection {
+    /// `web_extract`'s per-page budget when a call names none (hermes: 15,000).
+    pub extract_char_limit: Option<usize>,
 }
 
 /// `auxiliary:` (hermes' keys other than `vision` are ignored).

@@ -742,7 +742,10 @@ pub(crate) fn worker_config(
             // hermes' web tools read `security.allow_private_urls` only.
             web: caduceus_worker::tools::web::WebSettings {
                 allow_private_urls: config.security.allow_private_urls,
-                ..caduceus_worker::tools::web::WebSettings::default()
+                extract_char_limit: config
+                    .web
+                    .extract_char_limit
+                    .unwrap_or(caduceus_worker::tools::web::DEFAULT_CHAR_LIMIT),
             },
             speech: caduceus_worker::tools::speech::SpeechSettings::default(),
         },

@@ -4,6 +4,11 @@
 //! `sandbox.exec("echo", "hi")` and reads its stdout, writes stdin,
 //! lists by tag, terminates, and sees a timeout end a sandbox. Skipped
 //! loudly without the SDK's venv (fails under `CADUCEUS_REQUIRE_ALL=1`).
+//! Then our side: the native client against the stand-in (`native`), an
+//! ended sandbox (terminated behind the worker's back, or past its Modal
+//! timeout) resetting the environment with a notice, and the token in no
+//! log, tool output or sandbox environment. The shared conformance cases
+//! run in `conformance.rs` (`modal_backend`).
 
 #![allow(
     clippy::unwrap_used,
@@ -176,12 +181,12 @@ mod native {
         assert!(sandbox.alive().await);
         sandbox.destroy().await.unwrap();
         assert!(!sandbox.alive().await);
-        assert!(
-            fake.log()
-                .contains(&format!("sandbox {} finished: status 3", sandbox.id())),
-            "{}",
-            fake.log()
-        );
+        // Terminated (status 3), not just forgotten.
+        super::wait_for_log(
+            &fake,
+            &format!("sandbox {} finished: status 3", sandbox.id()),
+        )
+        .await;
     }
 
     /// A sandbox whose Modal `timeout` passes ends on the stand-in's side;
@@ -201,12 +206,11 @@ mod native {
             tokio::time::sleep(Duration::from_millis(100)).await;
             waited += 1;
         }
-        assert!(
-            fake.log()
-                .contains(&format!("sandbox {} reached its timeout", sandbox.id())),
-            "{}",
-            fake.log()
-        );
+        super::wait_for_log(
+            &fake,
+            &format!("sandbox {} reached its timeout", sandbox.id()),
+        )
+        .await;
         assert!(matches!(
             sandbox.spawn(bash("true")).await,
             Err(caduceus_worker::sandbox::SandboxError::Gone(_))
@@ -225,5 +229,165 @@ mod native {
             .await;
         assert_eq!(removed, vec![orphan.id().to_owned()]);
         assert!(!orphan.alive().await);
+    }
+}
+
+/// Terminates a sandbox behind the worker's back, through our own client
+/// (as the Modal dashboard or another client would).
+async fn terminate_behind_the_back(fake: &FakeModal, sandbox_id: &str) {
+    use caduceus_modal_proto::client as pb;
+    use caduceus_worker::backends::modal::{Api, Credentials};
+    let api = Api::new(
+        &fake.url(),
+        Credentials {
+            token_id: FakeModal::TOKEN_ID.to_owned(),
+            token_secret: FakeModal::TOKEN_SECRET.to_owned(),
+        },
+    )
+    .unwrap();
+    api.call(
+        "SandboxTerminateV2",
+        pb::SandboxTerminateRequest {
+            sandbox_id: sandbox_id.to_owned(),
+        },
+        true,
+        std::time::Duration::from_secs(30),
+        |mut c, r| async move { c.sandbox_terminate_v2(r).await },
+    )
+    .await
+    .unwrap();
+}
+
+/// Waits until the stand-in has logged `needle` (it logs every end).
+async fn wait_for_log(fake: &FakeModal, needle: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !fake.log().contains(needle) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the stand-in never logged {needle:?}:\n{}",
+            fake.log()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+fn reset_notice(result: &serde_json::Value) -> &str {
+    result["environment_reset"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no environment_reset in {result}"))
+}
+
+/// A sandbox terminated behind the worker's back, and one whose Modal
+/// `timeout` passed (the stand-in ends it: the lease on Modal's side): the
+/// next call runs in a fresh environment and says so; the one after is
+/// quiet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ended_modal_sandbox_resets_the_environment_with_a_notice() {
+    use caduceus_tests::conformance::{BackendUnderTest, Stand};
+    for timed_out in [false, true] {
+        let extra = if timed_out {
+            "  sandbox_lease_seconds: 2\n  modal_timeout_seconds: 2\n"
+        } else {
+            ""
+        };
+        let stand = Stand::start(BackendUnderTest::modal_with(extra)).await;
+        let fake = stand.backend.fake_modal().unwrap();
+        let mut control = stand.control().await;
+        let task = format!("modal-reset-{timed_out}");
+        let first = control
+            .terminal(&task, "export KEPT=no; echo one", None)
+            .await;
+        assert_eq!(first["output"], "one", "{first}");
+        let sandbox = control.sandbox_of(&task).await;
+        if timed_out {
+            wait_for_log(fake, &format!("sandbox {sandbox} reached its timeout")).await;
+        } else {
+            terminate_behind_the_back(fake, &sandbox).await;
+        }
+        wait_for_log(fake, &format!("sandbox {sandbox} finished")).await;
+        let next = control.terminal(&task, "echo two \"[$KEPT]\"", None).await;
+        assert!(reset_notice(&next).contains("fresh environment"), "{next}");
+        if !timed_out {
+            assert_eq!(next["output"], "two []", "{next}");
+            let third = control.terminal(&task, "echo three", None).await;
+            assert_eq!(third["output"], "three", "{third}");
+            assert!(third.get("environment_reset").is_none(), "{third}");
+        }
+    }
+}
+
+/// The token never shows in the worker's or the coordinator's logs (at
+/// debug level), in any tool's output, or in the sandbox's environment.
+#[test]
+fn modal_credentials_reach_no_log_output_or_sandbox() {
+    use caduceus_tests::Fleet;
+    use serde_json::json;
+    let fake = FakeModal::start();
+    let fleet = Fleet::new();
+    fleet.write_config("terminal:\n  backend: modal\n  backend_probe_seconds: 1\n");
+    let mut c = fleet.serve_with_env(&[], &[("CADUCEUS_LOG", "debug")]);
+    let name = format!("modal-secret-{}", std::process::id());
+    let mut env = fake.env();
+    env.push((
+        "MODAL_CONFIG_PATH".to_owned(),
+        "/nonexistent/modal.toml".to_owned(),
+    ));
+    env.push(("CADUCEUS_LOG".to_owned(), "debug".to_owned()));
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let mut w = fleet.worker_with_env(&c, &name, &["--backends", "modal"], &env);
+    fleet.wait_for_backend(&c, &name, "modal", std::time::Duration::from_secs(60));
+    let mut outputs = Vec::new();
+    for (tool, args) in [
+        (
+            "terminal",
+            json!({"command": "env; cat /proc/self/environ | tr '\\0' '\\n'"}),
+        ),
+        (
+            "terminal",
+            json!({"command": "echo \"[$MODAL_TOKEN_ID][$MODAL_TOKEN_SECRET]\""}),
+        ),
+        (
+            "write_file",
+            json!({"path": "notes.txt", "content": "hello\n"}),
+        ),
+        ("read_file", json!({"path": "notes.txt"})),
+        ("search_files", json!({"pattern": "hello", "path": "."})),
+    ] {
+        let result = fleet.call(&c, tool, &args, "modal-secret");
+        assert!(result["error"].is_null(), "{tool}: {result}");
+        outputs.push(result.to_string());
+    }
+    assert!(outputs[0].contains("MODAL_SANDBOX_ID="), "{}", outputs[0]);
+    assert!(outputs[1].contains("[][]"), "{}", outputs[1]);
+    caduceus_tests::signal(w.pid(), "TERM");
+    w.wait_exit(std::time::Duration::from_secs(30))
+        .expect("the worker exits");
+    let worker_log = w.stderr_to_end();
+    assert!(
+        worker_log.contains("DEBUG"),
+        "the worker logged nothing at debug level: {worker_log}"
+    );
+    caduceus_tests::signal(c.pid(), "TERM");
+    c.wait_exit(std::time::Duration::from_secs(30));
+    let coordinator_log = c.stderr_to_end();
+    // A graceful stop ends the worker's sandboxes.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !fake.log().contains("terminating sandbox") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the stopped worker left its sandbox: {}",
+            fake.log()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    for secret in [FakeModal::TOKEN_ID, FakeModal::TOKEN_SECRET] {
+        for (what, text) in [
+            ("tool output", outputs.join("\n")),
+            ("the coordinator's log", coordinator_log.clone()),
+            ("the worker's log", worker_log.clone()),
+            ("the stand-in's log", fake.log()),
+        ] {
+            assert!(!text.contains(secret), "{secret} in {what}:\n{text}");
+        }
     }
 }

@@ -843,7 +843,7 @@ pub fn registry_entry(schema: Value, config: Arc<DelegationConfig>) -> ToolEntry
     ToolEntry::new("delegate_task", "delegation", schema, Handler::AgentLoop)
         .with_parallel(ParallelClass::Sequential)
         .with_emoji("🔀")
-        .with_dynamic_schema(Arc::new(move || {
+        .with_dynamic_schema(Arc::new(move |_| {
             Some(schema_overrides(&config, &parameters))
         }))
 }
