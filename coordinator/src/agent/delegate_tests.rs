@@ -298,6 +298,7 @@ fn entries_serialize_with_hermes_fields_first() {
         schema_valid: None,
         schema_errors: None,
         schema_note: None,
+        orphaned_processes: None,
         session_id: "s".into(),
         task_id: "t".into(),
         workers: vec!["w1".into()],
