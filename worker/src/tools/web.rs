@@ -146,8 +146,7 @@ async fn extract_one(env: &Environment, url: &str, limits: FetchLimits, limit: u
         Ok(fetched) => fetched,
         Err(err) => return Page::failed(url.to_owned(), fetch_error_text(&err)),
     };
-    let text = String::from_utf8_lossy(&fetched.body);
-    let (title, content) = match readable(&fetched.content_type, &text) {
+    let (title, content) = match convert_off_the_runtime(fetched.content_type, fetched.body).await {
         Ok(found) => found,
         Err(error) => return Page::failed(url.to_owned(), error),
     };
@@ -169,6 +168,30 @@ fn fetch_error_text(err: &url_guard::FetchError) -> String {
         }
         other => format!("Error extracting content: {other}"),
     }
+}
+
+/// Converting a page of up to the fetch cap takes a while and recurses once
+/// per level of nesting: it runs on a thread of its own with a large stack,
+/// never on the worker's runtime, so a hostile page can neither stall the
+/// worker's other calls nor overflow the stack of the thread that serves them.
+async fn convert_off_the_runtime(
+    content_type: String,
+    body: Vec<u8>,
+) -> Result<(String, String), String> {
+    let (done, result) = tokio::sync::oneshot::channel();
+    let spawned = std::thread::Builder::new()
+        .name("web-extract".into())
+        .stack_size(64 << 20)
+        .spawn(move || {
+            let text = String::from_utf8_lossy(&body);
+            let _ = done.send(readable(&content_type, &text));
+        });
+    if let Err(err) = spawned {
+        return Err(format!("Error extracting content: {err}"));
+    }
+    result
+        .await
+        .unwrap_or_else(|_| Err("Error extracting content: the converter failed".to_owned()))
 }
 
 /// The page's title and its text as markdown (HTML), or the text as it is
@@ -205,6 +228,12 @@ static TITLE: LazyLock<Option<Regex>> =
 /// hermes' extract backends return boilerplate-free markdown; ours converts
 /// the page itself, without scripts, styles and the document head.
 pub fn html_to_markdown(html: &str) -> (String, String) {
+    if nesting_depth(html) > MAX_NESTING {
+        // The converter walks the tree recursively: a page nested deeper than
+        // any real document (100k `<div>`s fit in half a megabyte) gets its
+        // text without markup instead of a stack overflow.
+        return (String::new(), text_without_tags(html));
+    }
     let converter = htmd::HtmlToMarkdown::builder()
         .skip_tags(vec![
             "script", "style", "noscript", "head", "template", "svg", "iframe",
@@ -221,6 +250,62 @@ pub fn html_to_markdown(html: &str) -> (String, String) {
         .join(" ");
     let markdown = converter.convert(html).unwrap_or_else(|_| html.to_owned());
     (title, markdown.trim().to_owned())
+}
+
+/// Deeper than real pages nest (a few dozen levels) by far, shallow enough
+/// for the converter's recursion on its 64 MiB stack.
+const MAX_NESTING: usize = 1_000;
+
+/// An upper bound of the element nesting a parser builds from `html`: open
+/// tags minus close tags, void and self-closed elements not counted. Text
+/// that only looks like tags (inside scripts) can only raise it.
+fn nesting_depth(html: &str) -> usize {
+    const VOID: [&str; 14] = [
+        "area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param",
+        "source", "track", "wbr",
+    ];
+    let bytes = html.as_bytes();
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let mut i = 0;
+    while i + 1 < bytes.len() {
+        if bytes[i] != b'<' {
+            i += 1;
+            continue;
+        }
+        let closing = bytes[i + 1] == b'/';
+        let start = i + 1 + usize::from(closing);
+        let mut end = start;
+        while end < bytes.len() && bytes[end].is_ascii_alphanumeric() {
+            end += 1;
+        }
+        if end == start || !bytes[start].is_ascii_alphabetic() {
+            i += 1;
+            continue;
+        }
+        let name = html[start..end].to_ascii_lowercase();
+        let tag_end = bytes[end..]
+            .iter()
+            .position(|&b| b == b'>')
+            .map_or(bytes.len(), |p| end + p);
+        let self_closed = tag_end > 0 && bytes.get(tag_end - 1) == Some(&b'/');
+        if closing {
+            depth = depth.saturating_sub(1);
+        } else if !self_closed && !VOID.contains(&name.as_str()) {
+            depth += 1;
+            deepest = deepest.max(depth);
+        }
+        i = tag_end.max(i + 1);
+    }
+    deepest
+}
+
+static TAG: LazyLock<Option<Regex>> = LazyLock::new(|| Regex::new(r"(?s)<[^>]*>").ok());
+
+fn text_without_tags(html: &str) -> String {
+    let text = TAG
+        .as_ref()
+        .map_or_else(|| html.to_owned(), |re| re.replace_all(html, " ").into_owned());
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 static MD_B64_IMAGE: LazyLock<Option<Regex>> = LazyLock::new(|| {

@@ -61,3 +61,17 @@ fn head_and_tail_windows_respect_character_boundaries() {
     assert_eq!(suffix_chars("héllo", 4), "éllo");
     assert_eq!(suffix_chars("hé", 5), "hé");
 }
+
+#[test]
+fn a_page_nested_past_any_real_document_comes_back_as_text_not_a_crash() {
+    let hostile = format!(
+        "<html><body>{}deep text{}</body></html>",
+        "<div>".repeat(200_000),
+        "</div>".repeat(200_000)
+    );
+    let (_, text) = html_to_markdown(&hostile);
+    assert_eq!(text, "deep text");
+    assert!(nesting_depth("<p>a<br><img src=x/><b>b</b></p>") == 2);
+    let (_, normal) = html_to_markdown("<html><body><h1>Title</h1><p>para</p></body></html>");
+    assert!(normal.contains("# Title"), "{normal}");
+}

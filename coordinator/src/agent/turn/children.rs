@@ -614,6 +614,20 @@ impl ChildWait {
             // Entering or leaving a tool call changes the threshold: start
             // over (listening before the phase is read, so no change is missed).
             let phase_changed = shared.phase_changed();
+            if shared.delegating() {
+                // Waiting on its own children is not a stall (their monitors
+                // watch them): sleep until that wait ends, which touches the
+                // activity clock, and watch afresh from there.
+                tokio::select! {
+                    reported = &mut report => {
+                        return match reported {
+                            Ok(outcome) => ChildEnd::Finished(outcome),
+                            Err(_) => ChildEnd::Vanished,
+                        };
+                    }
+                    () = phase_changed => continue,
+                }
+            }
             let last = shared.last_activity_ms();
             let phase = if shared.in_tool() {
                 StallPhase::InTool
