@@ -4,6 +4,7 @@
 pub mod code;
 pub mod files;
 pub mod process;
+pub mod skills;
 pub mod terminal;
 
 use std::sync::Arc;
@@ -64,7 +65,10 @@ pub fn serves(tool: &str) -> bool {
 
 /// Runs the call and returns the tool's answer.
 pub async fn run(settings: &ToolSettings, mut call: ToolCall) -> ToolReply {
-    if !files::is_file_tool(&call.tool) && call.tool != files::EDIT_PREVIEW {
+    if !files::is_file_tool(&call.tool)
+        && call.tool != files::EDIT_PREVIEW
+        && call.tool != skills::TOOL
+    {
         // hermes: any other tool resets the consecutive-read loop guard.
         call.env.reads.note_other_tool();
     }
@@ -73,6 +77,7 @@ pub async fn run(settings: &ToolSettings, mut call: ToolCall) -> ToolReply {
             files::run(&settings.files, &call.env, tool, &call.args).await
         }
         files::EDIT_PREVIEW => files::preview(&settings.files, &call.env, &call.args).await,
+        skills::TOOL => skills::run(&call.env, &call.args).await,
         "terminal" => {
             let terminal_call = terminal::TerminalCall {
                 env: &call.env,
