@@ -3,6 +3,7 @@
 //! sandbox environment hygiene and the `<persisted-output>` preview of results
 //! too large for the context.
 
+pub mod browser;
 pub mod env_hygiene;
 pub mod execute_code;
 pub mod persist;

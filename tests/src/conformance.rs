@@ -32,9 +32,10 @@ pub struct BackendUnderTest {
     pub name: &'static str,
     /// Lines appended under `terminal:` in the fleet's config.yaml.
     pub terminal_config: String,
-    /// Does the suite check this backend's container lifecycle (a killed
-    /// container, a killed worker's containers swept)? Docker only: SSH and
-    /// Singularity sweeping is covered by `remote_backends.rs`.
+    /// Does the suite check this backend's sandbox lifecycle (a killed
+    /// sandbox, a killed worker's sandboxes swept, none left after a
+    /// graceful stop)? Docker and Daytona: SSH and Singularity sweeping is
+    /// covered by `remote_backends.rs`.
     pub leased: bool,
     /// Stand-ins the backend needs while the suite runs (an sshd, the
     /// Apptainer stand-in's state), kept alive with it.
@@ -119,14 +120,24 @@ impl BackendUnderTest {
 
     /// Daytona through the stand-in (`tests/fake-daytona`, always built with
     /// this crate; the official SDK checks it in `tests/tests/daytona.rs`).
-    /// One Daytona minute lasts a second there, so the default lease (10
-    /// minutes of auto-stop) is ten seconds without activity.
+    /// Leases of 3 s swept every second, as for Docker; one Daytona minute
+    /// lasts 10 s there, so the sandboxes' own auto-stop (the lease rounded
+    /// up to a minute) comes well after the sweep would have removed them.
+    /// A warm pool of one, as for Docker.
     pub fn daytona() -> Self {
-        let fake = crate::standins::FakeDaytona::start(1.0);
+        Self::daytona_with(10.0, "  warm_pool:\n    daytona: 1\n")
+    }
+
+    /// [`daytona`](Self::daytona) with a Daytona minute of `minute_seconds`
+    /// and more `terminal:` lines.
+    pub fn daytona_with(minute_seconds: f64, extra_config: &str) -> Self {
+        let fake = crate::standins::FakeDaytona::start(minute_seconds);
         BackendUnderTest {
             name: "daytona",
-            terminal_config: "  backend_probe_seconds: 1\n".to_owned(),
-            leased: false,
+            terminal_config: format!(
+                "  sandbox_lease_seconds: 3\n  sweep_interval_seconds: 1\n  backend_probe_seconds: 1\n{extra_config}"
+            ),
+            leased: true,
             worker_env: vec![
                 ("DAYTONA_API_URL".to_owned(), fake.api_url()),
                 (
@@ -135,6 +146,31 @@ impl BackendUnderTest {
                 ),
             ],
             fixture: Some(Arc::new(fake)),
+        }
+    }
+
+    /// The Daytona stand-in of a `daytona` backend.
+    pub fn fake_daytona(&self) -> Option<&crate::standins::FakeDaytona> {
+        self.fixture
+            .as_ref()
+            .and_then(|f| f.downcast_ref::<crate::standins::FakeDaytona>())
+    }
+
+    /// Ends sandbox `id` behind the worker's back (`docker kill`, a Daytona
+    /// `DELETE`); true when that worked.
+    pub fn kill_sandbox(&self, id: &str) -> bool {
+        match self.fake_daytona() {
+            Some(fake) => fake.delete(id),
+            None => docker(&["kill", id]),
+        }
+    }
+
+    /// Sandboxes of worker `name` that still exist (containers running or
+    /// not; Daytona sandboxes not being deleted).
+    pub fn sandboxes_of_worker(&self, name: &str) -> Vec<String> {
+        match self.fake_daytona() {
+            Some(fake) => fake.sandboxes_of_worker(name),
+            None => containers_with_label(&format!("caduceus.worker={name}")),
         }
     }
 
@@ -300,7 +336,8 @@ impl Stand {
         self.wait_for_backend(Duration::from_secs(30)).await;
     }
 
-    async fn wait_for_backend(&self, within: Duration) {
+    /// Waits until the worker offers the backend (again).
+    pub async fn wait_for_backend(&self, within: Duration) {
         let deadline = Instant::now() + within;
         let mut control = self.control().await;
         loop {

@@ -617,6 +617,11 @@ pub fn signal(pid: u32, signal: &str) {
 /// A `GET` of `path` on `address` (`host:port`) over plain HTTP/1.1, with
 /// `Authorization: Bearer <token>` when given: the status code and the body.
 pub fn http_get(address: &str, path: &str, token: Option<&str>) -> (u16, String) {
+    http_request(address, "GET", path, token)
+}
+
+/// [`http_get`] with any method and no body (`DELETE`, a bodiless `POST`).
+pub fn http_request(address: &str, method: &str, path: &str, token: Option<&str>) -> (u16, String) {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(address).unwrap();
     stream
@@ -627,7 +632,7 @@ pub fn http_get(address: &str, path: &str, token: Option<&str>) -> (u16, String)
         .unwrap_or_default();
     write!(
         stream,
-        "GET {path} HTTP/1.1\r\nHost: {address}\r\n{auth}Connection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: {address}\r\n{auth}Content-Length: 0\r\nConnection: close\r\n\r\n"
     )
     .unwrap();
     let mut raw = String::new();

@@ -306,6 +306,9 @@ pub struct FakeDaytona {
 impl FakeDaytona {
     /// The test API key (tests/fake-daytona/README.md).
     pub const API_KEY: &'static str = "dtn_fake_test_key_0123456789";
+    /// The test JWT and its organization.
+    pub const JWT: &'static str = "fake-daytona-test-jwt";
+    pub const ORGANIZATION: &'static str = "fake-org";
 
     /// Starts it; one Daytona "minute" (auto-stop and friends) lasts
     /// `minute_seconds` here.
@@ -366,6 +369,63 @@ impl FakeDaytona {
 
     pub fn log(&self) -> String {
         self.log.lock().map(|l| l.clone()).unwrap_or_default()
+    }
+
+    /// Its process id (to SIGSTOP it).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn address(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// `DELETE /api/sandbox/{id}` behind the worker's back; true when the
+    /// stand-in took it.
+    pub fn delete(&self, id: &str) -> bool {
+        let (status, body) = crate::http_request(
+            &self.address(),
+            "DELETE",
+            &format!("/api/sandbox/{id}"),
+            Some(Self::API_KEY),
+        );
+        if status != 200 {
+            eprintln!("fake-daytona: DELETE {id} answered {status}: {body}");
+        }
+        status == 200
+    }
+
+    /// Ids of the sandboxes labelled with worker `name` that are not being
+    /// deleted (what would still cost money).
+    pub fn sandboxes_of_worker(&self, name: &str) -> Vec<String> {
+        self.sandboxes_with(&serde_json::json!({"caduceus.worker": name}))
+            .iter()
+            .filter(|s| !matches!(s["state"].as_str(), Some("destroying" | "destroyed")))
+            .filter_map(|s| s["id"].as_str().map(str::to_owned))
+            .collect()
+    }
+
+    /// The environments (`/proc/<pid>/environ`, NUL-separated) of every
+    /// process running in one of this stand-in's sandboxes.
+    pub fn sandbox_environments(&self) -> Vec<String> {
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        let ours: Vec<String> = self
+            .sandboxes_with(&serde_json::json!({}))
+            .iter()
+            .filter_map(|s| {
+                s["id"]
+                    .as_str()
+                    .map(|id| format!("DAYTONA_SANDBOX_ID={id}"))
+            })
+            .collect();
+        entries
+            .flatten()
+            .filter_map(|entry| std::fs::read(entry.path().join("environ")).ok())
+            .map(|raw| String::from_utf8_lossy(&raw).into_owned())
+            .filter(|env| env.split('\0').any(|v| ours.iter().any(|o| o == v)))
+            .collect()
     }
 
     /// `GET /api/sandbox?labels=…` with the test key: the sandboxes carrying
@@ -436,6 +496,138 @@ pub fn daytona_sdk(test: &str) -> Option<PathBuf> {
                 "no Python at {} ({err}): python3 -m venv ~/.cache/caduceus/daytona-{DAYTONA_SDK_VERSION} && ~/.cache/caduceus/daytona-{DAYTONA_SDK_VERSION}/bin/pip install daytona=={DAYTONA_SDK_VERSION} (.ci/run does this)",
                 python.display()
             ),
+        ),
+    }
+}
+
+/// The pinned version of the official Modal SDK the stand-in answers to.
+pub const MODAL_SDK_VERSION: &str = "1.6.4";
+
+/// The Modal stand-in (`tests/fake-modal`, the `fake-modal` binary of this
+/// crate) on a free port of 127.0.0.1, killed (by pid) when dropped.
+pub struct FakeModal {
+    child: std::process::Child,
+    pub port: u16,
+    /// Its sandboxes' directories.
+    pub dir: tempfile::TempDir,
+    /// What it printed on stderr (every RPC), read so far.
+    log: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl FakeModal {
+    /// The test tokens (tests/fake-modal/README.md).
+    pub const TOKEN_ID: &'static str = "ak-fakemodaltest000000000";
+    pub const TOKEN_SECRET: &'static str = "as-fakemodaltestsecret00000000";
+
+    pub fn start() -> FakeModal {
+        use std::io::{BufRead, BufReader};
+        let exe = std::env::var_os("CARGO_BIN_EXE_fake-modal")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| crate::bin().with_file_name("fake-modal"));
+        let dir = tempfile::Builder::new()
+            .prefix("fmd")
+            .tempdir_in("/tmp")
+            .unwrap();
+        let mut child = Command::new(&exe)
+            .args(["--port", "0"])
+            .arg("--dir")
+            .arg(dir.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", exe.display()));
+        let stdout = child.stdout.take().unwrap();
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).unwrap();
+        let port = line
+            .trim()
+            .strip_prefix("listening on 127.0.0.1:")
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("fake-modal said {line:?}"));
+        let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let stderr = child.stderr.take().unwrap();
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Ok(mut log) = sink.lock() {
+                    log.push_str(&line);
+                    log.push('\n');
+                }
+            }
+        });
+        FakeModal {
+            child,
+            port,
+            dir,
+            log,
+        }
+    }
+
+    /// `MODAL_SERVER_URL` of the stand-in.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    pub fn log(&self) -> String {
+        self.log.lock().map(|l| l.clone()).unwrap_or_default()
+    }
+
+    /// The worker variables that point a Modal client at the stand-in.
+    pub fn env(&self) -> Vec<(String, String)> {
+        vec![
+            ("MODAL_SERVER_URL".to_owned(), self.url()),
+            ("MODAL_TOKEN_ID".to_owned(), Self::TOKEN_ID.to_owned()),
+            (
+                "MODAL_TOKEN_SECRET".to_owned(),
+                Self::TOKEN_SECRET.to_owned(),
+            ),
+        ]
+    }
+}
+
+impl Drop for FakeModal {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The Python of a venv with the official SDK `modal==1.6.4`
+/// (`CADUCEUS_MODAL_PYTHON`, else `~/.cache/caduceus/modal-1.6.4`, which
+/// `.ci/run` makes); `None` after the banner when it is missing.
+pub fn modal_sdk(test: &str) -> Option<PathBuf> {
+    let python = std::env::var_os("CADUCEUS_MODAL_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            let home = std::env::var_os("HOME").unwrap_or_else(|| "/root".into());
+            PathBuf::from(home).join(format!(
+                ".cache/caduceus/modal-{MODAL_SDK_VERSION}/bin/python"
+            ))
+        });
+    let how = format!(
+        "python3 -m venv ~/.cache/caduceus/modal-{MODAL_SDK_VERSION} && ~/.cache/caduceus/modal-{MODAL_SDK_VERSION}/bin/pip install modal=={MODAL_SDK_VERSION} (.ci/run does this)"
+    );
+    let version = Command::new(&python)
+        .args([
+            "-c",
+            "import importlib.metadata as m; print(m.version('modal'))",
+        ])
+        .output();
+    match version {
+        Ok(out) if String::from_utf8_lossy(&out.stdout).trim() == MODAL_SDK_VERSION => Some(python),
+        Ok(out) => missing(
+            test,
+            &format!(
+                "{} has no modal=={MODAL_SDK_VERSION} ({}{}): {how}",
+                python.display(),
+                String::from_utf8_lossy(&out.stdout).trim(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+        ),
+        Err(err) => missing(
+            test,
+            &format!("no Python at {} ({err}): {how}", python.display()),
         ),
     }
 }

@@ -6,9 +6,10 @@
 //!
 //! Cases every backend passes are in `CASES`. Cases for features still
 //! landing (background processes, file tools) are added there when they do.
-//! Sandboxed backends (`leased`) also run the lifecycle cases: a sandbox
-//! killed under a live environment, a worker killed with SIGKILL and
-//! restarted, and nothing left behind after the suite.
+//! Sandboxed backends (`leased`: Docker, Daytona) also run the lifecycle
+//! cases: a sandbox ended under a live environment (`docker kill`, a Daytona
+//! `DELETE`), a worker killed with SIGKILL and restarted (its successor
+//! sweeps by owner and lease labels), and nothing left after SIGTERM.
 
 #![allow(
     clippy::unwrap_used,
@@ -21,9 +22,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::{Duration, Instant};
 
-use caduceus_tests::conformance::{
-    BackendUnderTest, Control, Stand, containers_with_label, docker,
-};
+use caduceus_tests::conformance::{BackendUnderTest, Control, Stand, docker};
 use serde_json::{Value, json};
 
 /// A case gets a client and a task id of its own.
@@ -342,6 +341,20 @@ async fn release_ends_the_environment(
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
+    if let Some(fake) = backend.fake_daytona() {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while fake
+            .sandboxes_with(&json!({}))
+            .iter()
+            .any(|s| s["id"] == sandbox.as_str() && s["state"] != "destroying")
+        {
+            assert!(
+                Instant::now() < deadline,
+                "Daytona sandbox {sandbox} still exists after release"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
     // The worker ends the environment after the coordinator answered.
     control.wait_until_released(task).await;
     let fresh = control.terminal(task, "echo \"[$CONF_GONE]\"", None).await;
@@ -358,35 +371,56 @@ async fn run_suite(backend: BackendUnderTest) {
         case(&mut control, &task, &backend).await;
     }
     if backend.leased {
-        killed_sandbox_resets_the_environment(&mut control).await;
+        killed_sandbox_resets_the_environment(&mut control, &backend).await;
         crashed_worker_leaves_nothing_behind(&mut stand, &mut control).await;
-        let label = format!("caduceus.worker={}", stand.worker_name);
+        eprintln!(
+            "conformance[{}]: nothing is left after SIGTERM",
+            backend.name
+        );
         drop(control);
         let Stand {
-            worker,
+            mut worker,
             coordinator,
+            worker_name,
             ..
         } = stand;
         // A polite stop: the worker removes its environments and pool.
-        drop(worker);
-        let left = containers_with_label(&label);
+        caduceus_tests::signal(worker.pid(), "TERM");
+        let status = worker
+            .wait_exit(Duration::from_secs(30))
+            .expect("the worker exits after SIGTERM");
+        assert!(status.success(), "exit status {status:?}");
+        if let Some(fake) = backend.fake_daytona() {
+            assert!(
+                fake.log().contains("\"caduceus.pool\":\"daytona:default\""),
+                "no warm-pool entry was created: {}",
+                fake.log()
+            );
+        }
+        let left = backend.sandboxes_of_worker(&worker_name);
         assert!(
             left.is_empty(),
-            "containers left after the worker stopped: {left:?}"
+            "sandboxes left after the worker stopped: {left:?}"
         );
         drop(coordinator);
     }
 }
 
-async fn killed_sandbox_resets_the_environment(control: &mut Control) {
-    eprintln!("conformance[docker]: a killed container resets the environment");
+async fn killed_sandbox_resets_the_environment(control: &mut Control, backend: &BackendUnderTest) {
+    eprintln!(
+        "conformance[{}]: a sandbox ended behind the worker's back resets the environment",
+        backend.name
+    );
     let task = "conf-reset";
     let first = control
         .terminal(task, "export CONF_KEPT=no; echo one", None)
         .await;
     assert_eq!(output(&first), "one");
     let sandbox = control.sandbox_of(task).await;
-    assert!(docker(&["kill", &sandbox]), "docker kill {sandbox} failed");
+    assert!(
+        backend.kill_sandbox(&sandbox),
+        "could not end sandbox {sandbox}"
+    );
     let next = control
         .terminal(task, "echo two \"[$CONF_KEPT]\"", None)
         .await;
@@ -405,27 +439,43 @@ async fn killed_sandbox_resets_the_environment(control: &mut Control) {
 }
 
 async fn crashed_worker_leaves_nothing_behind(stand: &mut Stand, control: &mut Control) {
+    let backend = stand.backend.clone();
     eprintln!(
-        "conformance[docker]: a worker killed with SIGKILL leaves nothing behind once leases pass"
+        "conformance[{}]: a worker killed with SIGKILL leaves nothing behind once leases pass",
+        backend.name
     );
     control.terminal("conf-doomed", "echo doomed", None).await;
-    let label = format!("caduceus.worker={}", stand.worker_name);
-    let before = containers_with_label(&label);
-    assert!(!before.is_empty(), "no containers labelled {label}");
+    let before = backend.sandboxes_of_worker(&stand.worker_name);
+    assert!(
+        !before.is_empty(),
+        "no sandboxes of worker {}",
+        stand.worker_name
+    );
     stand.crash_and_restart_worker().await;
     // Lease 3 s + sweep every 1 s: gone well within 20 s.
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let now = containers_with_label(&label);
+        let now = backend.sandboxes_of_worker(&stand.worker_name);
         let survivors: Vec<&String> = before.iter().filter(|id| now.contains(id)).collect();
         if survivors.is_empty() {
             break;
         }
         assert!(
             Instant::now() < deadline,
-            "containers of the killed worker survived their leases: {survivors:?}"
+            "sandboxes of the killed worker survived their leases: {survivors:?}"
         );
         tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    if let Some(fake) = backend.fake_daytona() {
+        // The next worker's sweep removed them, not Daytona's auto-stop
+        // (which comes a "minute" of idleness later).
+        let log = fake.log();
+        for id in &before {
+            assert!(
+                !log.contains(&format!("auto-stop of {id}")),
+                "sandbox {id} was auto-stopped before any sweep removed it:\n{log}"
+            );
+        }
     }
     // The restarted worker serves the task again (in a fresh environment).
     *control = stand.control().await;

@@ -153,3 +153,188 @@ mod native {
         sandbox.destroy().await.unwrap();
     }
 }
+
+/// A worker's Daytona settings: the stand-in's URL and a credential
+/// (`DAYTONA_API_KEY`, or the JWT with its organization).
+fn worker_env(fake: &FakeDaytona, jwt: bool) -> Vec<(&'static str, String)> {
+    let mut env = vec![("DAYTONA_API_URL", fake.api_url())];
+    if jwt {
+        env.push(("DAYTONA_JWT_TOKEN", FakeDaytona::JWT.to_owned()));
+        env.push((
+            "DAYTONA_ORGANIZATION_ID",
+            FakeDaytona::ORGANIZATION.to_owned(),
+        ));
+    } else {
+        env.push(("DAYTONA_API_KEY", FakeDaytona::API_KEY.to_owned()));
+    }
+    env
+}
+
+fn start_worker(
+    fleet: &caduceus_tests::Fleet,
+    coordinator: &caduceus_tests::Proc,
+    name: &str,
+    env: &[(&'static str, String)],
+) -> caduceus_tests::Proc {
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    fleet.worker_with_env(coordinator, name, &["--backends", "daytona"], &env)
+}
+
+/// Nobody sweeps (the worker is SIGKILLed, no other worker runs): the
+/// sandbox ends on the stand-in's side, by the auto-stop and auto-delete
+/// the backend set from the lease (3 s, rounded up to one Daytona minute,
+/// two seconds here). While the worker lives its activity holds the
+/// sandbox past that.
+#[test]
+fn a_daytona_sandbox_ends_itself_when_its_worker_is_gone() {
+    use caduceus_tests::Fleet;
+    let fake = FakeDaytona::start(2.0);
+    let fleet = Fleet::new();
+    fleet.write_config(
+        "terminal:\n  backend: daytona\n  sandbox_lease_seconds: 3\n  sweep_interval_seconds: 3600\n  backend_probe_seconds: 1\n",
+    );
+    let c = fleet.serve(&[]);
+    let name = format!("dt-expiry-{}", std::process::id());
+    let mut w = start_worker(&fleet, &c, &name, &worker_env(&fake, false));
+    fleet.wait_for_backend(&c, &name, "daytona", std::time::Duration::from_secs(60));
+    let result = fleet.call(
+        &c,
+        "terminal",
+        &serde_json::json!({"command": "echo held"}),
+        "dt",
+    );
+    assert_eq!(result["output"], "held", "{result}");
+    let held = fake.sandboxes_of_worker(&name);
+    assert_eq!(held.len(), 1, "{held:?}");
+    // Three Daytona minutes of the worker's activity: still started.
+    std::thread::sleep(std::time::Duration::from_secs(6));
+    let listed = fake.sandboxes_with(&serde_json::json!({"caduceus.worker": name}));
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(
+        listed[0]["state"],
+        "started",
+        "a held sandbox stopped: {}",
+        fake.log()
+    );
+    w.kill();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !fake.sandboxes_of_worker(&name).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the sandbox of a dead worker is still there: {}",
+            fake.log()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert!(
+        fake.log().contains(&format!("auto-stop of {}", held[0])),
+        "it did not end by auto-stop: {}",
+        fake.log()
+    );
+}
+
+/// The API key and the JWT never show in the worker's or the coordinator's
+/// logs (at debug level), in any tool's output, or in the environment of
+/// any process of the sandbox (the live shell, a background process, the
+/// file tools' scripts).
+#[test]
+fn daytona_credentials_reach_no_log_output_or_sandbox() {
+    use caduceus_tests::Fleet;
+    use serde_json::json;
+    for jwt in [false, true] {
+        let fake = FakeDaytona::start(60.0);
+        let fleet = Fleet::new();
+        fleet.write_config("terminal:\n  backend: daytona\n  backend_probe_seconds: 1\n");
+        let mut c = fleet.serve_with_env(&[], &[("CADUCEUS_LOG", "debug")]);
+        let name = format!("dt-secret-{}-{jwt}", std::process::id());
+        let mut env = worker_env(&fake, jwt);
+        env.push(("CADUCEUS_LOG", "debug".to_owned()));
+        let mut w = start_worker(&fleet, &c, &name, &env);
+        fleet.wait_for_backend(&c, &name, "daytona", std::time::Duration::from_secs(60));
+        let mut outputs = Vec::new();
+        for (tool, args) in [
+            (
+                "terminal",
+                json!({"command": "env; cd \"$(mktemp -d)\" && pwd"}),
+            ),
+            (
+                "terminal",
+                json!({"command": "echo \"[$DAYTONA_API_KEY][$DAYTONA_JWT_TOKEN]\""}),
+            ),
+            (
+                "write_file",
+                json!({"path": "notes.txt", "content": "hello\n"}),
+            ),
+            ("read_file", json!({"path": "notes.txt"})),
+            ("search_files", json!({"pattern": "hello", "path": "."})),
+            (
+                "terminal",
+                json!({"command": "sleep 30", "background": true}),
+            ),
+        ] {
+            let result = fleet.call(&c, tool, &args, "dt-secret");
+            assert!(result["error"].is_null(), "{tool}: {result}");
+            outputs.push(result.to_string());
+        }
+        assert!(outputs[1].contains("[][]"), "{}", outputs[1]);
+        let environments = fake.sandbox_environments();
+        assert!(
+            environments.len() >= 2,
+            "the sandbox's processes were not found: {environments:?}"
+        );
+        caduceus_tests::signal(w.pid(), "TERM");
+        w.wait_exit(std::time::Duration::from_secs(30))
+            .expect("the worker exits");
+        let worker_log = w.stderr_to_end();
+        assert!(
+            worker_log.contains("DEBUG"),
+            "the worker logged nothing at debug level: {worker_log}"
+        );
+        caduceus_tests::signal(c.pid(), "TERM");
+        c.wait_exit(std::time::Duration::from_secs(30));
+        let coordinator_log = c.stderr_to_end();
+        for secret in [FakeDaytona::API_KEY, FakeDaytona::JWT] {
+            for (what, text) in [
+                ("tool output", outputs.join("\n")),
+                ("the sandbox's environments", environments.join("\n")),
+                ("the coordinator's log", coordinator_log.clone()),
+                ("the worker's log", worker_log.clone()),
+            ] {
+                assert!(!text.contains(secret), "{secret} in {what}:\n{text}");
+            }
+        }
+    }
+}
+
+/// The stand-in frozen (SIGSTOP) under a live environment: a command with a
+/// 5 s timeout comes back from the worker (exit 124) with an error naming
+/// Daytona's toolbox as what is not answering, instead of waiting out every
+/// signal's own timeout or the coordinator's deadline; after SIGCONT the
+/// task works again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_daytona_fails_calls_clearly_and_they_work_after() {
+    use caduceus_tests::conformance::{BackendUnderTest, Stand};
+    let backend = BackendUnderTest::daytona();
+    let stand = Stand::start(backend.clone()).await;
+    let mut control = stand.control().await;
+    let before = control.terminal("dt-frozen", "echo before", None).await;
+    assert_eq!(before["output"], "before", "{before}");
+    let fake = backend.fake_daytona().unwrap();
+    caduceus_tests::signal(fake.pid(), "STOP");
+    let during = control.terminal("dt-frozen", "echo during", Some(5)).await;
+    caduceus_tests::signal(fake.pid(), "CONT");
+    assert_eq!(during["exit_code"], 124, "{during}");
+    let error = during["error"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no error in {during}"));
+    assert!(
+        error.contains("Daytona: the toolbox of sandbox") && error.contains("answer"),
+        "{during}"
+    );
+    stand
+        .wait_for_backend(std::time::Duration::from_secs(60))
+        .await;
+    let after = control.terminal("dt-frozen", "echo after", None).await;
+    assert_eq!(after["output"], "after", "{after}");
+    assert!(after["error"].is_null(), "{after}");
+}

@@ -158,6 +158,13 @@ pub trait Sandbox: Send + Sync + fmt::Debug {
         false
     }
 
+    /// Why the sandbox's service is not answering right now, when the
+    /// backend knows (cheap, no I/O): a command that timed out or lost its
+    /// shell then says so instead of leaving it to look like the command's
+    /// fault. The default never knows.
+    fn unreachable(&self) -> Option<String> {
+        None
+    }
     /// Was the sandbox already gone at `at`? Asked only after a call found it
     /// vanished: a call that started after the sandbox died cannot have run,
     /// so the worker runs it again in the fresh environment. The default

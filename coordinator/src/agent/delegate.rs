@@ -4,11 +4,16 @@
 //! summary budget and the tool's live schema. Running the children is the
 //! agent loop's business (`turn::AgentLoop::delegate`).
 //!
-//! Unlike hermes, whose top-level delegations run in the background and come
-//! back as a later message (a source of "dispatched but never ran" reports,
-//! hermes #60342), a `delegate_task` call here returns when every child has
-//! finished: the parent's turn waits, the children run in parallel (each a
-//! child Session actor with its own environment, possibly on another worker).
+//! A `delegate_task` call returns when every child has finished (the
+//! children run in parallel, each a child Session actor with its own
+//! environment, possibly on another worker), unless a top-level session asks
+//! for `background: true`: then it returns a handle at once and the results
+//! arrive later as a message (hermes 0.21 makes that the default; here it is
+//! asked for, since a model that forgets the results were coming is hermes
+//! #60342). `action=list|steer|stop` works on a session's background
+//! children. Every child is watched by the stall monitor (no progress for
+//! `stall_idle_seconds` between steps, `stall_in_tool_seconds` inside a tool
+//! call: interrupted and reported `stalled`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -39,6 +44,12 @@ pub const DEFAULT_MAX_SPAWN_DEPTH: u32 = 1;
 pub const DEFAULT_MAX_SUMMARY_CHARS: usize = 24_000;
 /// A configured child timeout is never shorter than this.
 pub const MIN_CHILD_TIMEOUT_SECS: f64 = 30.0;
+/// hermes' stall thresholds: no progress for this long between steps…
+pub const DEFAULT_STALL_IDLE_SECS: f64 = 450.0;
+/// …or inside one tool call (slow commands are legitimate).
+pub const DEFAULT_STALL_IN_TOOL_SECS: f64 = 1200.0;
+/// How long an interrupted stalled child gets to unwind.
+pub const DEFAULT_STALL_GRACE_SECS: f64 = 120.0;
 
 /// The `delegation:` section. Every field is optional; unknown fields
 /// (hermes' `provider`, `api_mode`, …) are accepted and ignored. Read through
@@ -54,9 +65,14 @@ pub struct DelegationConfig {
     pub max_concurrent_children: Option<i64>,
     /// Depth at which delegation is refused (default 1: parent → child only).
     pub max_spawn_depth: Option<i64>,
-    /// Wall-clock limit per child; 0 or unset = none; floor 30 s (env
-    /// `DELEGATION_CHILD_TIMEOUT_SECONDS` when unset here).
+    /// Inactivity cap per child (hermes 0.21: the longest a child may go
+    /// without progress, not its total run time); 0 or unset = none; floor
+    /// 30 s (env `DELEGATION_CHILD_TIMEOUT_SECONDS` when unset here).
     pub child_timeout_seconds: Option<f64>,
+    /// The stall monitor's thresholds and grace (hermes: 450, 1200, 120).
+    pub stall_idle_seconds: Option<f64>,
+    pub stall_in_tool_seconds: Option<f64>,
+    pub stall_grace_seconds: Option<f64>,
     /// `false` forces every child to be a leaf.
     pub orchestrator_enabled: Option<bool>,
     /// Ceiling of one child's summary in the parent's context (default 24,000; 0 = none).
@@ -96,7 +112,24 @@ impl DelegationConfig {
             .unwrap_or(DEFAULT_MAX_SPAWN_DEPTH)
     }
 
-    /// `None`: no wall-clock limit.
+    /// The stall monitor's limits (a non-positive or unreadable value takes
+    /// hermes' default).
+    pub fn stall_limits(&self) -> StallLimits {
+        let seconds = |value: Option<f64>, default: f64| {
+            let s = value
+                .filter(|s| s.is_finite() && *s > 0.0)
+                .unwrap_or(default);
+            Duration::try_from_secs_f64(s).unwrap_or(Duration::from_secs_f64(default))
+        };
+        StallLimits {
+            idle: seconds(self.stall_idle_seconds, DEFAULT_STALL_IDLE_SECS),
+            in_tool: seconds(self.stall_in_tool_seconds, DEFAULT_STALL_IN_TOOL_SECS),
+            grace: seconds(self.stall_grace_seconds, DEFAULT_STALL_GRACE_SECS),
+            cap: self.child_timeout(),
+        }
+    }
+
+    /// `None`: no inactivity cap (the stall monitor still watches).
     pub fn child_timeout(&self) -> Option<Duration> {
         let from_env = || {
             std::env::var("DELEGATION_CHILD_TIMEOUT_SECONDS")
@@ -118,6 +151,24 @@ impl DelegationConfig {
     pub fn max_summary_chars(&self) -> Option<usize> {
         Some(self.max_summary_chars.unwrap_or(DEFAULT_MAX_SUMMARY_CHARS)).filter(|n| *n > 0)
     }
+}
+
+/// What the stall monitor allows a child (see [`DelegationConfig::stall_limits`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StallLimits {
+    pub idle: Duration,
+    pub in_tool: Duration,
+    pub grace: Duration,
+    /// `child_timeout_seconds`: reported as `timeout` rather than `stalled`.
+    pub cap: Option<Duration>,
+}
+
+/// Where a stalled child was when it stopped moving.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StallPhase {
+    Idle,
+    InTool,
 }
 
 /// Whether a child may delegate further.
@@ -416,6 +467,8 @@ pub enum ChildStatus {
     Interrupted,
     Error,
     Timeout,
+    /// No progress past the stall threshold: interrupted by the monitor.
+    Stalled,
 }
 
 /// One tool call of a child, for the parent's overview.
@@ -457,23 +510,110 @@ pub struct ChildEntry {
     pub summary_truncated: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub summary_full_path: Option<String>,
+    /// A steer the child accepted but ended before reading (hermes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub missed_steer: Option<String>,
+    /// The stall monitor's findings (hermes' `stalled` metadata).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stalled_after_quiet_seconds: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stall_threshold_seconds: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stall_phase: Option<StallPhase>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stall_grace_seconds: Option<f64>,
     pub session_id: String,
     pub task_id: String,
     /// Workers that ran the child's tool calls.
     pub workers: Vec<String>,
 }
 
-/// The whole result of a `delegate_task` call.
-pub fn results_json(entries: &[ChildEntry], total_duration: Duration) -> ToolReply {
+/// The whole result of a `delegate_task` call (`note`: why it waited
+/// although `background` was asked for).
+pub fn results_json(
+    entries: &[ChildEntry],
+    total_duration: Duration,
+    note: Option<&str>,
+) -> ToolReply {
     #[derive(Serialize)]
     struct Results<'a> {
         results: &'a [ChildEntry],
         total_duration_seconds: f64,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        note: Option<&'a str>,
     }
     ToolReply::json(&Results {
         results: entries,
         total_duration_seconds: round2(total_duration.as_secs_f64()),
+        note,
     })
+}
+
+/// Why a `background: true` call from a child waited anyway.
+pub const BACKGROUND_ONLY_TOP_LEVEL: &str = "background runs only for top-level sessions; this call waited for its subagents, whose results are above.";
+
+/// What a background call's handle tells the model.
+pub const BACKGROUND_NOTE: &str = "The subagents run in the background. Their results arrive as a new message when all of them have finished. Carry on with work that does not depend on them, then end your turn instead of polling; delegate_task with action='list', 'steer' or 'stop' shows, redirects or stops them.";
+
+/// The handle a background call returns (hermes' dispatch response).
+pub fn dispatched_json(
+    delegation_id: &str,
+    goals: &[String],
+    subagent_ids: &[String],
+) -> ToolReply {
+    ToolReply::json(&json!({
+        "status": "dispatched",
+        "mode": "background",
+        "count": goals.len(),
+        "delegation_id": delegation_id,
+        "goals": goals,
+        "subagent_ids": subagent_ids,
+        "note": BACKGROUND_NOTE,
+    }))
+}
+
+/// The message that delivers a finished background delegation to its parent.
+pub fn background_message(
+    delegation_id: &str,
+    entries: &[ChildEntry],
+    total_duration: Duration,
+) -> String {
+    let results = json!({
+        "delegation_id": delegation_id,
+        "results": entries,
+        "total_duration_seconds": round2(total_duration.as_secs_f64()),
+    });
+    format!(
+        "[Background delegation {delegation_id} finished: {} subagent(s). Their results:]\n{results}",
+        entries.len()
+    )
+}
+
+/// hermes' note on a summary whose child ended before reading a steer.
+pub fn missed_steer_note(steer: &str) -> String {
+    format!("[steer did not land — the subagent finished before it could be delivered: {steer}]")
+}
+
+/// The error of a child the stall monitor interrupted.
+pub fn stalled_error(
+    api_calls: u32,
+    threshold: Duration,
+    phase: StallPhase,
+    unwound: bool,
+) -> String {
+    let seconds = python_float(threshold.as_secs_f64());
+    let place = match phase {
+        StallPhase::Idle => "between steps",
+        StallPhase::InTool => "inside a tool call",
+    };
+    let end = if unwound {
+        "it was interrupted"
+    } else {
+        "it was interrupted and did not stop within the grace period, so it was abandoned"
+    };
+    format!(
+        "Subagent stopped making progress after {api_calls} API call(s) — no activity for {seconds}s {place} (stall threshold); {end}."
+    )
 }
 
 /// Seconds rounded to hundredths, as hermes reports durations.
@@ -580,19 +720,25 @@ pub fn schema_overrides(
             "Nested delegation is OFF (max_spawn_depth={max_depth}): every child is a leaf and cannot delegate further. Raise delegation.max_spawn_depth in config.yaml to enable nesting."
         )
     };
-    let timeout = match config.child_timeout() {
+    let limits = config.stall_limits();
+    let timeout = match limits.cap {
         Some(limit) => format!(
-            "Each subagent is stopped after {}s of wall-clock time.",
+            "A subagent that makes no progress for {}s is stopped (status timeout); each has its own iteration budget.",
             limit.as_secs()
         ),
-        None => "Subagents have no wall-clock limit; each has its own iteration budget.".to_owned(),
+        None => format!(
+            "Subagents have no wall-clock limit; each has its own iteration budget. One that makes no progress for {}s between steps ({}s inside a tool call) is interrupted and reported as stalled.",
+            limits.idle.as_secs(),
+            limits.in_tool.as_secs()
+        ),
     };
     let description = format!(
         "Spawn one or more subagents to work on tasks in isolated contexts. Each subagent gets its own conversation, its own environment (terminal session, working directory and files; possibly on another worker host) and a toolset. Only the final summary is returned -- intermediate tool results never enter your context window.\n\n\
 TWO MODES (one of 'goal' or 'tasks' is required):\n\
 1. Single task: provide 'goal' (+ optional context and role).\n\
 2. Batch (parallel): provide 'tasks' array with up to {max_children} items; they run concurrently (delegation.max_concurrent_children in config.yaml). {nesting}\n\n\
-The call BLOCKS until every subagent has finished and returns all results at once: {{\"results\": [one entry per task, in task order], \"total_duration_seconds\"}}. Each entry has status (completed|failed|interrupted|error|timeout), summary, api_calls, duration_seconds, exit_reason, tool_trace and the workers that ran it. {timeout}\n\n\
+By default the call BLOCKS until every subagent has finished and returns all results at once: {{\"results\": [one entry per task, in task order], \"total_duration_seconds\"}}. Each entry has status (completed|failed|interrupted|error|timeout|stalled), summary, api_calls, duration_seconds, exit_reason, tool_trace and the workers that ran it. {timeout}\n\n\
+BACKGROUND (top-level agent only): background=true returns a handle at once ({{\"status\": \"dispatched\", \"delegation_id\", \"subagent_ids\"}}); the same results arrive later as a new message. Meanwhile action='list' shows your background subagents, action='steer' with subagent_id and message queues guidance they read before their next step (a subagent that already finished reports the steer as too late), action='stop' with subagent_id ends one early (its partial result still arrives).\n\n\
 WHEN TO USE delegate_task:\n\
 - Parallel independent workstreams (build/test/lint on different hosts, research A and B simultaneously)\n\
 - Reasoning-heavy subtasks (debugging, code review, research synthesis)\n\

@@ -285,11 +285,16 @@ fn entries_serialize_with_hermes_fields_first() {
         error: None,
         summary_truncated: None,
         summary_full_path: None,
+        missed_steer: None,
+        stalled_after_quiet_seconds: None,
+        stall_threshold_seconds: None,
+        stall_phase: None,
+        stall_grace_seconds: None,
         session_id: "s".into(),
         task_id: "t".into(),
         workers: vec!["w1".into()],
     };
-    let text = results_json(&[entry], Duration::from_millis(1234)).body;
+    let text = results_json(&[entry], Duration::from_millis(1234), None).body;
     assert!(text.starts_with(r#"{"results": [{"task_index": 0, "status": "completed", "summary": "done", "api_calls": 2, "duration_seconds": 1.25, "#), "{text}");
     assert!(
         text.ends_with(r#""total_duration_seconds": 1.23}"#),

@@ -31,6 +31,12 @@ pub const CLARIFY: &str = "clarify";
 pub const NOTICE: &str = "notice";
 pub const FINAL: &str = "final";
 pub const ERROR: &str = "error";
+/// A background delegation's results entered its parent's conversation.
+pub const DELEGATION_FINISHED: &str = "delegation_finished";
+/// A parent queued a steer for one of its background children…
+pub const STEER_QUEUED: &str = "steer_queued";
+/// …and the child read it (before its next model request).
+pub const STEER_RECEIVED: &str = "steer_received";
 /// A session resumed after a coordinator restart.
 pub const SESSION_RESUMED: &str = "session_resumed";
 

@@ -384,6 +384,7 @@ impl SessionHub {
             events,
             report: None,
             restored: None,
+            shared: Arc::default(),
         };
         start_session(args, None)
             .await
@@ -567,6 +568,7 @@ impl SessionHub {
                 events: stream.clone(),
                 report: None,
                 restored: Some(restored),
+                shared: Arc::default(),
             };
             if let Err(err) = start_session(args, None).await {
                 hub.resume_failed(&spec, &stream, &err.to_string()).await;

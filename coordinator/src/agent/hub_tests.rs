@@ -1294,3 +1294,6 @@ async fn subagent_auto_approve_runs_a_childs_dangerous_command_once() {
         "{read}"
     );
 }
+
+#[path = "hub_delegation_tests.rs"]
+mod delegation;

@@ -98,3 +98,11 @@ pub fn summary_failed(max_iterations: u32, error: &str) -> String {
 #[cfg(test)]
 #[path = "messages_tests.rs"]
 mod tests;
+
+/// How a parent's steer reaches its child: a user message before the child's
+/// next model request.
+pub fn steer_message(text: &str) -> String {
+    format!(
+        "[Message from your parent agent, sent while you were working. Take it into account from now on:]\n{text}"
+    )
+}

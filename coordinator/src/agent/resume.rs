@@ -246,6 +246,7 @@ pub(crate) fn outcome_of(db: &Path, session: &StoredSession) -> SessionOutcome {
         },
         tool_trace: trace,
         workers,
+        missed_steer: Vec::new(),
     }
 }
 

@@ -11,8 +11,8 @@
 //! parent, which carries on.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
@@ -114,17 +114,130 @@ pub(crate) struct SessionOutcome {
     pub tokens: Tokens,
     pub tool_trace: Vec<TraceEntry>,
     pub workers: BTreeSet<String>,
+    /// Steers its parent queued that the session ended before reading.
+    pub missed_steer: Vec<String>,
 }
 
-/// Live numbers of a running session, readable without a message.
-#[derive(Debug, Default)]
+/// What a running session shares with its hub and its parent without a
+/// message: its numbers, its signs of progress (read by the parent's stall
+/// monitor) and its steer queue.
+#[derive(Debug)]
 pub(crate) struct SessionShared {
     pub api_calls: AtomicU32,
+    /// Milliseconds since the epoch of the last sign of progress: a model
+    /// request sent or answered, a streamed chunk, a tool call started or
+    /// finished.
+    last_activity_ms: AtomicU64,
+    /// Tool calls running now (the stall monitor allows longer inside one).
+    tools_running: AtomicU32,
+    /// Waiting in a `delegate_task` call for its own children (an
+    /// orchestrator): they are watched themselves, so it is not stalled.
+    delegating: AtomicBool,
+    /// Woken when `tools_running` or `delegating` change (not on every
+    /// touch: streamed chunks are many).
+    phase: tokio::sync::Notify,
+    steer: Mutex<SteerBox>,
+}
+
+/// Steers queued by the parent. Queuing and closing take the same lock, so
+/// a steer is either read by the session or handed back as missed when it
+/// ends — never lost, never reported delivered when it was not.
+#[derive(Debug, Default)]
+struct SteerBox {
+    queued: Vec<String>,
+    closed: bool,
+}
+
+impl Default for SessionShared {
+    fn default() -> Self {
+        SessionShared {
+            api_calls: AtomicU32::new(0),
+            last_activity_ms: AtomicU64::new(events::now_ms()),
+            tools_running: AtomicU32::new(0),
+            delegating: AtomicBool::new(false),
+            phase: tokio::sync::Notify::new(),
+            steer: Mutex::new(SteerBox::default()),
+        }
+    }
 }
 
 impl SessionShared {
     pub fn api_calls(&self) -> u32 {
         self.api_calls.load(Ordering::Relaxed)
+    }
+
+    /// A sign of progress.
+    pub fn touch(&self) {
+        self.last_activity_ms
+            .fetch_max(events::now_ms(), Ordering::Relaxed);
+    }
+
+    pub fn last_activity_ms(&self) -> u64 {
+        self.last_activity_ms.load(Ordering::Relaxed)
+    }
+
+    pub fn tools_started(&self, count: u32) {
+        self.tools_running.fetch_add(count, Ordering::Relaxed);
+        self.touch();
+        self.phase.notify_waiters();
+    }
+
+    /// Resolves at the next change of phase (a tool call starting or
+    /// ending, delegation starting or ending).
+    pub fn phase_changed(&self) -> tokio::sync::futures::Notified<'_> {
+        self.phase.notified()
+    }
+
+    pub fn tools_finished(&self, count: u32) {
+        let _ = self
+            .tools_running
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                Some(n.saturating_sub(count))
+            });
+        self.touch();
+        self.phase.notify_waiters();
+    }
+
+    pub fn set_delegating(&self, waiting: bool) {
+        self.delegating.store(waiting, Ordering::Relaxed);
+        self.touch();
+        self.phase.notify_waiters();
+    }
+
+    pub fn delegating(&self) -> bool {
+        self.delegating.load(Ordering::Relaxed)
+    }
+
+    pub fn in_tool(&self) -> bool {
+        self.tools_running.load(Ordering::Relaxed) > 0
+    }
+
+    /// Queues a steer; `false` when the session has already ended.
+    pub fn steer(&self, text: String) -> bool {
+        let mut steer = self.steer.lock().unwrap_or_else(|e| e.into_inner());
+        if steer.closed {
+            return false;
+        }
+        steer.queued.push(text);
+        true
+    }
+
+    /// The steers queued since the last call.
+    pub fn take_steers(&self) -> Vec<String> {
+        let mut steer = self.steer.lock().unwrap_or_else(|e| e.into_inner());
+        std::mem::take(&mut steer.queued)
+    }
+
+    pub fn accepting_steer(&self) -> bool {
+        !self.steer.lock().unwrap_or_else(|e| e.into_inner()).closed
+    }
+
+    /// The session has ended: no steer is accepted any more; returns those
+    /// it never read.
+    pub fn close_steering(&self) -> Vec<String> {
+        let mut steer = self.steer.lock().unwrap_or_else(|e| e.into_inner());
+        steer.closed = true;
+        std::mem::take(&mut steer.queued)
     }
 }
 
@@ -157,6 +270,8 @@ pub(crate) struct SessionArgs {
     pub report: Option<oneshot::Sender<SessionOutcome>>,
     /// A session resumed after a restart: where it carries on.
     pub restored: Option<Restored>,
+    /// Made by the starter, which may watch it (a parent's stall monitor).
+    pub shared: Arc<SessionShared>,
 }
 
 pub(crate) struct SessionActor;
@@ -201,7 +316,7 @@ impl Actor for SessionActor {
         if args.restored.is_none() {
             lifecycle_started(&args.hub, &args.spec).await;
         }
-        let shared = Arc::new(SessionShared::default());
+        let shared = args.shared.clone();
         args.hub
             .register(&args.spec, myself.clone(), shared.clone());
         let mut agent = AgentLoop::new(
@@ -326,6 +441,7 @@ async fn crashed(state: &SessionState, panic: &str) -> SessionOutcome {
         tokens: Tokens::default(),
         tool_trace: Vec::new(),
         workers: BTreeSet::new(),
+        missed_steer: state.shared.close_steering(),
     };
     conclude(&state.hub, &state.spec, &state.events, &outcome, "error").await;
     outcome

@@ -78,18 +78,7 @@ pub const STATIC_TOOLSETS: &[ToolsetDef] = &[
     ToolsetDef {
         name: "browser",
         description: "Browser automation on a headless Chromium next to the task's environment: navigate, snapshot, click, type, scroll, keys, images, console",
-        tools: &[
-            "browser_navigate",
-            "browser_snapshot",
-            "browser_click",
-            "browser_type",
-            "browser_scroll",
-            "browser_back",
-            "browser_press",
-            "browser_get_images",
-            "browser_vision",
-            "browser_console",
-        ],
+        tools: caduceus_common::browser::TOOLS,
         includes: &[],
     },
     ToolsetDef {
@@ -111,21 +100,7 @@ pub const LEGACY_TOOLSETS: &[(&str, &[&str])] = &[
         &["skills_list", "skill_view", "skill_manage"],
     ),
     ("cronjob_tools", &["cronjob"]),
-    (
-        "browser_tools",
-        &[
-            "browser_navigate",
-            "browser_snapshot",
-            "browser_click",
-            "browser_type",
-            "browser_scroll",
-            "browser_back",
-            "browser_press",
-            "browser_get_images",
-            "browser_vision",
-            "browser_console",
-        ],
-    ),
+    ("browser_tools", caduceus_common::browser::TOOLS),
     (
         "file_tools",
         &["read_file", "write_file", "patch", "search_files"],

@@ -2,12 +2,16 @@
 //! backend, beside the same operation done with the engine's own CLI, in one
 //! interleaved run.
 //!
-//! `caduceus-backend-bench [rounds]` (release build recommended) prints a
-//! markdown table. Backends: local; Docker (needs the engine and
+//! `caduceus-backend-bench [rounds] [backend,…]` (release build recommended)
+//! prints a markdown table. Backends: local; Docker (needs the engine and
 //! `caduceus-base:bookworm` from `deploy/base-image.sh`); SSH (starts its own
 //! sshd on 127.0.0.1, needs root and openssh-server); Singularity (the
-//! Apptainer stand-in, `tests/fake-apptainer`, needs root and its rootfs). A
-//! backend this machine lacks is reported and left out.
+//! Apptainer stand-in, `tests/fake-apptainer`, needs root and its rootfs);
+//! Daytona (the stand-in `tests/fake-daytona`, with `curl` for the raw
+//! toolbox call), which also gets a table of its file primitives through a
+//! process per primitive and through one `execute` each. A backend this
+//! machine lacks is reported and left out; the second argument keeps only
+//! the backends it names.
 
 #![allow(
     clippy::unwrap_used,
@@ -21,13 +25,17 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use caduceus_files::FileSystem;
 use caduceus_proto::{EnvironmentSpec, RunCall};
-use caduceus_tests::standins::{FakeApptainer, Sshd};
+use caduceus_tests::standins::{FakeApptainer, FakeDaytona, Sshd};
 use caduceus_worker::backends::BackendOptions;
+use caduceus_worker::backends::daytona::{DaytonaProvider, DaytonaSettings};
 use caduceus_worker::backends::docker::settings::DockerSettings;
 use caduceus_worker::backends::pool::PoolSpec;
+use caduceus_worker::backends::shell_fs::ShellFs;
 use caduceus_worker::backends::singularity::SingularitySettings;
 use caduceus_worker::backends::ssh::SshSettings;
+use caduceus_worker::backends::{CreateRequest, Provider};
 use caduceus_worker::{Worker, WorkerConfig};
 use serde_json::{Value, json};
 
@@ -38,11 +46,15 @@ fn main() {
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or(5);
+    let only: Vec<String> = std::env::args()
+        .nth(2)
+        .map(|list| list.split(',').map(str::to_owned).collect())
+        .unwrap_or_default();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    runtime.block_on(run(rounds));
+    runtime.block_on(run(rounds, &only));
 }
 
 struct Row {
@@ -174,25 +186,29 @@ async fn measure(
     worker.environments().release("warm").await;
 }
 
-async fn run(rounds: usize) {
+async fn run(rounds: usize, only: &[String]) {
     let mut rows = Vec::new();
+    let wanted = |backend: &str| only.is_empty() || only.iter().any(|b| b == backend);
+    let mut file_rows = Vec::new();
 
     // local
-    let local = worker("bench-local", "local", BackendOptions::default());
-    let mut row = Row {
-        backend: "local",
-        label: "local",
-        cold: vec![],
-        pool: vec![],
-        warm: vec![],
-        cli_label: "`bash -c 'echo hi'`",
-        cli: vec![],
-    };
-    measure(&mut row, rounds, &local, None, || {
-        time_cli(Command::new("bash").args(["-c", "echo hi"]))
-    })
-    .await;
-    rows.push(row);
+    if wanted("local") {
+        let local = worker("bench-local", "local", BackendOptions::default());
+        let mut row = Row {
+            backend: "local",
+            label: "local",
+            cold: vec![],
+            pool: vec![],
+            warm: vec![],
+            cli_label: "`bash -c 'echo hi'`",
+            cli: vec![],
+        };
+        measure(&mut row, rounds, &local, None, || {
+            time_cli(Command::new("bash").args(["-c", "echo hi"]))
+        })
+        .await;
+        rows.push(row);
+    }
 
     // docker
     let docker_options = |pool: usize| BackendOptions {
@@ -212,7 +228,8 @@ async fn run(rounds: usize) {
         ..BackendOptions::default()
     };
     let docker = worker("bench-docker", "docker", docker_options(0));
-    if wait_available(&docker, "docker").await {
+    if !wanted("docker") {
+    } else if wait_available(&docker, "docker").await {
         let pooled = worker("bench-docker-pool", "docker", docker_options(1));
         wait_available(&pooled, "docker").await;
         let housekeeping = tokio_util::sync::CancellationToken::new();
@@ -258,7 +275,8 @@ async fn run(rounds: usize) {
     }
 
     // ssh
-    if let Some(sshd) = Sshd::start("backend-bench") {
+    if !wanted("ssh") {
+    } else if let Some(sshd) = Sshd::start("backend-bench") {
         let mut settings = SshSettings::new("127.0.0.1");
         settings.user = Some("root".to_owned());
         settings.port = sshd.port;
@@ -296,7 +314,8 @@ async fn run(rounds: usize) {
     }
 
     // singularity (stand-in)
-    if let Some(fake) = FakeApptainer::find("backend-bench") {
+    if !wanted("singularity") {
+    } else if let Some(fake) = FakeApptainer::find("backend-bench") {
         let settings = SingularitySettings {
             executable: Some(fake.exe.clone()),
             image: "docker://debian:bookworm-slim".to_owned(),
@@ -350,6 +369,11 @@ async fn run(rounds: usize) {
         sing.shutdown().await;
     }
 
+    // daytona (stand-in)
+    if wanted("daytona") {
+        daytona(rounds, &mut rows, &mut file_rows).await;
+    }
+
     println!(
         "| backend | new environment, first `echo` (p50 ms) | from warm pool (p50 ms) | warm `terminal echo` (p50 ms) | engine CLI | CLI p50 ms | CLI / warm |"
     );
@@ -370,6 +394,154 @@ async fn run(rounds: usize) {
             p50(&row.cli),
             p50(&row.cli) / p50(&row.warm)
         );
+    }
+    if !file_rows.is_empty() {
+        println!();
+        println!(
+            "| Daytona file primitive (stand-in) | a process per primitive (p50 ms) | one `execute` per primitive (p50 ms) | speed-up |"
+        );
+        println!("|---|---|---|---|");
+        for (name, old, new) in &file_rows {
+            println!("| {name} | {old:.2} | {new:.2} | {:.1}x |", old / new);
+        }
+    }
+}
+
+/// The Daytona row (against the stand-in, one Daytona "minute" a minute),
+/// and its file primitives: `ShellFs` over a process per primitive (a
+/// toolbox session, its command, stdin, output polls, clean-up) beside the
+/// backend's own `ShellFs` (one `execute` per primitive, an upload first for
+/// big input).
+async fn daytona(rounds: usize, rows: &mut Vec<Row>, file_rows: &mut Vec<(String, f64, f64)>) {
+    let fake = FakeDaytona::start(60.0);
+    let settings = DaytonaSettings::from_env(|name| match name {
+        "DAYTONA_API_KEY" => Some(FakeDaytona::API_KEY.to_owned()),
+        "DAYTONA_API_URL" => Some(fake.api_url()),
+        _ => None,
+    })
+    .unwrap();
+    let options = |pool: usize| BackendOptions {
+        daytona: Some(settings.clone()),
+        warm_pools: if pool > 0 {
+            vec![PoolSpec {
+                backend: "daytona".to_owned(),
+                settings: json!({}),
+                size: pool,
+            }]
+        } else {
+            Vec::new()
+        },
+        ..BackendOptions::default()
+    };
+    let plain = worker("bench-daytona", "daytona", options(0));
+    if !wait_available(&plain, "daytona").await {
+        eprintln!("daytona: the stand-in is not answering; left out");
+        return;
+    }
+    let pooled = worker("bench-daytona-pool", "daytona", options(1));
+    wait_available(&pooled, "daytona").await;
+    let housekeeping = tokio_util::sync::CancellationToken::new();
+    pooled.start_housekeeping(housekeeping.clone()).await;
+
+    // A sandbox of its own for the raw toolbox call and the file primitives.
+    let provider = DaytonaProvider::new(settings.clone());
+    let sandbox = provider
+        .create(&CreateRequest {
+            task_id: "bench-files".to_owned(),
+            owner: "bench".to_owned(),
+            worker: "bench-daytona-files".to_owned(),
+            worker_instance: "bench".to_owned(),
+            settings: json!({}),
+        })
+        .await
+        .unwrap();
+    let execute = format!(
+        "http://127.0.0.1:{}/toolbox/{}/process/execute",
+        fake.port,
+        sandbox.id()
+    );
+    let auth = format!("Authorization: Bearer {}", FakeDaytona::API_KEY);
+    let mut row = Row {
+        backend: "daytona",
+        label: "daytona (stand-in)",
+        cold: vec![],
+        pool: vec![],
+        warm: vec![],
+        cli_label: "`curl` toolbox `/process/execute` of `echo hi`",
+        cli: vec![],
+    };
+    measure(&mut row, rounds, &plain, Some(&pooled), || {
+        time_cli(Command::new("curl").args([
+            "-sf",
+            "-X",
+            "POST",
+            "-H",
+            &auth,
+            "-H",
+            "Content-Type: application/json",
+            "-d",
+            r#"{"command":"echo hi","timeout":10}"#,
+            &execute,
+        ]))
+    })
+    .await;
+    housekeeping.cancel();
+    pooled.shutdown().await;
+    plain.shutdown().await;
+    rows.push(row);
+
+    let by_process = ShellFs::new(Arc::downgrade(&sandbox));
+    let by_execute = sandbox.files();
+    let dir = format!("{}/bench", sandbox.home_dir());
+    let lines: String = (1..=1000)
+        .map(|i| format!("line {i:04}: lorem ipsum\n"))
+        .collect();
+    let big: Vec<u8> = (0..=255u8).cycle().take(100_000).collect();
+    by_execute
+        .write_atomic(&format!("{dir}/lines.txt"), lines.as_bytes())
+        .await
+        .unwrap();
+    for (index, name) in FILE_OPS.iter().enumerate() {
+        let (mut old, mut new) = (Vec::new(), Vec::new());
+        for _ in 0..WARM_CALLS / 2 {
+            let started = Instant::now();
+            file_op(index, &by_process, &dir, &lines, &big).await;
+            old.push(started.elapsed().as_secs_f64() * 1e3);
+            let started = Instant::now();
+            file_op(index, by_execute.as_ref(), &dir, &lines, &big).await;
+            new.push(started.elapsed().as_secs_f64() * 1e3);
+        }
+        file_rows.push(((*name).to_owned(), p50(&old), p50(&new)));
+    }
+    let _ = sandbox.destroy().await;
+}
+
+const FILE_OPS: [&str; 4] = [
+    "stat",
+    "read 1,000 lines (25 KB)",
+    "write 100 B",
+    "write 100 KB",
+];
+
+/// File primitive `index` of [`FILE_OPS`] on `fs`, checked.
+async fn file_op(index: usize, fs: &dyn FileSystem, dir: &str, lines: &str, big: &[u8]) {
+    let text = format!("{dir}/lines.txt");
+    match index {
+        0 => assert!(fs.stat(&text).await.unwrap().is_some()),
+        1 => {
+            let read = fs.read_range(&text, 0, None).await.unwrap().unwrap();
+            assert_eq!(read.data, lines.as_bytes());
+        }
+        2 => {
+            fs.write_atomic(&format!("{dir}/small.txt"), b"hello")
+                .await
+                .unwrap();
+        }
+        _ => {
+            fs.write_atomic(&format!("{dir}/big.bin"), big)
+                .await
+                .unwrap();
+        }
     }
 }
 

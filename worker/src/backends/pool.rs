@@ -46,6 +46,10 @@ struct Slot {
 pub struct WarmPools {
     slots: Mutex<Vec<Slot>>,
     refill: tokio::sync::Notify,
+    /// Held by a running refill. A drain waits for it: an entry still being
+    /// started when the worker stops would otherwise be created after the
+    /// process exited, and left behind until some sweep.
+    refilling: tokio::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for WarmPools {
@@ -158,6 +162,7 @@ impl WarmPools {
     /// Starts entries until every pool is full (one at a time, so a slow
     /// engine is not flooded). Returns how many were started.
     pub async fn refill(&self, providers: &[Arc<dyn Provider>], available: &[String]) -> usize {
+        let _running = self.refilling.lock().await;
         let mut started = 0;
         loop {
             let job = self.slots.lock().ok().and_then(|slots| {
@@ -276,6 +281,9 @@ impl WarmPools {
         for sandbox in all {
             let _ = sandbox.destroy().await;
         }
+        // A refill still starting an entry finds no pool for it and removes
+        // it; wait for that before the worker may exit.
+        drop(self.refilling.lock().await);
     }
 }
 

@@ -8,7 +8,7 @@
 //! <stdout bytes>\x1eCADFS<exit code>\x1e<stderr text>
 //! ```
 
-use std::sync::Weak;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -37,54 +37,52 @@ const STAT_FN: &str = r#"st() {
 }"#;
 
 pub struct ShellFs {
+    runner: Arc<dyn ScriptRunner>,
+}
+
+/// Runs one file script to completion: `argv` (`bash -c <script>
+/// caduceus-fs <args…>`) with exactly `env`, `stdin` as its input (empty
+/// when `None`), at most `limit`; everything it printed on stdout. The
+/// default is a process of the sandbox ([`Sandbox::spawn`]); a backend with
+/// a cheaper way to run a command to completion brings its own.
+#[async_trait]
+pub trait ScriptRunner: Send + Sync {
+    async fn run(
+        &self,
+        argv: &[String],
+        env: &[(String, String)],
+        stdin: Option<&[u8]>,
+        limit: Duration,
+    ) -> Result<Vec<u8>, FsError>;
+}
+
+/// Scripts as processes of the sandbox, held weakly (the sandbox owns its
+/// `ShellFs`).
+struct SpawnRunner {
     sandbox: Weak<dyn Sandbox>,
 }
 
-struct ScriptOutput {
-    stdout: Vec<u8>,
-    stderr: String,
-    code: i32,
-}
-
-impl ShellFs {
-    /// File access through `sandbox`; holds it weakly (the sandbox owns this).
-    pub fn new(sandbox: Weak<dyn Sandbox>) -> Self {
-        ShellFs { sandbox }
-    }
-
+#[async_trait]
+impl ScriptRunner for SpawnRunner {
     async fn run(
         &self,
-        script: &str,
-        args: &[&str],
-        stdin: Option<&[u8]>,
-    ) -> Result<ScriptOutput, FsError> {
-        self.run_for(script, args, stdin, SCRIPT_TIMEOUT).await
-    }
-
-    async fn run_for(
-        &self,
-        script: &str,
-        args: &[&str],
+        argv: &[String],
+        env: &[(String, String)],
         stdin: Option<&[u8]>,
         limit: Duration,
-    ) -> Result<ScriptOutput, FsError> {
+    ) -> Result<Vec<u8>, FsError> {
         let sandbox = self
             .sandbox
             .upgrade()
             .ok_or_else(|| FsError::Backend("the sandbox is gone".to_owned()))?;
-        let wrapped = format!(
-            "errf=$(mktemp 2>/dev/null || echo /tmp/caduceus-fs-err.$$)\n( {script}\n) 2>\"$errf\"\nrc=$?\nprintf '\\036CADFS%d\\036' \"$rc\"\ncat \"$errf\" 2>/dev/null\nrm -f \"$errf\"\n"
-        );
-        let mut argv = vec!["-c".to_owned(), wrapped, "caduceus-fs".to_owned()];
-        argv.extend(args.iter().map(|a| (*a).to_owned()));
+        let (program, args) = argv
+            .split_first()
+            .ok_or_else(|| FsError::Backend("an empty file script".to_owned()))?;
         let spec = SpawnSpec {
-            program: "bash".to_owned(),
-            args: argv,
+            program: program.clone(),
+            args: args.to_vec(),
             cwd: None,
-            env: vec![
-                ("PATH".to_owned(), PATH.to_owned()),
-                ("LC_ALL".to_owned(), "C".to_owned()),
-            ],
+            env: env.to_vec(),
         };
         let process = sandbox
             .spawn(spec)
@@ -120,6 +118,61 @@ impl ShellFs {
             }
         };
         let _ = tokio::time::timeout(Duration::from_secs(5), handle.wait()).await;
+        Ok(out)
+    }
+}
+
+struct ScriptOutput {
+    stdout: Vec<u8>,
+    stderr: String,
+    code: i32,
+}
+
+impl ShellFs {
+    /// File access through processes of `sandbox`; holds it weakly (the
+    /// sandbox owns this).
+    pub fn new(sandbox: Weak<dyn Sandbox>) -> Self {
+        ShellFs {
+            runner: Arc::new(SpawnRunner { sandbox }),
+        }
+    }
+
+    /// File access through `runner`.
+    pub fn with_runner(runner: Arc<dyn ScriptRunner>) -> Self {
+        ShellFs { runner }
+    }
+
+    async fn run(
+        &self,
+        script: &str,
+        args: &[&str],
+        stdin: Option<&[u8]>,
+    ) -> Result<ScriptOutput, FsError> {
+        self.run_for(script, args, stdin, SCRIPT_TIMEOUT).await
+    }
+
+    async fn run_for(
+        &self,
+        script: &str,
+        args: &[&str],
+        stdin: Option<&[u8]>,
+        limit: Duration,
+    ) -> Result<ScriptOutput, FsError> {
+        let wrapped = format!(
+            "errf=$(mktemp 2>/dev/null || echo /tmp/caduceus-fs-err.$$)\n( {script}\n) 2>\"$errf\"\nrc=$?\nprintf '\\036CADFS%d\\036' \"$rc\"\ncat \"$errf\" 2>/dev/null\nrm -f \"$errf\"\n"
+        );
+        let mut argv = vec![
+            "bash".to_owned(),
+            "-c".to_owned(),
+            wrapped,
+            "caduceus-fs".to_owned(),
+        ];
+        argv.extend(args.iter().map(|a| (*a).to_owned()));
+        let env = [
+            ("PATH".to_owned(), PATH.to_owned()),
+            ("LC_ALL".to_owned(), "C".to_owned()),
+        ];
+        let out = self.runner.run(&argv, &env, stdin, limit).await?;
         parse_output(out)
     }
 }

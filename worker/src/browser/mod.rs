@@ -66,24 +66,7 @@ impl Default for BrowserSettings {
     }
 }
 
-/// The ten browser tools.
-pub const TOOLS: &[&str] = &[
-    "browser_navigate",
-    "browser_snapshot",
-    "browser_click",
-    "browser_type",
-    "browser_scroll",
-    "browser_back",
-    "browser_press",
-    "browser_get_images",
-    "browser_vision",
-    "browser_console",
-];
-
-/// Whether `tool` is one of the browser tools.
-pub fn is_browser_tool(tool: &str) -> bool {
-    TOOLS.contains(&tool)
-}
+pub use caduceus_common::browser::{TOOLS, is_browser_tool};
 
 #[derive(Debug, thiserror::Error)]
 pub enum BrowserError {

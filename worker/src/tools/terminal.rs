@@ -239,11 +239,16 @@ async fn run_foreground(
     let sudo_auth_failed = SUDO_WRONG_PASSWORD
         .iter()
         .any(|marker| lowered.contains(marker));
+    // A command that timed out or lost its shell while the sandbox's
+    // service was not answering: the service is the news, not the command.
+    let unreachable = (outcome.end != ExecEnd::Completed || outcome.shell_replaced.is_some())
+        .then(|| call.env.sandbox.unreachable())
+        .flatten();
     ToolReply::json(&Finished {
         exit_code_meaning: hints::exit_code_meaning(command, outcome.exit_code),
         output: text,
         exit_code: outcome.exit_code,
-        error: None,
+        error: unreachable.as_deref(),
         sudo_auth_failed,
         pty_note,
         shell_note: outcome.shell_replaced,

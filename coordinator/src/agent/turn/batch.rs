@@ -255,6 +255,9 @@ impl AgentLoop {
             }
             let indices: Vec<usize> = segment.calls().iter().map(|&k| runnable[k]).collect();
             if segment.is_parallel() {
+                // Inside tool calls, the stall monitor allows longer.
+                let running = u32::try_from(indices.len()).unwrap_or(u32::MAX);
+                self.shared.tools_started(running);
                 let site = &site;
                 let dispatched: Vec<Finished> = futures::stream::iter(
                     indices
@@ -265,6 +268,7 @@ impl AgentLoop {
                 .buffered(MAX_PARALLEL_CALLS)
                 .collect()
                 .await;
+                self.shared.tools_finished(running);
                 for (&i, done) in indices.iter().zip(dispatched) {
                     results[i] = Some(done);
                 }
@@ -275,7 +279,10 @@ impl AgentLoop {
                     }
                     let done = match &routes[i] {
                         Route::Dispatch(_) => {
-                            site.dispatch(&calls[i], parsed[i].as_ref(), false).await
+                            self.shared.tools_started(1);
+                            let done = site.dispatch(&calls[i], parsed[i].as_ref(), false).await;
+                            self.shared.tools_finished(1);
+                            done
                         }
                         route => {
                             self.run_loop_tool(&site, &calls[i], route, parsed[i].as_ref())

@@ -1,17 +1,67 @@
-//! `delegate_task`: children started as linked session actors, waited for
-//! (with the optional wall-clock limit), and reported in hermes' shape.
+//! `delegate_task`: children started as linked session actors, watched by
+//! the stall monitor while they run, and reported in hermes' shape — waited
+//! for in the call, or (a top-level session's `background: true`) delivered
+//! later as a message; `action=list|steer|stop` over this session's
+//! background children.
 
 use super::*;
+use crate::agent::delegate::StallPhase;
 use crate::agent::resume;
 use crate::agent::session::start_session;
 use crate::agent::store::StoredSession;
 use crate::gate::AutoAnswer;
 
+/// A child of one of this session's background delegations, for `list`,
+/// `steer` and `stop`.
+pub(super) struct BackgroundChild {
+    pub subagent_id: String,
+    pub delegation_id: String,
+    pub task_index: usize,
+    pub goal: String,
+    pub started: Instant,
+    pub shared: Arc<SessionShared>,
+    pub cancel: CancellationToken,
+    /// How it ended, once its delegation was delivered.
+    pub ended: Option<ChildStatus>,
+}
+
+/// A finished background delegation on its way into the parent's conversation.
+pub(super) struct Delivery {
+    pub delegation_id: String,
+    pub entries: Vec<ChildEntry>,
+    pub total: Duration,
+}
+
+/// One child being waited for, with everything its result entry needs.
+struct Waiting {
+    task: ChildTask,
+    session_id: String,
+    task_id: String,
+    cancel: CancellationToken,
+    wait: ChildWait,
+}
+
 impl AgentLoop {
-    /// `delegate_task`: runs the children as linked Session actors and waits
-    /// for all of them. (At the depth limit the call never gets here:
-    /// [`Self::route`] refuses it.)
+    /// `delegate_task`: a control action, or new children — waited for, or
+    /// (background) handed back as a handle. (At the depth limit the call
+    /// never gets here: [`Self::route`] refuses it.)
     pub(super) async fn delegate(&mut self, call_id: &str, args: &Map<String, Value>) -> ToolReply {
+        match args
+            .get("action")
+            .and_then(Value::as_str)
+            .map(str::trim)
+            .filter(|a| !a.is_empty())
+        {
+            None => {}
+            Some("list") => return self.list_children(),
+            Some("steer") => return self.steer_child(args),
+            Some("stop") => return self.stop_child(args),
+            Some(other) => {
+                return ToolReply::error(format!(
+                    "Unknown action '{other}': use 'list', 'steer' or 'stop', or leave action out to start subagents."
+                ));
+            }
+        }
         let config = self.hub.settings.delegation.clone();
         let max_depth = config.max_spawn_depth();
         let DelegateRequest {
@@ -21,6 +71,8 @@ impl AgentLoop {
             Ok(request) => request,
             Err(result) => return result,
         };
+        let background_asked = args.get("background").and_then(Value::as_bool) == Some(true);
+        let background = background_asked && self.spec.depth == 0;
         let started = Instant::now();
         let child_model = match self.hub.child_model(&self.model) {
             Ok(model) => model,
@@ -39,14 +91,20 @@ impl AgentLoop {
             None
         };
         let child_depth = self.spec.depth + 1;
-        let timeout = config.child_timeout();
+        let limits = config.stall_limits();
 
         let mut adopted = self.adopted_children(call_id);
         let mut waits = Vec::with_capacity(tasks.len());
         for task in tasks {
             if let Some(child) = adopted.remove(&task.index) {
-                let (cancel, end) = self.adopt_child(&child, &child_model).await;
-                waits.push((task, child.id, child.task_id, cancel, end));
+                let (cancel, wait) = self.adopt_child(&child, &child_model).await;
+                waits.push(Waiting {
+                    task,
+                    session_id: child.id,
+                    task_id: child.task_id,
+                    cancel,
+                    wait,
+                });
                 continue;
             }
             let role = effective_role(task.role, child_depth, &config);
@@ -103,35 +161,247 @@ impl AgentLoop {
                     "role": role,
                     "task_id": task_id,
                     "shared_environment": share_environment,
+                    "background": background,
                 }),
             );
             let cancel = spec.cancel.clone();
-            let end = self.spawn_child(spec, &child_model, None).await;
-            waits.push((task, session_id, task_id, cancel, end));
+            let wait = self.spawn_child(spec, &child_model, None).await;
+            waits.push(Waiting {
+                task,
+                session_id,
+                task_id,
+                cancel,
+                wait,
+            });
         }
 
-        let parent_session = self.spec.session_id.as_str();
-        let events = &self.events;
-        let label = model_label.as_str();
-        let futures =
-            waits
-                .into_iter()
-                .map(|(task, session_id, task_id, cancel, wait)| async move {
-                    let end = wait.finish(timeout, &cancel).await;
-                    let entry = child_entry(&task, &session_id, &task_id, label, end);
-                    events.emit(
-                        parent_session,
-                        events::CHILD_FINISHED,
-                        &child_finished_json(&entry, call_id),
-                    );
-                    entry
-                });
+        if background {
+            return self.dispatch_background(call_id, waits, limits, model_label, started);
+        }
+        // An orchestrator waiting for its children is not stalled: they are
+        // watched themselves.
+        self.shared.set_delegating(true);
+        let futures = waits.into_iter().map(|waiting| {
+            wait_child(
+                waiting,
+                limits,
+                self.events.clone(),
+                self.spec.session_id.clone(),
+                call_id.to_owned(),
+                model_label.clone(),
+            )
+        });
         let mut entries: Vec<ChildEntry> = futures::future::join_all(futures).await;
-        self.apply_summary_budget(&mut entries).await;
+        self.shared.set_delegating(false);
+        apply_summary_budget(&self.hub, &self.spec.task_id, &mut entries).await;
         for entry in &entries {
             self.workers.extend(entry.workers.iter().cloned());
         }
-        delegate::results_json(&entries, started.elapsed())
+        let note = background_asked.then_some(delegate::BACKGROUND_ONLY_TOP_LEVEL);
+        delegate::results_json(&entries, started.elapsed(), note)
+    }
+
+    /// Leaves the children running and returns their handle; a task waits
+    /// for them and posts the delivery the loop injects between turns.
+    fn dispatch_background(
+        &mut self,
+        call_id: &str,
+        waits: Vec<Waiting>,
+        limits: delegate::StallLimits,
+        model_label: String,
+        started: Instant,
+    ) -> ToolReply {
+        let delegation_id = format!("deleg_{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+        let mut goals = Vec::with_capacity(waits.len());
+        let mut ids = Vec::with_capacity(waits.len());
+        for waiting in &waits {
+            goals.push(waiting.task.goal.clone());
+            ids.push(waiting.session_id.clone());
+            let shared = match &waiting.wait {
+                ChildWait::Running { shared, .. } => shared.clone(),
+                // Never running: nothing to steer.
+                _ => {
+                    let shared = Arc::new(SessionShared::default());
+                    shared.close_steering();
+                    shared
+                }
+            };
+            self.background.push(BackgroundChild {
+                subagent_id: waiting.session_id.clone(),
+                delegation_id: delegation_id.clone(),
+                task_index: waiting.task.index,
+                goal: waiting.task.goal.clone(),
+                started,
+                shared,
+                cancel: waiting.cancel.clone(),
+                ended: None,
+            });
+        }
+        self.outstanding += 1;
+        let hub = self.hub.clone();
+        let events = self.events.clone();
+        let parent = self.spec.session_id.clone();
+        let task_id = self.spec.task_id.clone();
+        let call_id = call_id.to_owned();
+        let deliveries = self.deliveries_tx.clone();
+        let id = delegation_id.clone();
+        tokio::spawn(async move {
+            let futures = waits.into_iter().map(|waiting| {
+                wait_child(
+                    waiting,
+                    limits,
+                    events.clone(),
+                    parent.clone(),
+                    call_id.clone(),
+                    model_label.clone(),
+                )
+            });
+            let mut entries: Vec<ChildEntry> = futures::future::join_all(futures).await;
+            apply_summary_budget(&hub, &task_id, &mut entries).await;
+            // The parent may have ended meanwhile (cancelled): nobody to tell.
+            let _ = deliveries.send(Delivery {
+                delegation_id: id,
+                entries,
+                total: started.elapsed(),
+            });
+        });
+        delegate::dispatched_json(&delegation_id, &goals, &ids)
+    }
+
+    /// A finished background delegation enters the conversation.
+    pub(super) fn deliver(&mut self, delivery: Delivery) {
+        let Delivery {
+            delegation_id,
+            entries,
+            total,
+        } = delivery;
+        self.outstanding = self.outstanding.saturating_sub(1);
+        for entry in &entries {
+            self.workers.extend(entry.workers.iter().cloned());
+            if let Some(child) = self
+                .background
+                .iter_mut()
+                .find(|c| c.subagent_id == entry.session_id)
+            {
+                child.ended = Some(entry.status);
+            }
+        }
+        self.emit(
+            events::DELEGATION_FINISHED,
+            &json!({
+                "delegation_id": delegation_id,
+                "count": entries.len(),
+                "statuses": entries.iter().map(|e| e.status).collect::<Vec<_>>(),
+            }),
+        );
+        let text = delegate::background_message(&delegation_id, &entries, total);
+        self.push(ChatMessage::user(text), None);
+    }
+
+    /// `action=list`: this session's background children.
+    fn list_children(&self) -> ToolReply {
+        let subagents: Vec<Value> = self
+            .background
+            .iter()
+            .map(|child| {
+                let status = match child.ended {
+                    Some(status) => json!(status),
+                    None if child.shared.accepting_steer() => json!("running"),
+                    // Ended; its delegation's other children still run.
+                    None => json!("finished"),
+                };
+                json!({
+                    "subagent_id": child.subagent_id,
+                    "delegation_id": child.delegation_id,
+                    "task_index": child.task_index,
+                    "goal": child.goal,
+                    "status": status,
+                    "running_seconds": delegate::round2(child.started.elapsed().as_secs_f64()),
+                    "api_calls": child.shared.api_calls(),
+                    "accepting_steer": child.shared.accepting_steer(),
+                })
+            })
+            .collect();
+        ToolReply::json(&json!({"count": subagents.len(), "subagents": subagents}))
+    }
+
+    /// The background child a control action names, or the error to return.
+    fn named_child(
+        &self,
+        args: &Map<String, Value>,
+        action: &str,
+    ) -> Result<&BackgroundChild, ToolReply> {
+        let id = args
+            .get("subagent_id")
+            .and_then(Value::as_str)
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .ok_or_else(|| {
+                ToolReply::error(format!(
+                    "action='{action}' needs 'subagent_id' (from action='list' or the subagent_ids of a background call)."
+                ))
+            })?;
+        self.background
+            .iter()
+            .find(|c| c.subagent_id == id)
+            .ok_or_else(|| {
+                ToolReply::error(format!(
+                    "No background subagent '{id}' in this session. Use action='list' to see yours."
+                ))
+            })
+    }
+
+    /// `action=steer`: queued for the child's next step, or too late.
+    fn steer_child(&self, args: &Map<String, Value>) -> ToolReply {
+        let child = match self.named_child(args, "steer") {
+            Ok(child) => child,
+            Err(reply) => return reply,
+        };
+        let Some(message) = args
+            .get("message")
+            .and_then(Value::as_str)
+            .map(str::trim)
+            .filter(|m| !m.is_empty())
+        else {
+            return ToolReply::error("action='steer' needs a non-empty 'message'.");
+        };
+        if child.shared.steer(message.to_owned()) {
+            self.emit(
+                events::STEER_QUEUED,
+                &json!({"subagent_id": child.subagent_id, "message": message}),
+            );
+            ToolReply::json(&json!({
+                "status": "queued",
+                "subagent_id": child.subagent_id,
+                "note": "Queued, not yet delivered: the subagent reads it before its next step. If it finishes first, its result reports the steer as missed.",
+            }))
+        } else {
+            ToolReply::json(&json!({
+                "status": "rejected",
+                "subagent_id": child.subagent_id,
+                "error": "Too late: the subagent has already finished, so the steer was not delivered. Act on its result (it arrives with its delegation), or delegate a new task.",
+            }))
+        }
+    }
+
+    /// `action=stop`: the child ends at its next step, interrupted.
+    fn stop_child(&self, args: &Map<String, Value>) -> ToolReply {
+        let child = match self.named_child(args, "stop") {
+            Ok(child) => child,
+            Err(reply) => return reply,
+        };
+        if child.ended.is_some() || !child.shared.accepting_steer() {
+            return ToolReply::json(&json!({
+                "status": "already_finished",
+                "subagent_id": child.subagent_id,
+            }));
+        }
+        child.cancel.cancel();
+        ToolReply::json(&json!({
+            "status": "stopping",
+            "subagent_id": child.subagent_id,
+            "note": "The subagent stops at its next step; its partial result (status interrupted) arrives with its delegation.",
+        }))
     }
 
     /// Starts a child session linked to this session's.
@@ -143,6 +413,7 @@ impl AgentLoop {
     ) -> ChildWait {
         let (report_tx, report_rx) = oneshot::channel();
         self.answer_child_approvals(&spec);
+        let shared = Arc::new(SessionShared::default());
         let args = SessionArgs {
             hub: self.hub.clone(),
             spec,
@@ -150,9 +421,13 @@ impl AgentLoop {
             events: self.events.clone(),
             report: Some(report_tx),
             restored,
+            shared: shared.clone(),
         };
         match start_session(args, Some(self.myself.get_cell())).await {
-            Ok(_) => ChildWait::Running(report_rx),
+            Ok(_) => ChildWait::Running {
+                report: report_rx,
+                shared,
+            },
             Err(err) => ChildWait::NotStarted(format!("the subagent could not start: {err}")),
         }
     }
@@ -233,35 +508,64 @@ impl AgentLoop {
             ),
         }
     }
+}
 
-    /// Trims summaries above `delegation.max_summary_chars`, saving the full
-    /// text in this session's sandbox so `read_file` can page through it.
-    pub(super) async fn apply_summary_budget(&self, entries: &mut [ChildEntry]) {
-        let Some(cap) = self.hub.settings.delegation.max_summary_chars() else {
-            return;
+/// Waits for one child (watched by the stall monitor) and tells the
+/// parent's stream how it ended.
+async fn wait_child(
+    waiting: Waiting,
+    limits: delegate::StallLimits,
+    events: EventStream,
+    parent_session: String,
+    call_id: String,
+    model_label: String,
+) -> ChildEntry {
+    let end = waiting.wait.finish(limits, &waiting.cancel).await;
+    let entry = child_entry(
+        &waiting.task,
+        &waiting.session_id,
+        &waiting.task_id,
+        &model_label,
+        end,
+    );
+    events.emit(
+        &parent_session,
+        events::CHILD_FINISHED,
+        &child_finished_json(&entry, &call_id),
+    );
+    entry
+}
+
+/// Trims summaries above `delegation.max_summary_chars`, saving the full
+/// text in the parent's sandbox (`task_id`) so `read_file` can page through it.
+async fn apply_summary_budget(hub: &HubInner, task_id: &str, entries: &mut [ChildEntry]) {
+    let Some(cap) = hub.settings.delegation.max_summary_chars() else {
+        return;
+    };
+    for entry in entries.iter_mut() {
+        let Some(summary) = entry.summary.as_ref().filter(|s| s.chars().count() > cap) else {
+            continue;
         };
-        for entry in entries.iter_mut() {
-            let Some(summary) = entry.summary.as_ref().filter(|s| s.chars().count() > cap) else {
-                continue;
-            };
-            let id = format!("subagent-summary-{}-{}", entry.task_index, now_ms());
-            let spill = self
-                .hub
-                .dispatcher
-                .scheduler()
-                .persist(&self.spec.task_id, &id, summary)
-                .await;
-            let trimmed = delegate::trim_summary(summary, cap, spill.as_deref());
-            entry.summary = Some(trimmed);
-            entry.summary_truncated = Some(true);
-            entry.summary_full_path = spill;
-        }
+        let id = format!("subagent-summary-{}-{}", entry.task_index, now_ms());
+        let spill = hub
+            .dispatcher
+            .scheduler()
+            .persist(task_id, &id, summary)
+            .await;
+        let trimmed = delegate::trim_summary(summary, cap, spill.as_deref());
+        entry.summary = Some(trimmed);
+        entry.summary_truncated = Some(true);
+        entry.summary_full_path = spill;
     }
 }
 
 /// A child being waited for.
 pub(super) enum ChildWait {
-    Running(oneshot::Receiver<SessionOutcome>),
+    Running {
+        report: oneshot::Receiver<SessionOutcome>,
+        /// Its signs of progress, read by the stall monitor.
+        shared: Arc<SessionShared>,
+    },
     /// Ended before a restart; its stored outcome.
     Ended(SessionOutcome),
     NotStarted(String),
@@ -270,8 +574,18 @@ pub(super) enum ChildWait {
 /// How the wait for a child ended.
 pub(super) enum ChildEnd {
     Finished(SessionOutcome),
+    /// No progress for `child_timeout_seconds`.
     TimedOut {
         after: Duration,
+        outcome: Option<SessionOutcome>,
+    },
+    /// No progress past the stall threshold.
+    Stalled {
+        quiet: Duration,
+        threshold: Duration,
+        phase: StallPhase,
+        grace: Duration,
+        /// `None`: it did not unwind within the grace.
         outcome: Option<SessionOutcome>,
     },
     /// The child actor went away without a report.
@@ -280,36 +594,79 @@ pub(super) enum ChildEnd {
 }
 
 impl ChildWait {
+    /// Waits for the child's report while the stall monitor watches it:
+    /// asleep until the moment the child's last sign of progress becomes too
+    /// old (no polling), then either progress happened meanwhile and the
+    /// watch starts over, or the child is interrupted and given the grace to
+    /// unwind and report what it did.
     pub(super) async fn finish(
         self,
-        timeout: Option<Duration>,
+        limits: delegate::StallLimits,
         cancel: &CancellationToken,
     ) -> ChildEnd {
-        let mut report = match self {
-            ChildWait::Running(report) => report,
+        let (mut report, shared) = match self {
+            ChildWait::Running { report, shared } => (report, shared),
             ChildWait::Ended(outcome) => return ChildEnd::Finished(outcome),
             ChildWait::NotStarted(reason) => return ChildEnd::NotStarted(reason),
         };
-        let Some(limit) = timeout else {
-            return match report.await {
-                Ok(outcome) => ChildEnd::Finished(outcome),
-                Err(_) => ChildEnd::Vanished,
+        loop {
+            // Entering or leaving a tool call changes the threshold: start
+            // over (listening before the phase is read, so no change is missed).
+            let phase_changed = shared.phase_changed();
+            let last = shared.last_activity_ms();
+            let phase = if shared.in_tool() {
+                StallPhase::InTool
+            } else {
+                StallPhase::Idle
             };
-        };
-        match tokio::time::timeout(limit, &mut report).await {
-            Ok(Ok(outcome)) => ChildEnd::Finished(outcome),
-            Ok(Err(_)) => ChildEnd::Vanished,
-            Err(_) => {
-                cancel.cancel();
-                let outcome = tokio::time::timeout(CHILD_STOP_GRACE, report)
-                    .await
-                    .ok()
-                    .and_then(Result::ok);
+            let stall = match phase {
+                StallPhase::Idle => limits.idle,
+                StallPhase::InTool => limits.in_tool,
+            };
+            let (limit, capped) = match limits.cap {
+                Some(cap) if cap < stall => (cap, true),
+                _ => (stall, false),
+            };
+            let limit_ms = u64::try_from(limit.as_millis()).unwrap_or(u64::MAX);
+            let due_in = last.saturating_add(limit_ms).saturating_sub(now_ms());
+            tokio::select! {
+                reported = &mut report => {
+                    return match reported {
+                        Ok(outcome) => ChildEnd::Finished(outcome),
+                        Err(_) => ChildEnd::Vanished,
+                    };
+                }
+                () = phase_changed => continue,
+                () = tokio::time::sleep(Duration::from_millis(due_in)) => {}
+            }
+            let quiet_ms = now_ms().saturating_sub(shared.last_activity_ms());
+            if shared.last_activity_ms() != last || shared.delegating() || quiet_ms < limit_ms {
+                continue;
+            }
+            cancel.cancel();
+            let grace = if capped {
+                CHILD_STOP_GRACE
+            } else {
+                limits.grace
+            };
+            let outcome = tokio::time::timeout(grace, report)
+                .await
+                .ok()
+                .and_then(Result::ok);
+            return if capped {
                 ChildEnd::TimedOut {
                     after: limit,
                     outcome,
                 }
-            }
+            } else {
+                ChildEnd::Stalled {
+                    quiet: Duration::from_millis(quiet_ms),
+                    threshold: limit,
+                    phase,
+                    grace,
+                    outcome,
+                }
+            };
         }
     }
 }
@@ -335,6 +692,11 @@ pub(super) fn child_entry(
         error: None,
         summary_truncated: None,
         summary_full_path: None,
+        missed_steer: None,
+        stalled_after_quiet_seconds: None,
+        stall_threshold_seconds: None,
+        stall_phase: None,
+        stall_grace_seconds: None,
         session_id: session_id.to_owned(),
         task_id: task_id.to_owned(),
         workers: Vec::new(),
@@ -364,6 +726,15 @@ pub(super) fn child_entry(
             entry.tool_trace = outcome.tool_trace;
             entry.workers = outcome.workers.into_iter().collect();
             entry.summary = summary;
+            if !outcome.missed_steer.is_empty() {
+                let missed = outcome.missed_steer.join("\n");
+                let note = delegate::missed_steer_note(&missed);
+                entry.summary = Some(match entry.summary.take() {
+                    Some(summary) => format!("{summary}\n\n{note}"),
+                    None => note,
+                });
+                entry.missed_steer = Some(missed);
+            }
             if matches!(status, ChildStatus::Failed | ChildStatus::Error) {
                 entry.error = Some(
                     outcome
@@ -382,6 +753,36 @@ pub(super) fn child_entry(
             if let Some(outcome) = outcome {
                 entry.tool_trace = outcome.tool_trace;
                 entry.workers = outcome.workers.into_iter().collect();
+            }
+        }
+        ChildEnd::Stalled {
+            quiet,
+            threshold,
+            phase,
+            grace,
+            outcome,
+        } => {
+            let api_calls = outcome.as_ref().map(|o| o.api_calls).unwrap_or(0);
+            entry.status = ChildStatus::Stalled;
+            entry.exit_reason = "stalled".to_owned();
+            entry.api_calls = api_calls;
+            entry.error = Some(delegate::stalled_error(
+                api_calls,
+                threshold,
+                phase,
+                outcome.is_some(),
+            ));
+            entry.stalled_after_quiet_seconds = Some(delegate::round2(quiet.as_secs_f64()));
+            entry.stall_threshold_seconds = Some(delegate::round2(threshold.as_secs_f64()));
+            entry.stall_phase = Some(phase);
+            entry.stall_grace_seconds = Some(delegate::round2(grace.as_secs_f64()));
+            if let Some(outcome) = outcome {
+                entry.duration_seconds = delegate::round2(outcome.duration.as_secs_f64());
+                entry.tokens = Some(outcome.tokens);
+                entry.tool_trace = outcome.tool_trace;
+                entry.workers = outcome.workers.into_iter().collect();
+                // The partial work the child had reported before it stalled.
+                entry.summary = outcome.final_text.filter(|s| !s.trim().is_empty());
             }
         }
         ChildEnd::Vanished => {

@@ -57,7 +57,7 @@ use super::events::{self, EventStream, now_ms, preview};
 use super::hub::{HubInner, new_session_id};
 use super::messages::{
     NO_SUMMARY, SKIPPED_INVALID_SIBLING, SUMMARY_REQUEST, cancelled_content,
-    invalid_tool_name_content, summary_failed, tool_message, wrap_untrusted,
+    invalid_tool_name_content, steer_message, summary_failed, tool_message, wrap_untrusted,
 };
 use super::notices::notice_message;
 use super::planner::{MAX_PARALLEL_CALLS, PlanCall, plan_batch};
@@ -82,6 +82,7 @@ mod children;
 mod prompts;
 
 use batch::cancelled;
+use children::{BackgroundChild, Delivery};
 use prompts::{root_system_prompt, strip_think};
 
 /// Turns in a row whose calls all name unknown tools before the session stops.
@@ -203,6 +204,12 @@ pub(crate) struct AgentLoop {
     resume_next: Option<Next>,
     /// After a restart: the interrupted turn's calls, by id.
     recovered: HashMap<String, Recovered>,
+    /// The children of this session's background delegations, in start order.
+    background: Vec<BackgroundChild>,
+    /// Background delegations not yet delivered.
+    outstanding: usize,
+    deliveries_tx: mpsc::UnboundedSender<Delivery>,
+    deliveries: mpsc::UnboundedReceiver<Delivery>,
 }
 
 impl AgentLoop {
@@ -216,6 +223,7 @@ impl AgentLoop {
         shared: Arc<SessionShared>,
     ) -> Self {
         let budget = IterationBudget::new(spec.max_iterations);
+        let (deliveries_tx, deliveries) = mpsc::unbounded_channel();
         AgentLoop {
             hub,
             spec,
@@ -237,6 +245,10 @@ impl AgentLoop {
             started: Instant::now(),
             resume_next: None,
             recovered: HashMap::new(),
+            background: Vec::new(),
+            outstanding: 0,
+            deliveries_tx,
+            deliveries,
         }
     }
 
@@ -421,6 +433,7 @@ impl AgentLoop {
                 return Ending::interrupted();
             }
             self.inject_queued_notices();
+            self.inject_steers();
             if self.budget.permit() == Permit::Exhausted {
                 return self.summarize().await;
             }
@@ -515,14 +528,19 @@ impl AgentLoop {
             .store(self.api_calls, Ordering::Relaxed);
     }
 
-    /// One model request, abandoned when the session is cancelled.
+    /// One model request, abandoned when the session is cancelled. Each
+    /// streamed chunk is a sign of progress for the stall monitor.
     async fn complete(&mut self, request: ChatRequest) -> Result<AssistantTurn, Stop> {
         let model = self.model.clone();
+        let shared = self.shared.clone();
+        shared.touch();
+        let mut on_chunk = |_chunk| shared.touch();
         let turn = tokio::select! {
             biased;
             _ = self.spec.cancel.cancelled() => return Err(Stop::Cancelled),
-            turn = model.complete_quietly(&request) => turn,
+            turn = model.complete(&request, &mut on_chunk) => turn,
         };
+        self.shared.touch();
         match turn {
             Ok(turn) => {
                 if let Some(usage) = &turn.usage {
@@ -582,10 +600,21 @@ impl AgentLoop {
             .collect()
     }
 
-    /// Injects notices that arrived meanwhile.
+    /// Injects notices and background results that arrived meanwhile.
     fn inject_queued_notices(&mut self) {
         while let Ok((worker, notice)) = self.notices.try_recv() {
             self.inject_notice(&worker, &notice);
+        }
+        while let Ok(delivery) = self.deliveries.try_recv() {
+            self.deliver(delivery);
+        }
+    }
+
+    /// The parent's steers, read before the next model request.
+    fn inject_steers(&mut self) {
+        for text in self.shared.take_steers() {
+            self.emit(events::STEER_RECEIVED, &json!({"message": text}));
+            self.push(ChatMessage::user(steer_message(&text)), None);
         }
     }
 
@@ -607,29 +636,42 @@ impl AgentLoop {
         self.push(ChatMessage::user(text), None);
     }
 
-    /// After a final answer: a notice that arrived, or one for a process the
-    /// model asked to be told about, starts a new turn. Returns whether it did.
+    /// After a final answer: a notice that arrived, one for a process the
+    /// model asked to be told about, or the results of a background
+    /// delegation (waited for as long as its children run: the stall monitor
+    /// bounds them) start a new turn. Returns whether one did.
     async fn wait_for_notices(&mut self) -> bool {
         if let Ok((worker, notice)) = self.notices.try_recv() {
             self.inject_notice(&worker, &notice);
             return true;
         }
-        if self.awaited_processes.is_empty() {
+        if let Ok(delivery) = self.deliveries.try_recv() {
+            self.deliver(delivery);
+            return true;
+        }
+        if self.awaited_processes.is_empty() && self.outstanding == 0 {
             return false;
         }
         let wait = self.hub.settings.notice_wait;
-        let received = tokio::select! {
+        let children_running = self.outstanding > 0;
+        tokio::select! {
             biased;
-            _ = self.spec.cancel.cancelled() => None,
-            _ = tokio::time::sleep(wait) => None,
-            notice = self.notices.recv() => notice,
-        };
-        match received {
-            Some((worker, notice)) => {
-                self.inject_notice(&worker, &notice);
-                true
-            }
-            None => false,
+            _ = self.spec.cancel.cancelled() => false,
+            delivery = self.deliveries.recv(), if children_running => match delivery {
+                Some(delivery) => {
+                    self.deliver(delivery);
+                    true
+                }
+                None => false,
+            },
+            notice = self.notices.recv() => match notice {
+                Some((worker, notice)) => {
+                    self.inject_notice(&worker, &notice);
+                    true
+                }
+                None => false,
+            },
+            _ = tokio::time::sleep(wait), if !children_running => false,
         }
     }
 
@@ -672,6 +714,7 @@ impl AgentLoop {
             tokens: self.tokens,
             tool_trace: self.trace,
             workers: self.workers,
+            missed_steer: self.shared.close_steering(),
         };
         conclude(
             &self.hub,

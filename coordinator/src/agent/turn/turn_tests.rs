@@ -53,14 +53,22 @@ async fn a_child_past_its_wall_clock_limit_is_cancelled_and_reported() {
                 status: None,
             }],
             workers: BTreeSet::new(),
+            missed_steer: Vec::new(),
         });
     });
-    let end = tokio::time::timeout(
-        Duration::from_secs(5),
-        ChildWait::Running(rx).finish(Some(Duration::from_millis(50)), &cancel),
-    )
-    .await
-    .unwrap();
+    // A child that shows no progress at all: the inactivity cap (shorter
+    // than the stall thresholds) ends it.
+    let limits = delegate::StallLimits {
+        cap: Some(Duration::from_millis(50)),
+        ..delegate::DelegationConfig::default().stall_limits()
+    };
+    let wait = ChildWait::Running {
+        report: rx,
+        shared: Arc::new(SessionShared::default()),
+    };
+    let end = tokio::time::timeout(Duration::from_secs(5), wait.finish(limits, &cancel))
+        .await
+        .unwrap();
     assert!(cancel.is_cancelled(), "the child is told to stop");
     let task = ChildTask {
         index: 2,
@@ -87,9 +95,15 @@ async fn a_child_past_its_wall_clock_limit_is_cancelled_and_reported() {
 async fn a_child_that_vanishes_without_a_report_is_an_error_entry() {
     let (report, rx) = oneshot::channel::<SessionOutcome>();
     drop(report);
-    let end = ChildWait::Running(rx)
-        .finish(None, &CancellationToken::new())
-        .await;
+    let end = ChildWait::Running {
+        report: rx,
+        shared: Arc::new(SessionShared::default()),
+    }
+    .finish(
+        delegate::DelegationConfig::default().stall_limits(),
+        &CancellationToken::new(),
+    )
+    .await;
     let task = ChildTask {
         index: 0,
         goal: "g".into(),
@@ -123,6 +137,7 @@ fn child_entries_follow_hermes_status_rules() {
         tokens: Tokens::default(),
         tool_trace: Vec::new(),
         workers: BTreeSet::new(),
+        missed_steer: Vec::new(),
     };
     let entry = |status, text| {
         child_entry(
@@ -156,4 +171,51 @@ fn child_entries_follow_hermes_status_rules() {
     );
     assert_eq!(entry(EndStatus::Crashed, None).status, ChildStatus::Error);
     assert_eq!(entry(EndStatus::Completed, Some("x")).duration_seconds, 1.5);
+}
+
+#[test]
+fn a_steer_is_read_once_or_handed_back_as_missed_when_the_session_ends() {
+    let shared = SessionShared::default();
+    assert!(shared.steer("first".into()));
+    assert_eq!(shared.take_steers(), ["first"]);
+    assert!(shared.take_steers().is_empty(), "read once");
+    assert!(shared.steer("unread".into()));
+    assert_eq!(shared.close_steering(), ["unread"]);
+    assert!(!shared.accepting_steer());
+    assert!(!shared.steer("after the end".into()), "too late");
+    assert!(shared.take_steers().is_empty());
+}
+
+#[test]
+fn a_missed_steer_is_on_the_entry_and_noted_in_the_summary() {
+    let task = ChildTask {
+        index: 0,
+        goal: "g".into(),
+        context: None,
+        role: delegate::Role::Leaf,
+        labels: Default::default(),
+    };
+    let outcome = SessionOutcome {
+        status: EndStatus::Completed,
+        final_text: Some("old plan done".into()),
+        error: None,
+        api_calls: 1,
+        duration: Duration::from_millis(10),
+        tokens: Tokens::default(),
+        tool_trace: Vec::new(),
+        workers: BTreeSet::new(),
+        missed_steer: vec!["focus on pricing instead".into()],
+    };
+    let entry = child_entry(&task, "s", "t", "m", ChildEnd::Finished(outcome));
+    assert_eq!(entry.status, ChildStatus::Completed);
+    assert_eq!(
+        entry.missed_steer.as_deref(),
+        Some("focus on pricing instead")
+    );
+    assert_eq!(
+        entry.summary.as_deref(),
+        Some(
+            "old plan done\n\n[steer did not land — the subagent finished before it could be delivered: focus on pricing instead]"
+        )
+    );
 }

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use reqwest::{Method, StatusCode};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 /// The SDK version we speak as. The daemon changes its session output with
 /// it (split stdout/stderr, JSON logs from 0.167.0 on), so it is a real
@@ -64,6 +64,17 @@ impl DaytonaError {
             _ => None,
         }
     }
+}
+
+/// A request body.
+pub enum Payload<'a> {
+    None,
+    Json(&'a Value),
+    /// Bytes sent as they are (`multipart/form-data; boundary=…`).
+    Raw {
+        content_type: String,
+        bytes: &'a [u8],
+    },
 }
 
 /// One API endpoint with its credentials.
@@ -127,15 +138,30 @@ impl Api {
         &self.base
     }
 
-    /// A call to `url` (absolute) or to `{base}{url}` (a path). Connections
-    /// that fail before the request went out are retried (up to 3 tries, as
-    /// the SDK's toolbox client does for stale connections); nothing is
-    /// retried on a status, as the SDK does not.
+    /// A call to `url` (absolute) or to `{base}{url}` (a path) with a JSON
+    /// body. Connections that fail before the request went out are retried
+    /// (up to 3 tries, as the SDK's toolbox client does for stale
+    /// connections); nothing is retried on a status, as the SDK does not.
     pub async fn call(
         &self,
         method: Method,
         url: &str,
         body: Option<&Value>,
+        timeout: Duration,
+    ) -> Result<(StatusCode, String), DaytonaError> {
+        let payload = match body {
+            Some(body) => Payload::Json(body),
+            None => Payload::None,
+        };
+        self.send(method, url, payload, timeout).await
+    }
+
+    /// [`call`](Self::call) with any body (a multipart upload).
+    pub async fn send(
+        &self,
+        method: Method,
+        url: &str,
+        payload: Payload<'_>,
         timeout: Duration,
     ) -> Result<(StatusCode, String), DaytonaError> {
         let url = if url.starts_with("http://") || url.starts_with("https://") {
@@ -161,9 +187,16 @@ impl Api {
                     .bearer_auth(token)
                     .header("X-Daytona-Organization-ID", organization),
             };
-            if let Some(body) = body {
-                request = request.json(body);
-            }
+            request = match &payload {
+                Payload::None => request,
+                Payload::Json(body) => request.json(body),
+                Payload::Raw {
+                    content_type,
+                    bytes,
+                } => request
+                    .header(reqwest::header::CONTENT_TYPE, content_type.as_str())
+                    .body(bytes.to_vec()),
+            };
             match request.send().await {
                 Ok(response) => {
                     let status = response.status();
@@ -233,35 +266,6 @@ impl Api {
                 _ => return Ok(items),
             }
         }
-    }
-
-    /// `POST {toolbox}/process/execute`: merged output and exit code. The
-    /// timeout is always sent (the daemon applies none when it is missing).
-    pub async fn execute(
-        &self,
-        toolbox: &str,
-        command: &str,
-        timeout_secs: u64,
-    ) -> Result<(i64, String), DaytonaError> {
-        let answer = self
-            .json(
-                Method::POST,
-                &format!("{toolbox}/process/execute"),
-                Some(&json!({"command": command, "timeout": timeout_secs})),
-                Duration::from_secs(timeout_secs + 5),
-            )
-            .await?;
-        let code = answer
-            .get("exitCode")
-            .and_then(Value::as_i64)
-            .or_else(|| answer.get("code").and_then(Value::as_i64))
-            .unwrap_or(-1);
-        let result = answer
-            .get("result")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_owned();
-        Ok((code, result))
     }
 }
 

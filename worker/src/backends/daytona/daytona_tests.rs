@@ -97,3 +97,52 @@ fn a_listed_sandbox_is_judged_by_its_labels() {
     assert!(candidate_of(&unmanaged).is_none());
     let _: Value = item;
 }
+
+/// The file tools' `execute` command, run here by `sh` as the daemon runs
+/// it: exactly the given environment, the input inline or from a staged
+/// file (removed once read), the output back as base64.
+#[test]
+fn a_file_script_runs_as_one_posix_command() {
+    use base64::Engine as _;
+    let run = |command: &str| {
+        let out = std::process::Command::new("sh")
+            .args(["-c", command])
+            .env("DAYTONA_API_KEY", "must-not-cross")
+            .output()
+            .unwrap();
+        base64::engine::general_purpose::STANDARD
+            .decode(String::from_utf8_lossy(&out.stdout).trim())
+            .unwrap()
+    };
+    let argv: Vec<String> = ["bash", "-c", "cat; env | sort", "caduceus-fs"]
+        .map(str::to_owned)
+        .to_vec();
+    let env = vec![
+        ("PATH".to_owned(), "/usr/bin:/bin".to_owned()),
+        ("LC_ALL".to_owned(), "C".to_owned()),
+    ];
+    let data: Vec<u8> = (0..=255u8).collect();
+    let out = run(&files::command(&argv, &env, &files::Input::Inline(&data)));
+    assert_eq!(&out[..256], &data[..], "inline input is not exact");
+    let rest = String::from_utf8_lossy(&out[256..]).into_owned();
+    assert!(rest.contains("LC_ALL=C"), "{rest}");
+    assert!(!rest.contains("must-not-cross"), "{rest}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let staged = dir.path().join("in");
+    std::fs::write(&staged, b"from a file").unwrap();
+    let staged = staged.display().to_string();
+    let out = run(&files::command(&argv, &env, &files::Input::File(&staged)));
+    assert!(out.starts_with(b"from a file"));
+    assert!(
+        !std::path::Path::new(&staged).exists(),
+        "the staged input was left"
+    );
+
+    let out = run(&files::command(&argv, &env, &files::Input::None));
+    assert!(
+        out.starts_with(b"LC_ALL=C"),
+        "{}",
+        String::from_utf8_lossy(&out)
+    );
+}

@@ -10,14 +10,15 @@
 //! deleted on Daytona's side even when no worker is left.
 
 pub mod api;
+pub mod files;
 pub mod sandbox;
+pub mod toolbox;
 
 #[cfg(test)]
 #[path = "daytona_tests.rs"]
 mod tests;
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant, SystemTime};
 
 use async_trait::async_trait;
@@ -31,6 +32,7 @@ use super::lease::{self, LeaseLabels, LeaseRecord, SweepCandidate, Verdict, labe
 use super::{CreateRequest, Provider, SweepContext};
 use crate::backends::shell_fs::ShellFs;
 use crate::sandbox::{Sandbox, SandboxError};
+use toolbox::{Kind, Toolbox};
 
 /// The API when `DAYTONA_API_URL` is not set (the SDK's default).
 pub const DEFAULT_API_URL: &str = "https://app.daytona.io/api";
@@ -201,9 +203,9 @@ impl DaytonaProvider {
                     SandboxError::Other(format!("Daytona: no toolbox URL for sandbox {id}"))
                 })?,
         };
-        let toolbox = format!("{}/{id}", proxy.trim_end_matches('/'));
-        let (code, home) = api
-            .execute(&toolbox, "printf '%s' \"$HOME\"", 30)
+        let toolbox = Toolbox::new(api.clone(), &proxy, &id);
+        let (code, home) = toolbox
+            .execute(Kind::Long, "printf '%s' \"$HOME\"", 30)
             .await
             .map_err(|e| SandboxError::Other(e.to_string()))?;
         let home = if code == 0 && home.starts_with('/') {
@@ -212,64 +214,29 @@ impl DaytonaProvider {
             "/root".to_owned()
         };
         let cwd = self.settings.cwd.clone().unwrap_or_else(|| home.clone());
-        let sandbox = Arc::new_cyclic(|weak: &std::sync::Weak<DaytonaSandbox>| {
-            let weak: std::sync::Weak<dyn Sandbox> = weak.clone();
-            DaytonaSandbox {
-                api: api.clone(),
-                id,
-                toolbox,
-                home,
-                cwd,
-                labels: std::sync::Mutex::new(labels),
-                vanished: Arc::new(AtomicBool::new(false)),
-                watcher: std::sync::Mutex::new(None),
-                files: Arc::new(ShellFs::new(weak)),
-            }
+        let files = Arc::new(ShellFs::with_runner(Arc::new(files::ToolboxScripts {
+            toolbox: toolbox.clone(),
+        })));
+        let sandbox = Arc::new(DaytonaSandbox {
+            id,
+            toolbox,
+            home,
+            cwd,
+            labels: std::sync::Mutex::new(labels),
+            watcher: std::sync::Mutex::new(None),
+            files,
         });
         sandbox.start_watcher();
         Ok(sandbox)
     }
-}
 
-#[async_trait]
-impl Provider for DaytonaProvider {
-    fn name(&self) -> &'static str {
-        "daytona"
-    }
-
-    /// Configured and answering an authenticated list (cached 10 s).
-    async fn available(&self) -> bool {
-        if let Ok(probe) = self.probe.lock()
-            && let Some((at, ok)) = *probe
-            && at.elapsed() < Duration::from_secs(10)
-        {
-            return ok;
-        }
-        let Ok(api) = self.api() else {
-            return false;
-        };
-        let ok = match api
-            .call(
-                Method::GET,
-                "/sandbox?limit=1",
-                None,
-                Duration::from_secs(5),
-            )
-            .await
-        {
-            Ok(_) => true,
-            Err(err) => {
-                tracing::warn!("the daytona backend is not available: {err}");
-                false
-            }
-        };
-        if let Ok(mut probe) = self.probe.lock() {
-            *probe = Some((Instant::now(), ok));
-        }
-        ok
-    }
-
-    async fn create(&self, request: &CreateRequest) -> Result<Arc<dyn Sandbox>, SandboxError> {
+    /// A sandbox for `request`, labelled as an entry of warm pool `pool`
+    /// when given.
+    async fn create_with(
+        &self,
+        request: &CreateRequest,
+        pool: Option<&str>,
+    ) -> Result<Arc<DaytonaSandbox>, SandboxError> {
         let api = self.api()?;
         let now = lease::epoch_secs(SystemTime::now());
         let lease_labels = LeaseLabels {
@@ -279,7 +246,7 @@ impl Provider for DaytonaProvider {
             task: request.task_id.clone(),
             created: now,
             lease_seconds: self.settings.lease.as_secs(),
-            pool: None,
+            pool: pool.map(str::to_owned),
         };
         let mut labels: Map<String, Value> = lease_labels
             .to_map()
@@ -325,6 +292,70 @@ impl Provider for DaytonaProvider {
                 Err(err)
             }
         }
+    }
+}
+
+#[async_trait]
+impl Provider for DaytonaProvider {
+    fn name(&self) -> &'static str {
+        "daytona"
+    }
+
+    /// Configured and answering an authenticated list (cached 10 s).
+    async fn available(&self) -> bool {
+        if let Ok(probe) = self.probe.lock()
+            && let Some((at, ok)) = *probe
+            && at.elapsed() < Duration::from_secs(10)
+        {
+            return ok;
+        }
+        let Ok(api) = self.api() else {
+            return false;
+        };
+        let ok = match api
+            .call(
+                Method::GET,
+                "/sandbox?limit=1",
+                None,
+                Duration::from_secs(5),
+            )
+            .await
+        {
+            Ok(_) => true,
+            Err(err) => {
+                tracing::warn!("the daytona backend is not available: {err}");
+                false
+            }
+        };
+        if let Ok(mut probe) = self.probe.lock() {
+            *probe = Some((Instant::now(), ok));
+        }
+        ok
+    }
+
+    async fn create(&self, request: &CreateRequest) -> Result<Arc<dyn Sandbox>, SandboxError> {
+        let sandbox: Arc<dyn Sandbox> = self.create_with(request, None).await?;
+        Ok(sandbox)
+    }
+
+    /// Every sandbox of this worker is made alike (the worker's snapshot or
+    /// image; a request's settings are not read), so one pool serves all.
+    fn pool_key(&self, _request: &CreateRequest) -> Option<String> {
+        let source = match (&self.settings.snapshot, &self.settings.image) {
+            (Some(snapshot), _) => format!("snapshot:{snapshot}"),
+            (None, Some(image)) => format!("image:{image}"),
+            (None, None) => "default".to_owned(),
+        };
+        Some(format!("daytona:{source}"))
+    }
+
+    async fn create_for_pool(
+        &self,
+        request: &CreateRequest,
+        key: &str,
+    ) -> Result<Arc<dyn Sandbox>, SandboxError> {
+        let sandbox: Arc<dyn Sandbox> = self.create_with(request, Some(key)).await?;
+        Ok(sandbox)
     }
 
     /// Every managed sandbox on the account whose lease passed (any worker's),

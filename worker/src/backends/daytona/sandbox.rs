@@ -13,12 +13,18 @@
 //!   `out` past what was read, base64 (binary-safe, O(new bytes)), and `rc`
 //!   once written; polls back off from 10 ms to 500 ms while nothing comes
 //!   and start fast again after every stdin write;
-//! - **signals**: `kill` through `execute`.
+//! - **signals**: `kill` through `execute`; a kill the toolbox did not take
+//!   (it was not answering) is sent again after the process's next poll.
+//!
+//! Every request goes through the sandbox's [`Toolbox`], which tells a
+//! vanished sandbox, one that cannot have run a call, and a toolbox that has
+//! stopped answering (see `toolbox.rs`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
+use std::time::SystemTime;
 
 use async_trait::async_trait;
 use base64::Engine as _;
@@ -27,7 +33,8 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{Notify, mpsc, watch};
 
-use super::api::{Api, DaytonaError};
+use super::api::{DaytonaError, Payload};
+use super::toolbox::{Kind, STALL, Toolbox};
 use crate::backends::lease::{LeaseRecord, label};
 use crate::backends::preamble;
 use crate::backends::shell_fs::ShellFs;
@@ -53,15 +60,12 @@ const POLL_MAX: Duration = Duration::from_millis(500);
 const WATCH_EVERY: Duration = Duration::from_secs(2);
 
 pub struct DaytonaSandbox {
-    pub(super) api: Api,
     pub(super) id: String,
-    /// `{toolboxProxyUrl}/{id}`.
-    pub(super) toolbox: String,
+    pub(super) toolbox: Toolbox,
     pub(super) home: String,
     pub(super) cwd: String,
     /// The labels it was created with (renewals replace the whole set).
     pub(super) labels: std::sync::Mutex<serde_json::Map<String, Value>>,
-    pub(super) vanished: Arc<AtomicBool>,
     pub(super) watcher: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
     pub(super) files: Arc<ShellFs>,
 }
@@ -92,27 +96,13 @@ impl DaytonaSandbox {
     /// Watches the sandbox's state: anything but `started` (stopped by
     /// auto-stop, deleted, errored) marks it vanished.
     pub(super) fn start_watcher(self: &Arc<Self>) {
-        let api = self.api.clone();
+        let toolbox = self.toolbox.clone();
         let id = self.id.clone();
-        let flag = self.vanished.clone();
         let task = tokio::spawn(async move {
             loop {
                 tokio::time::sleep(WATCH_EVERY).await;
-                let state = api
-                    .json(
-                        Method::GET,
-                        &format!("/sandbox/{id}"),
-                        None,
-                        Duration::from_secs(30),
-                    )
-                    .await;
-                let gone = match &state {
-                    Ok(doc) => doc.get("state").and_then(Value::as_str) != Some("started"),
-                    Err(err) => err.status().is_some_and(|s| s.as_u16() == 404),
-                };
-                if gone {
+                if toolbox.vanished() || toolbox.confirm_gone().await {
                     tracing::info!(sandbox = %id, "the Daytona sandbox is no longer started");
-                    flag.store(true, Ordering::SeqCst);
                     return;
                 }
             }
@@ -122,21 +112,18 @@ impl DaytonaSandbox {
         }
     }
 
-    async fn execute(
-        &self,
-        command: &str,
-        timeout_secs: u64,
-    ) -> Result<(i64, String), SandboxError> {
-        self.api
-            .execute(&self.toolbox, command, timeout_secs)
+    /// A control command (a signal): quick, refused while the toolbox is
+    /// not answering.
+    async fn control(&self, command: &str) -> Result<(i64, String), SandboxError> {
+        self.toolbox
+            .execute(Kind::Quick, command, STALL.as_secs())
             .await
             .map_err(|err| self.classify(&err))
     }
 
-    /// A 404 from the toolbox means the sandbox is gone.
+    /// Gone when the toolbox found it gone.
     fn classify(&self, err: &DaytonaError) -> SandboxError {
-        if err.status().is_some_and(|s| s.as_u16() == 404) {
-            self.vanished.store(true, Ordering::SeqCst);
+        if self.toolbox.vanished() {
             SandboxError::Gone(format!("Daytona sandbox {}: {err}", self.id))
         } else {
             other(err)
@@ -210,13 +197,14 @@ impl Sandbox for DaytonaSandbox {
         let session = format!("caduceus-{}", &simple[..16]);
         let dir = format!("{PROC_DIR}/{session}");
         let cwd = spec.cwd.clone().unwrap_or_else(|| self.cwd.clone());
-        let sessions = format!("{}/process/session", self.toolbox);
-        self.api
-            .call(
+        let sessions = "/process/session";
+        self.toolbox
+            .send(
+                Kind::Quick,
                 Method::POST,
-                &sessions,
-                Some(&json!({"sessionId": session})),
-                Duration::from_secs(30),
+                sessions,
+                Payload::Json(&json!({"sessionId": session})),
+                STALL,
             )
             .await
             .map_err(|e| match self.classify(&e) {
@@ -224,12 +212,13 @@ impl Sandbox for DaytonaSandbox {
                 gone => gone,
             })?;
         let started = self
-            .api
+            .toolbox
             .json(
+                Kind::Quick,
                 Method::POST,
                 &format!("{sessions}/{session}/exec"),
                 Some(&json!({"command": wrapper(&dir, &cwd, &spec), "runAsync": true})),
-                Duration::from_secs(30),
+                STALL,
             )
             .await;
         let command = match started
@@ -241,12 +230,13 @@ impl Sandbox for DaytonaSandbox {
             Some(id) => id.to_owned(),
             None => {
                 let _ = self
-                    .api
-                    .call(
+                    .toolbox
+                    .send(
+                        Kind::Quick,
                         Method::DELETE,
                         &format!("{sessions}/{session}"),
-                        None,
-                        Duration::from_secs(30),
+                        Payload::None,
+                        STALL,
                     )
                     .await;
                 return Err(match started {
@@ -258,12 +248,13 @@ impl Sandbox for DaytonaSandbox {
             }
         };
         let process = Arc::new(RemoteProcess {
-            api: self.api.clone(),
             toolbox: self.toolbox.clone(),
             session,
             command,
             dir,
             wake: Notify::new(),
+            pid: std::sync::atomic::AtomicU32::new(0),
+            kill_pending: AtomicBool::new(false),
         });
         let (output_tx, mut output) = tokio::io::duplex(CHUNK * 2);
         let (exit_tx, exit_rx) = watch::channel(None);
@@ -272,6 +263,8 @@ impl Sandbox for DaytonaSandbox {
         tokio::spawn(process.clone().pump_stdin(stdin_rx));
 
         let Some((pid, rest)) = preamble::read_pid(&mut output, START_TIMEOUT).await else {
+            // Nothing of it may run on after a poll answers.
+            process.kill_pending.store(true, Ordering::SeqCst);
             process.cleanup().await;
             if self.vanished() {
                 return Err(SandboxError::Gone(format!(
@@ -285,6 +278,7 @@ impl Sandbox for DaytonaSandbox {
                 self.id
             )));
         };
+        process.pid.store(pid, Ordering::SeqCst);
         Ok(SpawnedProcess {
             stdin: Box::pin(StdinWriter { tx: Some(stdin_tx) }),
             output: Box::pin(tokio::io::AsyncReadExt::chain(rest, output)),
@@ -292,7 +286,6 @@ impl Sandbox for DaytonaSandbox {
             handle: Box::new(DaytonaProcess {
                 process,
                 exit: exit_rx,
-                pid,
             }),
         })
     }
@@ -309,7 +302,7 @@ impl Sandbox for DaytonaSandbox {
             signal.number(),
             u8::from(include_root)
         );
-        let (code, output) = self.execute(&command, 30).await?;
+        let (code, output) = self.control(&command).await?;
         if code == 0 {
             Ok(())
         } else {
@@ -321,7 +314,7 @@ impl Sandbox for DaytonaSandbox {
     }
 
     async fn signal_process(&self, pid: u32, signal: StopSignal) -> Result<(), SandboxError> {
-        self.execute(&format!("kill -{} {pid}", signal.number()), 30)
+        self.control(&format!("kill -{} {pid}", signal.number()))
             .await
             .map(|_| ())
     }
@@ -346,23 +339,19 @@ impl Sandbox for DaytonaSandbox {
         if self.vanished() {
             return false;
         }
-        matches!(
-            self.api
-                .json(Method::GET, &format!("/sandbox/{}", self.id), None, Duration::from_secs(30))
-                .await,
-            Ok(doc) if doc.get("state").and_then(Value::as_str) == Some("started")
-        )
+        !self.toolbox.confirm_gone().await && !self.vanished()
     }
 
     async fn destroy(&self) -> Result<(), SandboxError> {
-        self.vanished.store(true, Ordering::SeqCst);
+        self.toolbox.mark_vanished();
         if let Ok(mut watcher) = self.watcher.lock()
             && let Some(task) = watcher.take()
         {
             task.abort();
         }
         match self
-            .api
+            .toolbox
+            .api()
             .call(
                 Method::DELETE,
                 &format!("/sandbox/{}", self.id),
@@ -396,7 +385,8 @@ impl Sandbox for DaytonaSandbox {
             labels.insert(label::TASK.to_owned(), json!(record.task));
             labels.clone()
         };
-        self.api
+        self.toolbox
+            .api()
             .call(
                 Method::PUT,
                 &format!("/sandbox/{}/labels", self.id),
@@ -404,24 +394,39 @@ impl Sandbox for DaytonaSandbox {
                 Duration::from_secs(30),
             )
             .await
-            .map(|_| ())
-            .map_err(|err| self.classify(&err))
+            .map_err(|err| self.classify(&err))?;
+        // A held sandbox with nothing running (a warm-pool entry, an
+        // environment between shells) makes no toolbox request of its own,
+        // and Daytona's auto-stop counts only activity: one touch per renewal
+        // keeps it started while its worker lives.
+        self.control("true").await.map(|_| ())
     }
 
     fn vanished(&self) -> bool {
-        self.vanished.load(Ordering::SeqCst)
+        self.toolbox.vanished()
+    }
+
+    async fn gone_before(&self, at: SystemTime) -> bool {
+        self.toolbox.gone_before(at)
+    }
+
+    fn unreachable(&self) -> Option<String> {
+        self.toolbox.unreachable()
     }
 }
 
 /// The toolbox side of one process.
 struct RemoteProcess {
-    api: Api,
-    toolbox: String,
+    toolbox: Toolbox,
     session: String,
     command: String,
     dir: String,
     /// Poll again now (stdin was written).
     wake: Notify,
+    /// Its pid, once it reported it (0 before).
+    pid: std::sync::atomic::AtomicU32,
+    /// A kill the toolbox did not take: sent again after the next poll.
+    kill_pending: AtomicBool,
 }
 
 impl RemoteProcess {
@@ -437,12 +442,15 @@ impl RemoteProcess {
         let mut failures = 0;
         let code = loop {
             let answer = self
-                .api
-                .execute(&self.toolbox, &poll_script(&self.dir, offset), 30)
+                .toolbox
+                .execute(Kind::Poll, &poll_script(&self.dir, offset), 30)
                 .await;
             match answer.as_ref().ok().and_then(|(_, r)| parse_poll(r)) {
                 Some((bytes, code)) => {
                     failures = 0;
+                    if code.is_none() && self.kill_pending.swap(false, Ordering::SeqCst) {
+                        self.kill().await;
+                    }
                     if !bytes.is_empty() {
                         offset += bytes.len() as u64;
                         // A reader that went away only stops the copy.
@@ -466,17 +474,8 @@ impl RemoteProcess {
                             tracing::warn!(session = %self.session, "unreadable output poll ({code}): {}", result.chars().take(200).collect::<String>())
                         }
                     }
-                    if let Err(err) = &answer {
-                        tracing::debug!(session = %self.session, "output poll failed: {err}");
-                        // The sandbox is gone: the process with it.
-                        if err
-                            .status()
-                            .is_some_and(|s| s.as_u16() == 404 || s.as_u16() == 400)
-                            || failures >= 5
-                        {
-                            break None;
-                        }
-                    } else if failures >= 5 {
+                    // The sandbox is gone: the process with it.
+                    if self.toolbox.vanished() || failures >= 5 {
                         break None;
                     }
                 }
@@ -496,8 +495,8 @@ impl RemoteProcess {
     /// end (the writer shut down or dropped) is end of file.
     async fn pump_stdin(self: Arc<Self>, mut chunks: mpsc::UnboundedReceiver<Vec<u8>>) {
         let url = format!(
-            "{}/process/session/{}/command/{}/input",
-            self.toolbox, self.session, self.command
+            "/process/session/{}/command/{}/input",
+            self.session, self.command
         );
         let engine = base64::engine::general_purpose::STANDARD;
         while let Some(chunk) = chunks.recv().await {
@@ -507,12 +506,13 @@ impl RemoteProcess {
                 data.push('\n');
             }
             if self
-                .api
-                .call(
+                .toolbox
+                .send(
+                    Kind::Quick,
                     Method::POST,
                     &url,
-                    Some(&json!({"data": data})),
-                    Duration::from_secs(60),
+                    Payload::Json(&json!({"data": data})),
+                    STALL,
                 )
                 .await
                 .is_err()
@@ -522,12 +522,13 @@ impl RemoteProcess {
             self.wake.notify_one();
         }
         let _ = self
-            .api
-            .call(
+            .toolbox
+            .send(
+                Kind::Quick,
                 Method::POST,
                 &url,
-                Some(&json!({"data": ".\n"})),
-                Duration::from_secs(30),
+                Payload::Json(&json!({"data": ".\n"})),
+                STALL,
             )
             .await;
         self.wake.notify_one();
@@ -535,22 +536,46 @@ impl RemoteProcess {
 
     async fn cleanup(&self) {
         let _ = self
-            .api
-            .call(
+            .toolbox
+            .send(
+                Kind::Quick,
                 Method::DELETE,
-                &format!("{}/process/session/{}", self.toolbox, self.session),
-                None,
-                Duration::from_secs(30),
+                &format!("/process/session/{}", self.session),
+                Payload::None,
+                STALL,
             )
             .await;
         let _ = self
-            .api
+            .toolbox
             .execute(
-                &self.toolbox,
+                Kind::Quick,
                 &format!("rm -rf {}", shell_quote(&self.dir)),
-                30,
+                STALL.as_secs(),
             )
             .await;
+    }
+
+    /// SIGKILL to the process's tree; remembered for the next poll when the
+    /// toolbox does not take it.
+    async fn kill(&self) {
+        let pid = self.pid.load(Ordering::SeqCst);
+        if pid == 0 {
+            self.kill_pending.store(true, Ordering::SeqCst);
+            return;
+        }
+        let script = format!(
+            "bash -c {} caduceus-signal {pid} 9 1",
+            shell_quote(SIGNAL_TREE_SCRIPT)
+        );
+        if self
+            .toolbox
+            .execute(Kind::Quick, &script, STALL.as_secs())
+            .await
+            .is_err()
+        {
+            self.kill_pending.store(true, Ordering::SeqCst);
+        }
+        self.wake.notify_one();
     }
 }
 
@@ -593,7 +618,6 @@ impl AsyncWrite for StdinWriter {
 struct DaytonaProcess {
     process: Arc<RemoteProcess>,
     exit: watch::Receiver<Option<Option<i32>>>,
-    pid: u32,
 }
 
 #[async_trait]
@@ -606,17 +630,7 @@ impl ProcessHandle for DaytonaProcess {
     }
 
     async fn kill(&mut self) {
-        let script = format!(
-            "bash -c {} caduceus-signal {} 9 1",
-            shell_quote(SIGNAL_TREE_SCRIPT),
-            self.pid
-        );
-        let _ = self
-            .process
-            .api
-            .execute(&self.process.toolbox, &script, 30)
-            .await;
-        self.process.wake.notify_one();
+        self.process.kill().await;
         let _ =
             tokio::time::timeout(Duration::from_secs(5), self.exit.wait_for(Option::is_some)).await;
     }

@@ -1,0 +1,468 @@
+//! Delegation as hermes 0.21 ships it, end to end against the scripted
+//! model: background children listed, steered and stopped; the stall
+//! monitor. (A submodule of `hub_tests`, whose harness it uses.)
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use tokio::sync::Notify;
+
+use super::*;
+use crate::agent::DelegationConfig;
+
+/// Blocks until the test opens the gate its `name` argument names (or the
+/// call is cancelled: the loop abandons it).
+#[derive(Default)]
+struct Gates {
+    gates: Mutex<HashMap<String, Arc<Notify>>>,
+}
+
+impl Gates {
+    fn gate(&self, name: &str) -> Arc<Notify> {
+        self.gates
+            .lock()
+            .unwrap()
+            .entry(name.to_owned())
+            .or_default()
+            .clone()
+    }
+
+    fn open(&self, name: &str) {
+        self.gate(name).notify_one();
+    }
+}
+
+struct Hold(Arc<Gates>);
+
+#[async_trait]
+impl LocalTool for Hold {
+    async fn call(&self, _ctx: &CallContext, args: Map<String, Value>) -> ToolReply {
+        let name = args
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        self.0.gate(&name).notified().await;
+        ToolReply::new(CallStatus::Ok, json!({"opened": name}).to_string())
+    }
+}
+
+async fn with_gates(h: &Harness) -> Arc<Gates> {
+    let gates = Arc::new(Gates::default());
+    h.coordinator
+        .registry()
+        .register(
+            ToolEntry::new(
+                "hold",
+                "test",
+                schema("hold", json!({"name": {"type": "string"}})),
+                Handler::Local(Arc::new(Hold(gates.clone()))),
+            ),
+            false,
+        )
+        .await
+        .unwrap();
+    gates
+}
+
+/// Reads a live stream, keeping what it saw.
+struct Watch {
+    stream: SessionStream,
+    seen: Vec<Ev>,
+}
+
+impl Watch {
+    async fn until(&mut self, what: &str, want: impl Fn(&Ev) -> bool) -> Ev {
+        loop {
+            let event = tokio::time::timeout(Duration::from_secs(30), self.stream.events.recv())
+                .await
+                .unwrap_or_else(|_| panic!("no {what}; events so far: {:#?}", self.seen))
+                .unwrap_or_else(|| panic!("the stream ended before {what}: {:#?}", self.seen));
+            let event = Ev {
+                session: event.session_id,
+                kind: event.kind,
+                json: serde_json::from_str(&event.json).unwrap(),
+            };
+            self.seen.push(event.clone());
+            if want(&event) {
+                return event;
+            }
+        }
+    }
+
+    async fn rest(mut self) -> Vec<Ev> {
+        let mut rest = collect(self.stream).await;
+        self.seen.append(&mut rest);
+        self.seen
+    }
+}
+
+/// The result of the parent's call `id`, from the request that followed it.
+fn result_of(h: &Harness, prompt: &str, id: &str) -> Value {
+    let requests = h.server.requests();
+    let request = requests
+        .iter()
+        .rev()
+        .find(|r| r.first_user_text() == prompt)
+        .unwrap();
+    let message = request.body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool" && m["tool_call_id"] == id)
+        .unwrap_or_else(|| panic!("no result of {id}"));
+    serde_json::from_str(message["content"].as_str().unwrap()).unwrap()
+}
+
+fn user_texts(request: &Value) -> Vec<String> {
+    request["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_background_child_is_listed_steered_and_its_next_turn_sees_the_steer() {
+    // The parent's turns have no match key; the child's are keyed by its goal.
+    let h = harness(
+        vec![
+            ScriptedResponse::tool_calls(vec![call(
+                "d",
+                "delegate_task",
+                json!({"goal": "job steerme", "background": true}),
+            )]),
+            ScriptedResponse::tool_calls(vec![call("c1", "hold", json!({"name": "child"}))])
+                .for_conversation("steerme"),
+            ScriptedResponse::tool_calls(vec![call("p1", "hold", json!({"name": "parent"}))]),
+            ScriptedResponse::text("pricing looked at").for_conversation("steerme"),
+        ],
+        true,
+        |_| {},
+    )
+    .await;
+    let gates = with_gates(&h).await;
+    let mut watch = Watch {
+        stream: start(&h, "Research in the background", |_| {}).await,
+        seen: Vec::new(),
+    };
+    let started = watch
+        .until("child_started", |e| e.kind == "child_started")
+        .await;
+    let child = started.json["child_session_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(started.json["background"], true);
+    // The child is inside its tool call: list it and steer it.
+    watch
+        .until("the child's hold", |e| {
+            e.kind == "tool_started" && e.session == child
+        })
+        .await;
+    h.server.push(ScriptedResponse::tool_calls(vec![call(
+        "l",
+        "delegate_task",
+        json!({"action": "list"}),
+    )]));
+    h.server.push(ScriptedResponse::tool_calls(vec![call(
+        "s",
+        "delegate_task",
+        json!({"action": "steer", "subagent_id": child, "message": "focus on pricing instead"}),
+    )]));
+    h.server
+        .push(ScriptedResponse::text("I will wait for the research."));
+    h.server.push(ScriptedResponse::text("All done."));
+    gates.open("parent");
+    watch.until("the steer", |e| e.kind == "steer_queued").await;
+    gates.open("child");
+    let events = watch.rest().await;
+    let root = root(&events);
+    assert_eq!(final_of(&events, &root)["text"], "All done.");
+
+    let prompt = "Research in the background";
+    let dispatched = result_of(&h, prompt, "d");
+    assert_eq!(dispatched["status"], "dispatched");
+    assert_eq!(dispatched["mode"], "background");
+    assert_eq!(dispatched["count"], 1);
+    assert_eq!(dispatched["goals"], json!(["job steerme"]));
+    assert_eq!(dispatched["subagent_ids"], json!([child]));
+    let delegation = dispatched["delegation_id"].as_str().unwrap().to_owned();
+    assert!(delegation.starts_with("deleg_"), "{delegation}");
+
+    let listed = result_of(&h, prompt, "l");
+    assert_eq!(listed["count"], 1);
+    let entry = &listed["subagents"][0];
+    assert_eq!(entry["subagent_id"], child.as_str());
+    assert_eq!(entry["delegation_id"], delegation.as_str());
+    assert_eq!(entry["goal"], "job steerme");
+    assert_eq!(entry["status"], "running");
+    assert_eq!(entry["accepting_steer"], true);
+
+    let steered = result_of(&h, prompt, "s");
+    assert_eq!(steered["status"], "queued", "{steered}");
+
+    // The child's next request carries the steer as a user message.
+    let requests = h.server.requests();
+    let child_requests: Vec<_> = requests
+        .iter()
+        .filter(|r| r.first_user_text() == "job steerme")
+        .collect();
+    assert_eq!(child_requests.len(), 2);
+    let second = user_texts(&child_requests[1].body);
+    assert_eq!(
+        second.last().unwrap(),
+        &messages::steer_message("focus on pricing instead")
+    );
+    assert!(
+        !user_texts(&child_requests[0].body)
+            .iter()
+            .any(|t| t.contains("pricing"))
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| e.kind == "steer_received" && e.session == child)
+    );
+
+    // The results reached the parent as a message, after its own answer.
+    let last = requests.last().unwrap();
+    assert_eq!(last.first_user_text(), prompt);
+    let delivered = user_texts(&last.body);
+    let message = delivered.last().unwrap();
+    assert!(
+        message.starts_with(&format!(
+            "[Background delegation {delegation} finished: 1 subagent(s). Their results:]\n"
+        )),
+        "{message}"
+    );
+    let results: Value = serde_json::from_str(message.split_once('\n').unwrap().1).unwrap();
+    assert_eq!(results["results"][0]["status"], "completed");
+    assert_eq!(results["results"][0]["summary"], "pricing looked at");
+    assert!(results["results"][0].get("missed_steer").is_none());
+    let finished = events
+        .iter()
+        .find(|e| e.kind == "delegation_finished")
+        .unwrap();
+    assert_eq!(finished.json["delegation_id"], delegation.as_str());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stopped_background_child_reports_interrupted_and_a_later_steer_is_too_late() {
+    let h = harness(
+        vec![
+            ScriptedResponse::tool_calls(vec![call(
+                "d",
+                "delegate_task",
+                json!({"goal": "job stopme", "background": true}),
+            )]),
+            // Never opened: only the stop ends it.
+            ScriptedResponse::tool_calls(vec![call("c1", "hold", json!({"name": "never"}))])
+                .for_conversation("stopme"),
+            ScriptedResponse::tool_calls(vec![call("p1", "hold", json!({"name": "parent"}))]),
+        ],
+        true,
+        |_| {},
+    )
+    .await;
+    let gates = with_gates(&h).await;
+    let mut watch = Watch {
+        stream: start(&h, "Start and stop", |_| {}).await,
+        seen: Vec::new(),
+    };
+    let started = watch
+        .until("child_started", |e| e.kind == "child_started")
+        .await;
+    let child = started.json["child_session_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    watch
+        .until("the child's hold", |e| {
+            e.kind == "tool_started" && e.session == child
+        })
+        .await;
+    h.server.push(ScriptedResponse::tool_calls(vec![call(
+        "stop",
+        "delegate_task",
+        json!({"action": "stop", "subagent_id": child}),
+    )]));
+    h.server.push(ScriptedResponse::tool_calls(vec![call(
+        "p2",
+        "hold",
+        json!({"name": "parent2"}),
+    )]));
+    gates.open("parent");
+    // The stop ends the child; then the parent acts on it.
+    watch
+        .until("the child's end", |e| {
+            e.kind == "child_finished" && e.json["child_session_id"] == child.as_str()
+        })
+        .await;
+    h.server.push(ScriptedResponse::tool_calls(vec![
+        call(
+            "late",
+            "delegate_task",
+            json!({"action": "steer", "subagent_id": child, "message": "too late now"}),
+        ),
+        call(
+            "again",
+            "delegate_task",
+            json!({"action": "stop", "subagent_id": child}),
+        ),
+        call(
+            "nobody",
+            "delegate_task",
+            json!({"action": "steer", "subagent_id": "sess_nobody", "message": "x"}),
+        ),
+    ]));
+    // The delivery enters before or after that turn; either way the
+    // parent's last answer is this one (a second copy for the second case).
+    h.server.push(ScriptedResponse::text("Done."));
+    h.server.push(ScriptedResponse::text("Done."));
+    gates.open("parent2");
+    let events = watch.rest().await;
+    let root = root(&events);
+    assert_eq!(final_of(&events, &root)["text"], "Done.");
+    let prompt = "Start and stop";
+    assert_eq!(result_of(&h, prompt, "stop")["status"], "stopping");
+    // The child's call was cancelled and it ended interrupted; that is what
+    // its delivery says.
+    assert_eq!(final_of(&events, &child)["status"], "interrupted");
+    let finished = events
+        .iter()
+        .find(|e| e.kind == "child_finished" && e.json["child_session_id"] == child.as_str())
+        .unwrap();
+    assert_eq!(finished.json["status"], "interrupted");
+    let late = result_of(&h, prompt, "late");
+    assert_eq!(late["status"], "rejected");
+    assert!(
+        late["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("Too late: the subagent has already finished"),
+        "{late}"
+    );
+    assert_eq!(result_of(&h, prompt, "again")["status"], "already_finished");
+    assert_eq!(
+        result_of(&h, prompt, "nobody")["error"],
+        "No background subagent 'sess_nobody' in this session. Use action='list' to see yours."
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_child_with_no_progress_inside_a_tool_is_interrupted_and_reported_stalled() {
+    let h = harness(
+        vec![
+            ScriptedResponse::tool_calls(vec![call(
+                "d",
+                "delegate_task",
+                json!({"goal": "job stallme"}),
+            )]),
+            ScriptedResponse::tool_calls(vec![call("c1", "hold", json!({"name": "never"}))])
+                .for_conversation("stallme"),
+            ScriptedResponse::text("It stalled."),
+        ],
+        true,
+        |agent| {
+            agent.delegation = Arc::new(DelegationConfig {
+                stall_in_tool_seconds: Some(0.3),
+                stall_grace_seconds: Some(10.0),
+                ..DelegationConfig::default()
+            });
+        },
+    )
+    .await;
+    with_gates(&h).await;
+    let events = run(&h, "Delegate something stuck", |_| {}).await;
+    let root = root(&events);
+    assert_eq!(final_of(&events, &root)["text"], "It stalled.");
+    let results = result_of(&h, "Delegate something stuck", "d");
+    let entry = &results["results"][0];
+    assert_eq!(entry["status"], "stalled", "{entry}");
+    assert_eq!(entry["exit_reason"], "stalled");
+    assert_eq!(entry["stall_phase"], "in_tool");
+    assert_eq!(entry["stall_threshold_seconds"], 0.3);
+    assert_eq!(entry["stall_grace_seconds"], 10.0);
+    assert!(entry["stalled_after_quiet_seconds"].as_f64().unwrap() >= 0.3);
+    assert_eq!(
+        entry["error"],
+        "Subagent stopped making progress after 1 API call(s) — no activity for 0.3s inside a tool call (stall threshold); it was interrupted."
+    );
+    // Interrupted, so its cancelled call is in its trace.
+    assert_eq!(entry["tool_trace"][0]["tool"], "hold");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_child_waiting_on_a_silent_model_is_stalled_between_steps() {
+    let h = harness(
+        vec![
+            ScriptedResponse::tool_calls(vec![call(
+                "d",
+                "delegate_task",
+                json!({"goal": "job quiet"}),
+            )]),
+            // Not streamed and answered long after the threshold: no sign of
+            // progress meanwhile.
+            ScriptedResponse::text("too late")
+                .after(Duration::from_secs(20))
+                .for_conversation("quiet"),
+            ScriptedResponse::text("Reported."),
+        ],
+        false,
+        |agent| {
+            agent.delegation = Arc::new(DelegationConfig {
+                stall_idle_seconds: Some(0.3),
+                ..DelegationConfig::default()
+            });
+        },
+    )
+    .await;
+    let events = run(&h, "Delegate to a slow model", |_| {}).await;
+    let root = root(&events);
+    assert_eq!(final_of(&events, &root)["text"], "Reported.");
+    let entry = &result_of(&h, "Delegate to a slow model", "d")["results"][0];
+    assert_eq!(entry["status"], "stalled", "{entry}");
+    assert_eq!(entry["stall_phase"], "idle");
+    assert_eq!(entry["stall_grace_seconds"], 120.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn background_from_a_child_waits_and_says_so() {
+    let h = harness(
+        vec![
+            ScriptedResponse::tool_calls(vec![call(
+                "d",
+                "delegate_task",
+                json!({"goal": "job orchestrate", "role": "orchestrator"}),
+            )]),
+            ScriptedResponse::tool_calls(vec![call(
+                "dd",
+                "delegate_task",
+                json!({"goal": "job leafwork", "background": true}),
+            )])
+            .for_conversation("orchestrate"),
+            ScriptedResponse::text("leaf done").for_conversation("leafwork"),
+            ScriptedResponse::text("orchestrated").for_conversation("orchestrate"),
+            ScriptedResponse::text("Top done."),
+        ],
+        true,
+        |agent| {
+            agent.delegation = Arc::new(DelegationConfig {
+                max_spawn_depth: Some(2),
+                ..DelegationConfig::default()
+            });
+        },
+    )
+    .await;
+    let events = run(&h, "Nest it", |_| {}).await;
+    assert_eq!(final_of(&events, &root(&events))["text"], "Top done.");
+    let results = result_of(&h, "job orchestrate", "dd");
+    assert_eq!(results["results"][0]["summary"], "leaf done");
+    assert_eq!(
+        results["note"],
+        "background runs only for top-level sessions; this call waited for its subagents, whose results are above."
+    );
+}
