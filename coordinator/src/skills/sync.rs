@@ -158,7 +158,7 @@ impl SkillSync {
         removes.sort();
         writes.sort_by(|a, b| a.0.cmp(&b.0));
         Some(SyncPlan {
-            batches: batches(writes, removes),
+            batches: batches(writes, &removes),
             generation,
             files,
             considered: skills,
@@ -216,7 +216,7 @@ impl SkillSync {
 
 /// The `skill_sync` commands for `writes` and `removes`, each carrying at
 /// most [`BATCH_BYTES`] of content (a single larger file goes alone).
-fn batches(writes: Vec<(String, Vec<u8>)>, removes: Vec<String>) -> Vec<Map<String, Value>> {
+fn batches(writes: Vec<(String, Vec<u8>)>, removes: &[String]) -> Vec<Map<String, Value>> {
     let mut out = Vec::new();
     let mut current = Vec::new();
     let mut size = 0;
@@ -231,17 +231,15 @@ fn batches(writes: Vec<(String, Vec<u8>)>, removes: Vec<String>) -> Vec<Map<Stri
             "content_base64": base64::engine::general_purpose::STANDARD.encode(&bytes),
         }));
     }
-    let mut batches: Vec<Map<String, Value>> = out
-        .into_iter()
-        .map(|write| command(write, Vec::new()))
-        .collect();
+    let mut batches: Vec<Map<String, Value>> =
+        out.into_iter().map(|write| command(write, &[])).collect();
     if !current.is_empty() || !removes.is_empty() {
         batches.push(command(current, removes));
     }
     batches
 }
 
-fn command(write: Vec<Value>, remove: Vec<String>) -> Map<String, Value> {
+fn command(write: Vec<Value>, remove: &[String]) -> Map<String, Value> {
     let mut args = Map::new();
     args.insert("write".into(), Value::Array(write));
     args.insert("remove".into(), json!(remove));

@@ -171,7 +171,7 @@ fn large_skills_go_in_several_commands() {
         ("b".to_owned(), vec![b'b'; 20]),
         ("c".to_owned(), vec![b'c'; 5]),
     ];
-    let batches = batches(writes, vec!["gone".to_owned()]);
+    let batches = batches(writes, &["gone".to_owned()]);
     assert_eq!(batches.len(), 2);
     assert_eq!(batches[0]["write"].as_array().unwrap().len(), 1);
     assert_eq!(batches[1]["write"].as_array().unwrap().len(), 2);

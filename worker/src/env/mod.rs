@@ -564,8 +564,6 @@ impl EnvManager {
     }
 }
 
-/// An environment manager over the local backend, for tests.
-
 /// Where the environment's shell starts: the `workdir` its task was given
 /// (a cron job's, in the call's settings) when it is a directory in the
 /// sandbox, else the backend's own start. A missing one is logged and left
@@ -588,6 +586,7 @@ async fn start_dir(sandbox: &dyn crate::sandbox::Sandbox, request: &CreateReques
     }
 }
 
+/// An environment manager over the local backend, for tests.
 #[cfg(test)]
 pub(crate) fn test_manager() -> (
     EnvManager,
