@@ -56,3 +56,49 @@ pub fn agent_settings(config: &Config) -> Result<AgentSettings> {
     }
     Ok(settings)
 }
+
+/// The auxiliary vision model from `auxiliary.vision` (`AUXILIARY_VISION_MODEL`
+/// names the model, as in hermes); `None` when no model is named. Without a
+/// `base_url` of its own it uses the `llm:` endpoint and key.
+pub fn vision_model(
+    config: &Config,
+    llm: &LlmConfig,
+) -> Result<Option<caduceus_coordinator::dispatch::vision::VisionModel>> {
+    let section = &config.auxiliary.vision;
+    let model = caduceus_common::process_env::var("AUXILIARY_VISION_MODEL")
+        .or_else(|| section.model.clone())
+        .map(|m| m.trim().to_owned())
+        .filter(|m| !m.is_empty());
+    let Some(model) = model else {
+        return Ok(None);
+    };
+    let own_endpoint = section.base_url.as_deref().filter(|u| !u.trim().is_empty());
+    let timeout = section.timeout.filter(|t| *t > 0.0).unwrap_or(120.0);
+    let vision = LlmConfig {
+        base_url: own_endpoint.map_or_else(|| llm.base_url.clone(), str::to_owned),
+        api_key: match own_endpoint {
+            Some(_) => section.api_key.clone(),
+            None => section.api_key.clone().or_else(|| llm.api_key.clone()),
+        },
+        extra_headers: if own_endpoint.is_some() {
+            Default::default()
+        } else {
+            llm.extra_headers.clone()
+        },
+        model,
+        stream: false,
+        timeout_seconds: timeout,
+        max_retries: 1,
+        ..LlmConfig::default()
+    };
+    if let Some(key) = &vision.api_key {
+        caduceus_common::redact::register_secret(key);
+    }
+    let client = caduceus_llm::model_from_config(&vision)
+        .context("invalid auxiliary.vision model in the configuration")?;
+    Ok(Some(caduceus_coordinator::dispatch::vision::VisionModel {
+        model: client,
+        timeout: std::time::Duration::from_secs_f64(timeout),
+        temperature: section.temperature.unwrap_or(0.1),
+    }))
+}

@@ -47,8 +47,12 @@ pub struct Config {
     pub placement: PlacementSection,
     /// The browser toolset on workers (`inactivity_timeout`, `allow_private_urls`).
     pub browser: BrowserSection,
-    /// hermes' `security:`; only `allow_private_urls` is read (by the browser).
+    /// hermes' `security:`; only `allow_private_urls` is read (by the
+    /// browser, `web_extract` and `vision_analyze`).
     pub security: SecuritySection,
+    /// hermes' `auxiliary:`; only `vision` is read (the model of
+    /// `vision_analyze` and `browser_vision`).
+    pub auxiliary: AuxiliarySection,
     /// Commands, globs and approval keys that run without approval; "always"
     /// approvals are appended here (hermes `command_allowlist`).
     #[serde(deserialize_with = "string_list")]
@@ -485,6 +489,39 @@ impl Default for BrowserSection {
             inactivity_timeout: 120,
             allow_private_urls: false,
         }
+    }
+}
+
+/// `auxiliary:` (hermes' keys other than `vision` are ignored).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct AuxiliarySection {
+    pub vision: AuxiliaryModel,
+}
+
+/// One auxiliary model: an OpenAI-compatible endpoint and model name. A
+/// missing `base_url` means the `llm:` endpoint (and its key).
+#[derive(Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct AuxiliaryModel {
+    /// The model name (`AUXILIARY_VISION_MODEL` overrides it); none: the
+    /// vision tools are not offered.
+    pub model: Option<String>,
+    pub base_url: Option<String>,
+    pub api_key: Option<String>,
+    /// Seconds one answer may take (hermes: 120).
+    pub timeout: Option<f64>,
+    /// hermes: 0.1.
+    pub temperature: Option<f64>,
+}
+
+impl std::fmt::Debug for AuxiliaryModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuxiliaryModel")
+            .field("model", &self.model)
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .finish_non_exhaustive()
     }
 }
 

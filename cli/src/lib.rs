@@ -637,6 +637,7 @@ pub(crate) fn coordinator_config(config: &Config, token: String) -> Result<Coord
         environment_settings: config.terminal.environment_settings(),
         code_timeout_secs: config.code_execution.timeout.max(1),
         code_max_tool_calls: config.code_execution.max_tool_calls,
+        vision: agent_settings::vision_model(config, &agent.llm)?,
         agent,
         home: Some(crate::config::home_dir()),
         ..CoordinatorConfig::default()
@@ -738,6 +739,12 @@ pub(crate) fn worker_config(
                 caduceus_home: Some(config::home_dir().display().to_string()),
                 ..caduceus_files::FileToolsConfig::default()
             },
+            // hermes' web tools read `security.allow_private_urls` only.
+            web: caduceus_worker::tools::web::WebSettings {
+                allow_private_urls: config.security.allow_private_urls,
+                ..caduceus_worker::tools::web::WebSettings::default()
+            },
+            speech: caduceus_worker::tools::speech::SpeechSettings::default(),
         },
         shell_env,
         shell_init: Vec::new(),

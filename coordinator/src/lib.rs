@@ -15,6 +15,7 @@ pub mod registry;
 pub mod scheduler;
 pub mod server;
 pub mod skills;
+pub mod web;
 
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -81,6 +82,9 @@ pub struct CoordinatorConfig {
     pub code_max_tool_calls: u32,
     /// The time cron schedules are read in (a test moves a manual clock).
     pub cron_clock: Arc<dyn cron::clock::Clock>,
+    /// The auxiliary vision model (`auxiliary.vision`); `vision_analyze` and
+    /// `browser_vision` are offered only with one.
+    pub vision: Option<dispatch::vision::VisionModel>,
 }
 
 impl Default for CoordinatorConfig {
@@ -103,6 +107,7 @@ impl Default for CoordinatorConfig {
             code_timeout_secs: caduceus_common::execute_code::DEFAULT_TIMEOUT_SECS,
             code_max_tool_calls: caduceus_common::execute_code::DEFAULT_MAX_TOOL_CALLS,
             cron_clock: Arc::new(cron::clock::SystemClock),
+            vision: None,
         }
     }
 }
@@ -222,6 +227,12 @@ impl Coordinator {
             }
             skill_sync = Some(Arc::new(skills::sync::SkillSync::new(store)));
         }
+        initial.register(web::search_entry()?, false)?;
+        if config.vision.is_some() {
+            for entry in registry::builtin::vision_entries()? {
+                initial.register(entry, false)?;
+            }
+        }
         let cron_wake = Arc::new(tokio::sync::Notify::new());
         if let Some(db) = &config.agent.state_db {
             initial.register(agent::search::registry_entry(db.clone())?, false)?;
@@ -257,6 +268,7 @@ impl Coordinator {
             metrics: metrics.clone(),
             code_timeout_secs: config.code_timeout_secs,
             code_max_tool_calls: config.code_max_tool_calls,
+            vision: config.vision.clone(),
             ..DispatchConfig::default()
         };
         let mut dispatcher =

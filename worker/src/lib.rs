@@ -12,6 +12,7 @@ mod recovery;
 pub mod sandbox;
 pub mod shell;
 pub mod tools;
+pub mod url_guard;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -181,11 +182,14 @@ impl Worker {
 
     /// The toolsets this worker serves beyond the environment tools.
     fn toolsets(&self) -> Vec<String> {
+        let mut toolsets = Vec::new();
         if self.browsers.available() {
-            vec!["browser".to_owned()]
-        } else {
-            Vec::new()
+            toolsets.push("browser".to_owned());
         }
+        if self.config.tools.speech.espeak.is_some() {
+            toolsets.push("tts".to_owned());
+        }
+        toolsets
     }
 
     /// Probes the backends and sweeps once, then keeps doing so in the
@@ -493,7 +497,11 @@ impl Worker {
             // The browser belongs to the task's environment (it ends with
             // it), but runs on this worker's host.
             let _running = env.begin_call();
-            let reply = self.browsers.run(&call.task_id, &call.tool, &args).await;
+            let reply = if call.tool == "browser_vision" {
+                self.browser_vision(&env, &call.task_id, &args).await
+            } else {
+                self.browsers.run(&call.task_id, &call.tool, &args).await
+            };
             let env = self.envs.get(&call.task_id);
             return (
                 tools::cap_if_needed(env.as_deref(), &call.call_id, reply, call.result_cap_chars)
@@ -511,6 +519,41 @@ impl Worker {
                 (self.run_tool(call, args, fresh, cancel, None).await, reset)
             }
         }
+    }
+
+    /// `browser_vision`'s screenshot, saved in the task's environment and
+    /// sent to the coordinator, which asks the vision model.
+    async fn browser_vision(
+        &self,
+        env: &env::Environment,
+        task_id: &str,
+        args: &Map<String, Value>,
+    ) -> ToolReply {
+        use base64::Engine;
+        let annotate = args
+            .get("annotate")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        let png = match self.browsers.screenshot(task_id, annotate).await {
+            Ok(data) => base64::engine::general_purpose::STANDARD.decode(data),
+            Err(err) => {
+                return ToolReply::failed_json(&serde_json::json!({
+                    "success": false,
+                    "error": format!("Error during vision analysis: {err}"),
+                }));
+            }
+        };
+        let Ok(png) = png else {
+            return ToolReply::failed_json(&serde_json::json!({
+                "success": false,
+                "error": "Error during vision analysis: the screenshot was not valid base64",
+            }));
+        };
+        let mut extra = Map::new();
+        if let Some(path) = tools::image::save_screenshot(env, &png).await {
+            extra.insert("screenshot_path".to_owned(), Value::String(path));
+        }
+        tools::image::image_document("image/png", &png, extra)
     }
 
     /// The process tool never creates an environment: it finds the process

@@ -211,6 +211,8 @@ pub struct ChildTask {
     /// `labels` with the task's own over them (the parent's are added by
     /// the loop).
     pub labels: BTreeMap<String, String>,
+    /// The JSON Schema its final answer must satisfy (checked to compile).
+    pub output_schema: Option<Value>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -234,6 +236,7 @@ pub fn parse_request(
 ) -> Result<DelegateRequest, ToolReply> {
     let top_role = Role::parse(args.get("role"));
     let top_labels = parse_labels(args.get("labels"), "labels")?;
+    let top_schema = parse_output_schema(args.get("output_schema"), "output_schema")?;
     let share_environment = args
         .get("share_environment")
         .and_then(Value::as_bool)
@@ -330,18 +333,43 @@ pub fn parse_request(
             object.get("labels"),
             &format!("Task {index}'s labels"),
         )?);
+        let output_schema = match object.get("output_schema") {
+            None | Some(Value::Null) => top_schema.clone(),
+            given => parse_output_schema(given, &format!("Task {index}'s output_schema"))?,
+        };
         tasks.push(ChildTask {
             index,
             goal: goal.to_owned(),
             context,
             role,
             labels,
+            output_schema,
         });
     }
     Ok(DelegateRequest {
         tasks,
         share_environment,
     })
+}
+
+/// An `output_schema` that compiles (a model may send it as JSON text).
+fn parse_output_schema(value: Option<&Value>, what: &str) -> Result<Option<Value>, ToolReply> {
+    let schema = match value {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::String(text)) if text.trim().is_empty() => return Ok(None),
+        Some(Value::String(text)) => serde_json::from_str(text).map_err(|err| {
+            ToolReply::error(format!(
+                "{what} must be a JSON Schema object; the text given is not JSON ({err})."
+            ))
+        })?,
+        Some(other) => other.clone(),
+    };
+    match crate::agent::output_schema::OutputSchema::compile(&schema) {
+        Ok(_) => Ok(Some(schema)),
+        Err(reason) => Err(ToolReply::error(format!(
+            "{what} is not a usable JSON Schema: {reason}"
+        ))),
+    }
 }
 
 /// Placement labels as a model writes them: an object of strings (numbers
@@ -436,6 +464,9 @@ pub fn child_system_prompt(
     if let Some(context) = &task.context {
         parts.push(format!("\nCONTEXT:\n{context}"));
     }
+    if let Some(schema) = &task.output_schema {
+        parts.push(crate::agent::output_schema::contract(schema));
+    }
     if let Some(workspace) = workspace.filter(|w| !w.trim().is_empty()) {
         parts.push(format!(
             "\nWORKSPACE PATH:\n{workspace}\nUse this exact path for local repository/workdir operations unless the task explicitly says otherwise."
@@ -522,6 +553,14 @@ pub struct ChildEntry {
     pub stall_phase: Option<StallPhase>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stall_grace_seconds: Option<f64>,
+    /// With an `output_schema`: whether the final answer validated, the
+    /// errors when it did not, and hermes' note that the text is unvalidated.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub schema_valid: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub schema_errors: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub schema_note: Option<String>,
     pub session_id: String,
     pub task_id: String,
     /// Workers that ran the child's tool calls.

@@ -34,6 +34,7 @@ fn a_single_goal_becomes_one_task_with_the_top_level_role() {
             context: Some("repo at /r".to_owned()),
             role: Role::Orchestrator,
             labels: Default::default(),
+            output_schema: None,
         }]
     );
     assert!(!request.share_environment);
@@ -290,6 +291,9 @@ fn entries_serialize_with_hermes_fields_first() {
         stall_threshold_seconds: None,
         stall_phase: None,
         stall_grace_seconds: None,
+        schema_valid: None,
+        schema_errors: None,
+        schema_note: None,
         session_id: "s".into(),
         task_id: "t".into(),
         workers: vec!["w1".into()],

@@ -37,6 +37,8 @@ pub const DELEGATION_FINISHED: &str = "delegation_finished";
 pub const STEER_QUEUED: &str = "steer_queued";
 /// …and the child read it (before its next model request).
 pub const STEER_RECEIVED: &str = "steer_received";
+/// A child's final answer was checked against its `output_schema`.
+pub const SCHEMA_CHECKED: &str = "schema_checked";
 /// A session resumed after a coordinator restart.
 pub const SESSION_RESUMED: &str = "session_resumed";
 

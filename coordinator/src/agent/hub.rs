@@ -368,6 +368,7 @@ impl SessionHub {
             cancel: CancellationToken::new(),
             task_index: None,
             parent_call_id: None,
+            output_schema: None,
         };
         let (events, rx) = EventStream::recorded(
             self.inner.store().map(|s| (s.clone(), session_id.clone())),

@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use tokio::sync::Notify;
 
 use super::*;
-use crate::agent::DelegationConfig;
+use crate::agent::{DelegationConfig, output_schema};
 
 /// Blocks until the test opens the gate its `name` argument names (or the
 /// call is cancelled: the loop abandons it).
@@ -464,5 +464,112 @@ async fn background_from_a_child_waits_and_says_so() {
     assert_eq!(
         results["note"],
         "background runs only for top-level sessions; this call waited for its subagents, whose results are above."
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_answer_that_misses_its_output_schema_gets_one_correction_turn() {
+    let schema = json!({
+        "type": "object",
+        "properties": {"healthy": {"type": "array", "items": {"type": "string"}}},
+        "required": ["healthy"]
+    });
+    let h = harness(
+        vec![
+            ScriptedResponse::tool_calls(vec![call(
+                "d",
+                "delegate_task",
+                json!({"tasks": [
+                    {"goal": "job fixable", "output_schema": schema},
+                    {"goal": "job stubborn", "output_schema": schema},
+                ]}),
+            )]),
+            ScriptedResponse::text("All endpoints look fine.").for_conversation("fixable"),
+            ScriptedResponse::text("```json\n{\"healthy\": [\"a.example\"]}\n```")
+                .for_conversation("fixable"),
+            ScriptedResponse::text("{\"healthy\": 3}").for_conversation("stubborn"),
+            ScriptedResponse::text("{\"healthy\": \"still no\"}").for_conversation("stubborn"),
+            ScriptedResponse::text("Checked."),
+        ],
+        true,
+        |_| {},
+    )
+    .await;
+    let events = run(&h, "Check with a contract", |_| {}).await;
+    assert_eq!(final_of(&events, &root(&events))["text"], "Checked.");
+    let results = result_of(&h, "Check with a contract", "d");
+
+    let fixed = &results["results"][0];
+    assert_eq!(fixed["status"], "completed");
+    assert_eq!(fixed["schema_valid"], true, "{fixed}");
+    assert!(fixed.get("schema_errors").is_none());
+    assert_eq!(
+        fixed["summary"],
+        "```json\n{\"healthy\": [\"a.example\"]}\n```"
+    );
+    assert_eq!(fixed["api_calls"], 2);
+
+    // A second miss keeps the raw text, marked unvalidated: no third turn.
+    let stubborn = &results["results"][1];
+    assert_eq!(stubborn["status"], "completed");
+    assert_eq!(stubborn["schema_valid"], false);
+    assert_eq!(stubborn["summary"], "{\"healthy\": \"still no\"}");
+    assert_eq!(stubborn["api_calls"], 2);
+    let errors = stubborn["schema_errors"].as_array().unwrap();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].as_str().unwrap().contains("/healthy"),
+        "{errors:?}"
+    );
+    assert_eq!(stubborn["schema_note"], output_schema::UNVALIDATED_NOTE);
+
+    // The child saw the contract up front and the errors in its correction.
+    let requests = h.server.requests();
+    let stubborn_requests: Vec<_> = requests
+        .iter()
+        .filter(|r| r.first_user_text() == "job stubborn")
+        .collect();
+    assert_eq!(stubborn_requests.len(), 2);
+    let system = stubborn_requests[0].body["messages"][0]["content"]
+        .as_str()
+        .unwrap();
+    assert!(system.contains("OUTPUT CONTRACT:"), "{system}");
+    assert!(system.contains("\"required\""), "{system}");
+    let correction = user_texts(&stubborn_requests[1].body).pop().unwrap();
+    assert!(
+        correction.starts_with("Your final answer does not satisfy the output contract"),
+        "{correction}"
+    );
+    assert!(correction.contains("/healthy"), "{correction}");
+    assert!(
+        !correction.contains("\"required\""),
+        "the schema is not re-pasted"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_output_schema_that_is_not_one_is_refused_before_any_child_starts() {
+    let h = harness(
+        vec![
+            ScriptedResponse::tool_calls(vec![call(
+                "d",
+                "delegate_task",
+                json!({"goal": "job never", "output_schema": {"type": 7}}),
+            )]),
+            ScriptedResponse::text("Fine."),
+        ],
+        true,
+        |_| {},
+    )
+    .await;
+    let events = run(&h, "Bad contract", |_| {}).await;
+    assert!(!events.iter().any(|e| e.kind == "child_started"));
+    let error = result_of(&h, "Bad contract", "d")["error"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        error.starts_with("output_schema is not a usable JSON Schema: "),
+        "{error}"
     );
 }

@@ -21,6 +21,7 @@ pub mod events;
 mod hub;
 pub mod messages;
 pub mod notices;
+pub mod output_schema;
 pub mod planner;
 mod resume;
 pub mod search;

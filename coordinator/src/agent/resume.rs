@@ -225,6 +225,7 @@ pub(crate) fn spec_of(session: &StoredSession, cancel: CancellationToken) -> Ses
         cancel,
         task_index: session.task_index,
         parent_call_id: session.parent_call_id.clone(),
+        output_schema: spec.output_schema.clone(),
     }
 }
 
@@ -247,6 +248,8 @@ pub(crate) fn outcome_of(db: &Path, session: &StoredSession) -> SessionOutcome {
         tool_trace: trace,
         workers,
         missed_steer: Vec::new(),
+        // Not stored: the parent reads the stored final text as it is.
+        schema: None,
     }
 }
 

@@ -62,6 +62,8 @@ pub(crate) struct SessionSpec {
     pub task_index: Option<usize>,
     /// A child's `delegate_task` call in its parent.
     pub parent_call_id: Option<String>,
+    /// The JSON Schema a child's final answer must satisfy.
+    pub output_schema: Option<serde_json::Value>,
 }
 
 /// How a session ended.
@@ -116,6 +118,8 @@ pub(crate) struct SessionOutcome {
     pub workers: BTreeSet<String>,
     /// Steers its parent queued that the session ended before reading.
     pub missed_steer: Vec<String>,
+    /// With an `output_schema`: the check of its final answer.
+    pub schema: Option<super::output_schema::SchemaCheck>,
 }
 
 /// What a running session shares with its hub and its parent without a
@@ -442,6 +446,7 @@ async fn crashed(state: &SessionState, panic: &str) -> SessionOutcome {
         tool_trace: Vec::new(),
         workers: BTreeSet::new(),
         missed_steer: state.shared.close_steering(),
+        schema: None,
     };
     conclude(&state.hub, &state.spec, &state.events, &outcome, "error").await;
     outcome

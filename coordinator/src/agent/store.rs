@@ -73,6 +73,8 @@ pub struct ResumeSpec {
     /// A child's role (`leaf`, `orchestrator`).
     pub role: Option<String>,
     pub interactive: bool,
+    /// A child's `output_schema`.
+    pub output_schema: Option<serde_json::Value>,
 }
 
 /// A session row as it starts.

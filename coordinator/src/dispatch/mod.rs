@@ -13,6 +13,7 @@ mod code;
 pub mod coerce;
 pub mod hooks;
 pub mod repair;
+pub mod vision;
 
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -78,6 +79,9 @@ pub struct DispatchConfig {
     pub code_timeout_secs: u64,
     /// Tool calls one script may make (`code_execution.max_tool_calls`, 50).
     pub code_max_tool_calls: u32,
+    /// The auxiliary vision model of `vision_analyze` and `browser_vision`
+    /// (`auxiliary.vision`); `None`: those tools are not offered.
+    pub vision: Option<vision::VisionModel>,
 }
 
 impl Default for DispatchConfig {
@@ -93,6 +97,7 @@ impl Default for DispatchConfig {
             metrics: Metrics::default(),
             code_timeout_secs: caduceus_common::execute_code::DEFAULT_TIMEOUT_SECS,
             code_max_tool_calls: caduceus_common::execute_code::DEFAULT_MAX_TOOL_CALLS,
+            vision: None,
         }
     }
 }
@@ -446,6 +451,27 @@ impl Dispatcher {
                         timeout,
                     )
                     .await
+                } else if vision::is_vision_tool(&entry.name) {
+                    // The worker gets the image; the question is asked here,
+                    // where the vision model's key is. Its image document is
+                    // never capped: it is read here, not by the model.
+                    let mut ran = self
+                        .run_on_worker(
+                            WorkerJob {
+                                tool: &entry.name,
+                                args: &args,
+                                result_cap_chars: 0,
+                                timeout,
+                            },
+                            &ctx,
+                            &backend,
+                            None,
+                        )
+                        .await;
+                    ran.reply =
+                        vision::answer(self.config.vision.as_ref(), &entry.name, &args, ran.reply)
+                            .await;
+                    ran
                 } else {
                     self.run_on_worker(
                         WorkerJob {

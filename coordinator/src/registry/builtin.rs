@@ -100,6 +100,25 @@ const BUILTINS: &[Builtin] = &[
         max_result: None,
     },
     Builtin {
+        name: "web_extract",
+        toolset: "web",
+        schema: include_str!("../../schemas/web_extract.json"),
+        // Fetched on the task's worker: the URL judge runs where the request leaves.
+        handler: || Handler::Worker,
+        parallel: ParallelClass::Safe,
+        emoji: "📄",
+        max_result: Some(100_000),
+    },
+    Builtin {
+        name: "text_to_speech",
+        toolset: "tts",
+        schema: include_str!("../../schemas/text_to_speech.json"),
+        handler: || Handler::Worker,
+        parallel: ParallelClass::Sequential,
+        emoji: "🔊",
+        max_result: None,
+    },
+    Builtin {
         name: "browser_navigate",
         toolset: "browser",
         schema: include_str!("../../schemas/browser_navigate.json"),
@@ -191,8 +210,37 @@ const BUILTINS: &[Builtin] = &[
     },
 ];
 
+/// The tools that ask the auxiliary vision model, registered only when one
+/// is configured (the worker gets the image, the coordinator asks).
+const VISION_BUILTINS: &[Builtin] = &[
+    Builtin {
+        name: "vision_analyze",
+        toolset: "vision",
+        schema: include_str!("../../schemas/vision_analyze.json"),
+        handler: || Handler::Worker,
+        parallel: ParallelClass::Safe,
+        emoji: "👁️",
+        max_result: None,
+    },
+    Builtin {
+        name: "browser_vision",
+        toolset: "browser",
+        schema: include_str!("../../schemas/browser_vision.json"),
+        handler: || Handler::Worker,
+        // One page per task: its calls run in order.
+        parallel: ParallelClass::Sequential,
+        emoji: "👁️",
+        max_result: None,
+    },
+];
+
+/// The entries of `vision_analyze` and `browser_vision`.
+pub fn vision_entries() -> Result<Vec<ToolEntry>, RegistryError> {
+    VISION_BUILTINS.iter().map(entry_of).collect()
+}
+
 /// Toolsets only some workers serve (they say so in `Hello.toolsets`).
-const WORKER_TOOLSETS: &[&str] = &["browser"];
+const WORKER_TOOLSETS: &[&str] = &["browser", "tts"];
 
 /// Builds the entry of one built-in tool.
 fn entry_of(builtin: &Builtin) -> Result<ToolEntry, RegistryError> {

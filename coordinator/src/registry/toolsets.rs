@@ -76,8 +76,20 @@ pub const STATIC_TOOLSETS: &[ToolsetDef] = &[
         includes: &[],
     },
     ToolsetDef {
+        name: "vision",
+        description: "Image analysis and vision tools",
+        tools: &["vision_analyze"],
+        includes: &[],
+    },
+    ToolsetDef {
+        name: "tts",
+        description: "Text-to-speech: convert text to audio files",
+        tools: &["text_to_speech"],
+        includes: &[],
+    },
+    ToolsetDef {
         name: "browser",
-        description: "Browser automation on a headless Chromium next to the task's environment: navigate, snapshot, click, type, scroll, keys, images, console",
+        description: "Browser automation on a headless Chromium next to the task's environment: navigate, snapshot, click, type, scroll, keys, images, vision, console",
         tools: caduceus_common::browser::TOOLS,
         includes: &[],
     },

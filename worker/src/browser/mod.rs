@@ -14,7 +14,7 @@
 //! ledger tag and its profile directory is listed there, so the guardian
 //! (worker killed) or the next worker's sweep (guardian killed too) ends it.
 
-pub mod guard;
+use crate::url_guard as guard;
 
 use std::collections::HashMap;
 use std::process::Stdio;
@@ -37,6 +37,8 @@ const COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
 pub const PROFILE_PREFIX: &str = "caduceus-browser-";
 /// hermes' `SNAPSHOT_SUMMARIZE_THRESHOLD`: longer snapshots are cut at a line.
 const SNAPSHOT_MAX_CHARS: usize = 15_000;
+/// Most `[N]` labels an annotated screenshot carries.
+const MAX_ANNOTATIONS: usize = 300;
 
 /// How this worker runs its browsers.
 #[derive(Debug, Clone)]
@@ -738,6 +740,55 @@ impl BrowserSession {
         Ok(())
     }
 
+    /// A PNG of the viewport, base64 (CDP's own encoding). With `annotate`,
+    /// every ref of the last snapshot still on the page gets a `[N]` label
+    /// (N of `@eN`) for the shot, removed again afterwards.
+    pub async fn screenshot(&self, annotate: bool) -> Result<String, BrowserError> {
+        self.touch();
+        if annotate {
+            let nodes: Vec<i64> = self.refs.lock().map(|r| r.1.clone()).unwrap_or_default();
+            // Bounded: a page with thousands of refs gets its first few hundred.
+            for (i, backend) in nodes.iter().enumerate().take(MAX_ANNOTATIONS) {
+                let Ok(resolved) = self
+                    .page_call("DOM.resolveNode", json!({"backendNodeId": backend}))
+                    .await
+                else {
+                    continue;
+                };
+                let Some(object) = resolved["object"]["objectId"].as_str() else {
+                    continue;
+                };
+                let label = format!(
+                    "function(){{var r=this.getBoundingClientRect();if(!r.width&&!r.height)return;var d=document.createElement('div');d.className='__caduceus_ref_label';d.textContent='[{n}]';d.style.cssText='position:fixed;z-index:2147483647;left:'+Math.max(0,r.left)+'px;top:'+Math.max(0,r.top-14)+'px;background:#ffeb3b;color:#000;font:bold 11px monospace;padding:0 2px;border:1px solid #000;pointer-events:none';document.documentElement.appendChild(d);}}",
+                    n = i + 1
+                );
+                let _ = self
+                    .page_call(
+                        "Runtime.callFunctionOn",
+                        json!({"objectId": object, "functionDeclaration": label}),
+                    )
+                    .await;
+            }
+        }
+        let shot = self
+            .page_call("Page.captureScreenshot", json!({"format": "png"}))
+            .await;
+        if annotate {
+            let _ = self
+                .evaluate("document.querySelectorAll('.__caduceus_ref_label').forEach(function(e){e.remove()})")
+                .await;
+        }
+        let data = shot?["data"].as_str().unwrap_or_default().to_owned();
+        if data.is_empty() {
+            return Err(BrowserError::Protocol {
+                method: "Page.captureScreenshot".to_owned(),
+                message: "no image data".to_owned(),
+            });
+        }
+        self.touch();
+        Ok(data)
+    }
+
     fn element_count(&self) -> usize {
         self.refs.lock().map(|r| r.1.len()).unwrap_or(0)
     }
@@ -764,7 +815,7 @@ impl BrowserSession {
                     return Err(BrowserError::Input("url is required".into()));
                 }
                 if let Err(refusal) = guard::check(&url, allow_private).await {
-                    return Err(BrowserError::Input(refusal_text(&refusal)));
+                    return Err(BrowserError::Input(refusal.to_string()));
                 }
                 if let Ok(mut last) = self.refused.lock() {
                     last.take();
@@ -922,20 +973,6 @@ impl BrowserSession {
         };
         self.touch();
         Ok(result)
-    }
-}
-
-/// hermes' error text for a URL it will not open.
-fn refusal_text(refusal: &guard::Refusal) -> String {
-    match refusal {
-        guard::Refusal::Private => "Blocked: URL targets a private or internal address".into(),
-        guard::Refusal::Metadata => "Blocked: URL targets a cloud metadata endpoint".into(),
-        guard::Refusal::Scheme(scheme) => {
-            format!("Blocked: '{scheme}:' URLs cannot be opened; use an http(s) URL")
-        }
-        guard::Refusal::Unresolved(host) => {
-            format!("Blocked: the host '{host}' does not resolve, so its address cannot be checked")
-        }
     }
 }
 
@@ -1146,6 +1183,15 @@ impl Browsers {
     pub async fn close_all(&self) {
         let sessions: Vec<_> = self.sessions.lock().await.drain().map(|(_, s)| s).collect();
         futures::future::join_all(sessions.iter().map(|s| s.close())).await;
+    }
+
+    /// A screenshot (PNG, base64) of the task's page for `browser_vision`.
+    pub async fn screenshot(
+        self: &Arc<Self>,
+        task_id: &str,
+        annotate: bool,
+    ) -> Result<String, BrowserError> {
+        self.session(task_id).await?.screenshot(annotate).await
     }
 
     /// Runs one browser tool call for the task; always exactly one reply.

@@ -3,9 +3,12 @@
 
 pub mod code;
 pub mod files;
+pub mod image;
 pub mod process;
 pub mod skills;
+pub mod speech;
 pub mod terminal;
+pub mod web;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,6 +31,10 @@ pub struct ToolSettings {
     pub max_output_chars: usize,
     /// Limits and write policy of the file tools.
     pub files: caduceus_files::FileToolsConfig,
+    /// `web_extract`'s fetches (the private-address policy, the page budget).
+    pub web: web::WebSettings,
+    /// `text_to_speech` (offered where espeak-ng is installed).
+    pub speech: speech::SpeechSettings,
 }
 
 impl Default for ToolSettings {
@@ -35,6 +42,8 @@ impl Default for ToolSettings {
         ToolSettings {
             max_output_chars: 50_000,
             files: caduceus_files::FileToolsConfig::default(),
+            web: web::WebSettings::default(),
+            speech: speech::SpeechSettings::default(),
         }
     }
 }
@@ -60,7 +69,10 @@ pub struct ToolCall {
 
 /// Whether this worker serves `tool` (the ones [`run`] knows).
 pub fn serves(tool: &str) -> bool {
-    matches!(tool, "terminal" | "process" | code::TOOL) || files::is_file_tool(tool)
+    matches!(
+        tool,
+        "terminal" | "process" | code::TOOL | web::TOOL | speech::TOOL | image::TOOL
+    ) || files::is_file_tool(tool)
 }
 
 /// Runs the call and returns the tool's answer.
@@ -100,6 +112,9 @@ pub async fn run(settings: &ToolSettings, mut call: ToolCall) -> ToolReply {
             })
             .await
         }
+        web::TOOL => web::run(&settings.web, &call.env, &call.args).await,
+        speech::TOOL => speech::run(&settings.speech, &call.env, &call.args).await,
+        image::TOOL => image::run(&settings.web, &call.env, &call.args).await,
         other => ToolReply::error(format!("Tool '{other}' is not served by this worker")),
     };
     cap_if_needed(Some(&call.env), &call.call_id, result, call.result_cap).await

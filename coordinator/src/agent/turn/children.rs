@@ -150,6 +150,7 @@ impl AgentLoop {
                 cancel: self.spec.cancel.child_token(),
                 task_index: Some(task.index),
                 parent_call_id: Some(call_id.to_owned()),
+                output_schema: task.output_schema.clone(),
             };
             self.emit(
                 events::CHILD_STARTED,
@@ -697,6 +698,9 @@ pub(super) fn child_entry(
         stall_threshold_seconds: None,
         stall_phase: None,
         stall_grace_seconds: None,
+        schema_valid: None,
+        schema_errors: None,
+        schema_note: None,
         session_id: session_id.to_owned(),
         task_id: task_id.to_owned(),
         workers: Vec::new(),
@@ -726,6 +730,14 @@ pub(super) fn child_entry(
             entry.tool_trace = outcome.tool_trace;
             entry.workers = outcome.workers.into_iter().collect();
             entry.summary = summary;
+            if let Some(check) = &outcome.schema {
+                entry.schema_valid = Some(check.valid);
+                if !check.valid {
+                    entry.schema_errors = Some(check.errors.clone());
+                    entry.schema_note =
+                        Some(crate::agent::output_schema::UNVALIDATED_NOTE.to_owned());
+                }
+            }
             if !outcome.missed_steer.is_empty() {
                 let missed = outcome.missed_steer.join("\n");
                 let note = delegate::missed_steer_note(&missed);

@@ -60,6 +60,7 @@ use super::messages::{
     invalid_tool_name_content, steer_message, summary_failed, tool_message, wrap_untrusted,
 };
 use super::notices::notice_message;
+use super::output_schema::{self, OutputSchema, SchemaCheck};
 use super::planner::{MAX_PARALLEL_CALLS, PlanCall, plan_batch};
 use super::resume::{Next, Recovered, Restored};
 use super::session::{
@@ -210,6 +211,10 @@ pub(crate) struct AgentLoop {
     outstanding: usize,
     deliveries_tx: mpsc::UnboundedSender<Delivery>,
     deliveries: mpsc::UnboundedReceiver<Delivery>,
+    /// With an `output_schema`: the last check of a final answer, and
+    /// whether the one correction turn was used.
+    schema_check: Option<SchemaCheck>,
+    schema_corrected: bool,
 }
 
 impl AgentLoop {
@@ -249,6 +254,8 @@ impl AgentLoop {
             outstanding: 0,
             deliveries_tx,
             deliveries,
+            schema_check: None,
+            schema_corrected: false,
         }
     }
 
@@ -302,6 +309,7 @@ impl AgentLoop {
                         .and_then(|v| v.as_str().map(str::to_owned))
                 }),
                 interactive: spec.interactive,
+                output_schema: spec.output_schema.clone(),
             },
         });
     }
@@ -465,6 +473,10 @@ impl AgentLoop {
                         &json!({"iteration": self.api_calls, "text": text, "tool_calls": 0}),
                     );
                 }
+                if let Some(correction) = self.check_output(&text) {
+                    self.push(ChatMessage::user(correction), None);
+                    continue;
+                }
                 if self.wait_for_notices().await {
                     continue;
                 }
@@ -610,6 +622,29 @@ impl AgentLoop {
         }
     }
 
+    /// A final answer against the `output_schema`: the correction to send
+    /// when it misses and the one correction turn is unused.
+    fn check_output(&mut self, answer: &str) -> Option<String> {
+        let schema = self.spec.output_schema.as_ref()?;
+        let compiled = match OutputSchema::compile(schema) {
+            Ok(compiled) => compiled,
+            Err(err) => {
+                tracing::warn!(session = %self.spec.session_id, "output_schema no longer compiles: {err}");
+                return None;
+            }
+        };
+        let check = compiled.check(answer);
+        let correct = !check.valid && !self.schema_corrected;
+        self.emit(
+            events::SCHEMA_CHECKED,
+            &json!({"valid": check.valid, "errors": check.errors, "correction": correct}),
+        );
+        let correction = correct.then(|| output_schema::correction(&check.errors));
+        self.schema_corrected |= correct;
+        self.schema_check = Some(check);
+        correction
+    }
+
     /// The parent's steers, read before the next model request.
     fn inject_steers(&mut self) {
         for text in self.shared.take_steers() {
@@ -715,6 +750,7 @@ impl AgentLoop {
             tool_trace: self.trace,
             workers: self.workers,
             missed_steer: self.shared.close_steering(),
+            schema: self.schema_check,
         };
         conclude(
             &self.hub,

@@ -54,6 +54,7 @@ async fn a_child_past_its_wall_clock_limit_is_cancelled_and_reported() {
             }],
             workers: BTreeSet::new(),
             missed_steer: Vec::new(),
+            schema: None,
         });
     });
     // A child that shows no progress at all: the inactivity cap (shorter
@@ -76,6 +77,7 @@ async fn a_child_past_its_wall_clock_limit_is_cancelled_and_reported() {
         context: None,
         role: delegate::Role::Leaf,
         labels: Default::default(),
+        output_schema: None,
     };
     let entry = child_entry(&task, "s", "t", "m", end);
     assert_eq!(
@@ -110,6 +112,7 @@ async fn a_child_that_vanishes_without_a_report_is_an_error_entry() {
         context: None,
         role: delegate::Role::Leaf,
         labels: Default::default(),
+        output_schema: None,
     };
     let entry = child_entry(&task, "s", "t", "m", end);
     assert_eq!(entry.status, ChildStatus::Error);
@@ -127,6 +130,7 @@ fn child_entries_follow_hermes_status_rules() {
         context: None,
         role: delegate::Role::Leaf,
         labels: Default::default(),
+        output_schema: None,
     };
     let outcome = |status, text: Option<&str>| SessionOutcome {
         status,
@@ -138,6 +142,7 @@ fn child_entries_follow_hermes_status_rules() {
         tool_trace: Vec::new(),
         workers: BTreeSet::new(),
         missed_steer: Vec::new(),
+        schema: None,
     };
     let entry = |status, text| {
         child_entry(
@@ -194,6 +199,7 @@ fn a_missed_steer_is_on_the_entry_and_noted_in_the_summary() {
         context: None,
         role: delegate::Role::Leaf,
         labels: Default::default(),
+        output_schema: None,
     };
     let outcome = SessionOutcome {
         status: EndStatus::Completed,
@@ -205,6 +211,7 @@ fn a_missed_steer_is_on_the_entry_and_noted_in_the_summary() {
         tool_trace: Vec::new(),
         workers: BTreeSet::new(),
         missed_steer: vec!["focus on pricing instead".into()],
+        schema: None,
     };
     let entry = child_entry(&task, "s", "t", "m", ChildEnd::Finished(outcome));
     assert_eq!(entry.status, ChildStatus::Completed);

@@ -161,6 +161,16 @@ pub fn poll_script(dir: &str, offset: u64) -> String {
     )
 }
 
+/// The `execute` command that sends `signal` to `pid`'s tree.
+fn signal_tree_command(pid: u32, signal: StopSignal, include_root: bool) -> String {
+    format!(
+        "bash -c {} caduceus-signal {pid} {} {}",
+        shell_quote(SIGNAL_TREE_SCRIPT),
+        signal.number(),
+        u8::from(include_root)
+    )
+}
+
 /// Parses a poll's result: the new bytes and the exit code once known.
 pub fn parse_poll(result: &str) -> Option<(Vec<u8>, Option<i32>)> {
     let (data, rc) = result.rsplit_once('\x1e')?;
@@ -296,12 +306,7 @@ impl Sandbox for DaytonaSandbox {
         signal: StopSignal,
         include_root: bool,
     ) -> Result<(), SandboxError> {
-        let command = format!(
-            "bash -c {} caduceus-signal {pid} {} {}",
-            shell_quote(SIGNAL_TREE_SCRIPT),
-            signal.number(),
-            u8::from(include_root)
-        );
+        let command = signal_tree_command(pid, signal, include_root);
         let (code, output) = self.control(&command).await?;
         if code == 0 {
             Ok(())
@@ -563,10 +568,7 @@ impl RemoteProcess {
             self.kill_pending.store(true, Ordering::SeqCst);
             return;
         }
-        let script = format!(
-            "bash -c {} caduceus-signal {pid} 9 1",
-            shell_quote(SIGNAL_TREE_SCRIPT)
-        );
+        let script = signal_tree_command(pid, StopSignal::Kill, true);
         if self
             .toolbox
             .execute(Kind::Quick, &script, STALL.as_secs())

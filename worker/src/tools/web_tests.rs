@@ -1,0 +1,63 @@
+use super::*;
+
+#[test]
+fn html_becomes_markdown_without_scripts_styles_or_head() {
+    let (title, text) = html_to_markdown(
+        "<html><head><title>A &amp; B</title><style>p{color:red}</style></head><body>\
+         <h1>Heading</h1><p>Some <b>bold</b> text.</p><script>alert('x')</script>\
+         <a href=\"https://example.org/x\">link</a></body></html>",
+    );
+    assert_eq!(title, "A & B");
+    assert!(text.contains("# Heading"), "{text}");
+    assert!(text.contains("**bold**"), "{text}");
+    assert!(text.contains("[link](https://example.org/x)"), "{text}");
+    assert!(!text.contains("alert"), "{text}");
+    assert!(!text.contains("color:red"), "{text}");
+}
+
+#[test]
+fn inline_base64_images_become_placeholders_and_real_links_stay() {
+    let text = "a ![logo](data:image/png;base64,iVBORw0KGgo=) b ![](data:image/gif;base64,R0lG) \
+                c (data:image/png;base64,AAAA) d data:image/jpeg;base64,/9j/ e ![pic](https://x.org/p.png)";
+    assert_eq!(
+        images_to_placeholders(text),
+        "a [IMAGE: logo] b [IMAGE] c [IMAGE] d [IMAGE] e ![pic](https://x.org/p.png)"
+    );
+}
+
+#[test]
+fn only_text_types_are_read() {
+    assert!(readable("text/plain", "hello").is_ok());
+    assert!(readable("application/json", "{}").is_ok());
+    let refused = readable("image/png", "\u{89}PNG").unwrap_err();
+    assert!(refused.contains("image/png"), "{refused}");
+    // A server that names no type but sends HTML is read as HTML.
+    let (title, _) = readable("", "<!DOCTYPE html><title>T</title><p>x</p>").unwrap();
+    assert_eq!(title, "T");
+}
+
+#[test]
+fn thousands_are_grouped_as_python_does() {
+    assert_eq!(thousands(0), "0");
+    assert_eq!(thousands(999), "999");
+    assert_eq!(thousands(15_000), "15,000");
+    assert_eq!(thousands(1_234_567), "1,234,567");
+}
+
+#[test]
+fn urls_carrying_credentials_are_recognised_even_percent_encoded() {
+    assert!(carries_secret(
+        "https://example.org/?k=sk-proj-abcdefghijklmnopqrstuvwxyz0123456789"
+    ));
+    assert!(carries_secret(
+        "https://example.org/?k=%73k-proj-abcdefghijklmnopqrstuvwxyz0123456789"
+    ));
+    assert!(!carries_secret("https://example.org/docs?page=2"));
+}
+
+#[test]
+fn head_and_tail_windows_respect_character_boundaries() {
+    assert_eq!(prefix_chars("héllo", 2), "hé");
+    assert_eq!(suffix_chars("héllo", 4), "éllo");
+    assert_eq!(suffix_chars("hé", 5), "hé");
+}
