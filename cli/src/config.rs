@@ -50,6 +50,8 @@ pub struct Config {
     /// hermes' `security:`; only `allow_private_urls` is read (by the
     /// browser, `web_extract` and `vision_analyze`).
     pub security: SecuritySection,
+    /// hermes' `web:`; only `extract_char_limit` is read (by `web_extract`).
+    pub web: WebSection,
     /// hermes' `auxiliary:`; only `vision` is read (the model of
     /// `vision_analyze` and `browser_vision`).
     pub auxiliary: AuxiliarySection,
@@ -234,6 +236,13 @@ pub struct TerminalSection {
     /// neither: the organization's default snapshot. Credentials, the API
     /// URL and the target come from `DAYTONA_*` variables only.
     pub daytona_image: Option<String>,
+    /// Registry image of Modal sandboxes (`TERMINAL_MODAL_IMAGE`), debian:bookworm-slim
+    /// when unset. Credentials and the server URL come from `MODAL_*` variables or
+    /// `~/.modal.toml`.
+    pub modal_image: Option<String>,
+    /// A Modal sandbox's whole lifetime, its `timeout` on Modal's side (at least the
+    /// lease, at most 24 h): what bounds an abandoned sandbox when no worker is left.
+    pub modal_timeout_seconds: u64,
     /// Image of Singularity/Apptainer environments (`TERMINAL_SINGULARITY_IMAGE`).
     pub singularity_image: Option<String>,
     /// The apptainer/singularity executable (`TERMINAL_SINGULARITY_EXECUTABLE`);
@@ -317,6 +326,8 @@ impl Default for TerminalSection {
             ssh_control_dir: None,
             daytona_snapshot: None,
             daytona_image: None,
+            modal_image: None,
+            modal_timeout_seconds: 3600,
             singularity_image: None,
             singularity_executable: None,
             singularity_binds: Vec::new(),
@@ -490,6 +501,14 @@ impl Default for BrowserSection {
             allow_private_urls: false,
         }
     }
+}
+
+/// `web:` (hermes' keys other than `extract_char_limit` are ignored).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct WebSection {
+    /// `web_extract`'s per-page budget when a call names none (hermes: 15,000).
+    pub extract_char_limit: Option<usize>,
 }
 
 /// `auxiliary:` (hermes' keys other than `vision` are ignored).
@@ -727,6 +746,7 @@ impl Config {
             ("TERMINAL_SINGULARITY_IMAGE", &mut t.singularity_image),
             ("TERMINAL_DAYTONA_SNAPSHOT", &mut t.daytona_snapshot),
             ("TERMINAL_DAYTONA_IMAGE", &mut t.daytona_image),
+            ("TERMINAL_MODAL_IMAGE", &mut t.modal_image),
             (
                 "TERMINAL_SINGULARITY_EXECUTABLE",
                 &mut t.singularity_executable,

@@ -742,7 +742,10 @@ pub(crate) fn worker_config(
             // hermes' web tools read `security.allow_private_urls` only.
             web: caduceus_worker::tools::web::WebSettings {
                 allow_private_urls: config.security.allow_private_urls,
-                ..caduceus_worker::tools::web::WebSettings::default()
+                extract_char_limit: config
+                    .web
+                    .extract_char_limit
+                    .unwrap_or(caduceus_worker::tools::web::DEFAULT_CHAR_LIMIT),
             },
             speech: caduceus_worker::tools::speech::SpeechSettings::default(),
         },
@@ -845,9 +848,22 @@ fn backend_options(config: &Config) -> caduceus_worker::backends::BackendOptions
         daytona.lease = lease;
         daytona
     });
+    let modal = caduceus_worker::backends::modal::ModalSettings::from_env(
+        caduceus_common::process_env::var,
+    )
+    .map(|mut modal| {
+        if let Some(image) = t.modal_image.clone().filter(|s| !s.is_empty()) {
+            modal.image = image;
+        }
+        modal.cwd = t.cwd.clone();
+        modal.lease = lease;
+        modal.timeout = Duration::from_secs(t.modal_timeout_seconds.max(1));
+        modal
+    });
     caduceus_worker::backends::BackendOptions {
         ssh,
         daytona,
+        modal,
         singularity,
         docker: t.docker_settings(),
         lease: t.lease_policy(),

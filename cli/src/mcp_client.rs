@@ -1,5 +1,7 @@
-//! The MCP servers of `mcp_servers:` on this host's coordinator: started with
-//! it (their tools join the registry, see mcp/README.md), and
+//! The MCP servers of `mcp_servers:`: those without `on:` are started with
+//! this host's coordinator (their tools join the registry, see
+//! mcp/README.md); those with `on: {labels: …}` are handed to the
+//! coordinator as hosted providers, which the matching workers run. And
 //! `caduceus mcp list` / `caduceus mcp test NAME`.
 
 use std::sync::Arc;
@@ -8,6 +10,7 @@ use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 
 use caduceus_coordinator::registry::actor::RegistryHandle;
+use caduceus_coordinator::scheduler::hosted::HostedProviderConfig;
 use caduceus_mcp::sdk::RmcpConnector;
 use caduceus_mcp::{Configured, ServerConfig, Transport};
 
@@ -30,15 +33,45 @@ pub(crate) async fn start(config: &Config, registry: RegistryHandle) -> Result<(
     let mut servers = Vec::new();
     for server in configured(config)? {
         match server.config {
+            Ok(settings) if settings.on.is_some() => {}
             Ok(settings) if settings.enabled => servers.push(settings),
             Ok(_) => tracing::debug!(server = %server.name, "MCP server disabled"),
             Err(err) => tracing::warn!(server = %server.name, "MCP server not started: {err}"),
         }
     }
     if !servers.is_empty() {
-        caduceus_mcp::start(servers, registry, Arc::new(RmcpConnector)).await;
+        caduceus_mcp::registry::start(servers, registry, Arc::new(RmcpConnector)).await;
     }
     Ok(())
+}
+
+/// The enabled servers with `on: {labels: …}`, as the coordinator's hosted
+/// providers: workers with those labels run them.
+pub(crate) fn hosted(config: &Config) -> Result<Vec<HostedProviderConfig>> {
+    let mut hosted = Vec::new();
+    for server in configured(config)? {
+        let Ok(settings) = server.config else {
+            // Logged by `start`.
+            continue;
+        };
+        let Some(labels) = settings.on.clone() else {
+            continue;
+        };
+        if !settings.enabled {
+            continue;
+        }
+        hosted.push(HostedProviderConfig {
+            name: settings.name.clone(),
+            kind: "mcp".to_owned(),
+            labels,
+            config_json: serde_json::to_string(&settings)?,
+            toolset: caduceus_mcp::toolset(&settings.name),
+            tool_prefix: caduceus_mcp::tool_name(&settings.name, ""),
+            call_timeout: settings.timeout,
+            parallel_safe: settings.supports_parallel_tool_calls,
+        });
+    }
+    Ok(hosted)
 }
 
 fn row(server: &Configured) -> Value {
@@ -53,6 +86,7 @@ fn row(server: &Configured) -> Value {
             "exclude": c.exclude,
             "timeout": c.timeout.as_secs_f64(),
             "connect_timeout": c.connect_timeout.as_secs_f64(),
+            "on": c.on.as_ref().map(|labels| json!({"labels": labels})),
             "error": Value::Null,
         }),
         Err(err) => json!({"name": server.name, "enabled": false, "error": err.to_string()}),
@@ -86,7 +120,23 @@ pub(crate) fn list(config: &Config, as_json: bool) -> Result<()> {
                     server.name,
                     c.transport.kind(),
                     if c.enabled { "enabled" } else { "disabled" },
-                    c.transport.target(),
+                    match &c.on {
+                        // Hosted: run by the workers with these labels.
+                        Some(labels) => format!(
+                            "{} (on workers: {})",
+                            c.transport.target(),
+                            if labels.is_empty() {
+                                "all".to_owned()
+                            } else {
+                                labels
+                                    .iter()
+                                    .map(|(k, v)| format!("{k}={v}"))
+                                    .collect::<Vec<_>>()
+                                    .join(",")
+                            }
+                        ),
+                        None => c.transport.target(),
+                    },
                     tools
                 ))?;
             }

@@ -59,6 +59,7 @@ pub(crate) async fn start_coordinator(
     }
     let loaded = load(&found, &settings, hooks);
     coordinator_config.hooks = loaded.hooks;
+    coordinator_config.hosted = crate::mcp_client::hosted(config)?;
     let coordinator = Coordinator::start(coordinator_config, gate).await?;
     let registry = coordinator.registry();
     for (plugin, allowed) in &loaded.override_policy {

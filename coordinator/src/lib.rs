@@ -82,6 +82,9 @@ pub struct CoordinatorConfig {
     pub code_max_tool_calls: u32,
     /// The time cron schedules are read in (a test moves a manual clock).
     pub cron_clock: Arc<dyn cron::clock::Clock>,
+    /// Tool providers (MCP servers with `on: {labels: …}`) that run on the
+    /// workers carrying those labels.
+    pub hosted: Vec<scheduler::hosted::HostedProviderConfig>,
     /// The auxiliary vision model (`auxiliary.vision`); `vision_analyze` and
     /// `browser_vision` are offered only with one.
     pub vision: Option<dispatch::vision::VisionModel>,
@@ -107,6 +110,7 @@ impl Default for CoordinatorConfig {
             code_timeout_secs: caduceus_common::execute_code::DEFAULT_TIMEOUT_SECS,
             code_max_tool_calls: caduceus_common::execute_code::DEFAULT_MAX_TOOL_CALLS,
             cron_clock: Arc::new(cron::clock::SystemClock),
+            hosted: Vec::new(),
             vision: None,
         }
     }
@@ -255,6 +259,7 @@ impl Coordinator {
                 notices: Some(notices),
                 placement: config.placement.clone(),
                 metrics: metrics.clone(),
+                hosted: config.hosted.clone(),
             },
         )
         .await?;
@@ -591,6 +596,12 @@ impl Coordinator {
                 .stop(Some("the worker left before its welcome".to_owned()));
             return Err(Status::cancelled("the worker left before its welcome"));
         }
+        // Right after the welcome, before any call: the worker starts the
+        // providers it is to host (stops those it is no longer to host) and
+        // announces their tools.
+        let _ = commands.send(Ok(WorkerCommand {
+            command: Some(worker_command::Command::Host(attached.host)),
+        }));
         tokio::spawn(scheduler::link::read_events(
             events,
             attached.link,

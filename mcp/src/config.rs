@@ -19,8 +19,9 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 /// hermes' connect timeout.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// How the coordinator reaches a server.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// How the coordinator (or, for a server with `on:`, its worker) reaches
+/// a server.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, Deserialize)]
 pub enum Transport {
     /// A child process speaking JSON-RPC lines on stdin/stdout.
     Stdio {
@@ -63,7 +64,7 @@ impl Transport {
 /// tools deregistered and probed every 300 s). Not hermes keys: the
 /// `reconnect:` mapping exists so that tests and impatient operators can
 /// shorten the waits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, Deserialize)]
 pub struct Reconnect {
     pub retries: u32,
     pub initial_retries: u32,
@@ -93,8 +94,9 @@ impl Reconnect {
     }
 }
 
-/// One configured server.
-#[derive(Debug, Clone, PartialEq)]
+/// One configured server. Serialized (JSON) it is what a worker hosting it
+/// is sent (`HostedProvider.config_json`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, Deserialize)]
 pub struct ServerConfig {
     pub name: String,
     pub transport: Transport,
@@ -106,6 +108,9 @@ pub struct ServerConfig {
     pub exclude: Vec<String>,
     pub supports_parallel_tool_calls: bool,
     pub reconnect: Reconnect,
+    /// `on: {labels: {…}}`: the server runs on every worker carrying all
+    /// these labels (an empty mapping: every worker), not on the coordinator.
+    pub on: Option<BTreeMap<String, String>>,
 }
 
 impl ServerConfig {
@@ -153,6 +158,15 @@ struct RawServer {
     tools: Option<RawTools>,
     supports_parallel_tool_calls: Option<bool>,
     reconnect: Option<RawReconnect>,
+    on: Option<RawOn>,
+}
+
+/// `on:` — where the server runs (not a hermes key: hermes has no workers).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawOn {
+    #[serde(default)]
+    labels: BTreeMap<String, Value>,
 }
 
 #[derive(Deserialize, Default)]
@@ -297,6 +311,16 @@ fn parse_server(
         exclude: tools.exclude,
         supports_parallel_tool_calls: raw.supports_parallel_tool_calls.unwrap_or(false),
         reconnect,
+        on: match raw.on {
+            None => None,
+            Some(on) => {
+                let mut labels = BTreeMap::new();
+                for (k, v) in &on.labels {
+                    labels.insert(k.clone(), scalar("on.labels", v)?);
+                }
+                Some(labels)
+            }
+        },
     })
 }
 

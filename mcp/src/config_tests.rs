@@ -113,3 +113,34 @@ fn reconnect_backoff_doubles_to_its_cap() {
     assert_eq!((r.retries, r.initial_retries), (5, 3));
     assert_eq!(r.probe_interval, Duration::from_secs(300));
 }
+
+#[test]
+fn on_labels_name_the_workers_and_the_settings_travel_as_json() {
+    let servers = parse(
+        "lab:\n  command: mcp-server-time\n  env: {KEY: '${K}'}\n  on:\n    labels: {site: lab, gpu: 1}\nall:\n  command: x\n  on: {}\nhere:\n  command: x\nbad:\n  command: x\n  on: {hosts: [a]}\n",
+        &[("K", "v")],
+    );
+    let lab = servers[0].config.as_ref().unwrap();
+    assert_eq!(
+        lab.on,
+        Some(
+            [
+                ("gpu".to_owned(), "1".to_owned()),
+                ("site".to_owned(), "lab".to_owned())
+            ]
+            .into_iter()
+            .collect()
+        )
+    );
+    assert_eq!(
+        servers[1].config.as_ref().unwrap().on,
+        Some(BTreeMap::new())
+    );
+    assert_eq!(servers[2].config.as_ref().unwrap().on, None);
+    assert!(servers[3].config.is_err(), "unknown key under on:");
+    // What the worker is sent, read back: the same settings, ${VAR} read.
+    let json = serde_json::to_string(lab).unwrap();
+    let back: ServerConfig = serde_json::from_str(&json).unwrap();
+    assert_eq!(&back, lab);
+    assert!(json.contains("\"KEY\":\"v\""), "{json}");
+}

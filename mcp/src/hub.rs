@@ -1,24 +1,23 @@
-//! One supervisor task per server: it connects, registers the server's
-//! tools, re-lists them on every `tools/list_changed`, and when the
-//! connection is lost reconnects with backoff; after the configured retries
-//! the server is parked (its tools deregistered) and probed now and then.
-//! The task is the only writer of its server's toolset, so registry writes
-//! for one server never race.
+//! One supervisor task per server: it connects, offers the server's tools
+//! to its [`ToolSink`], re-lists them on every `tools/list_changed`, and
+//! when the connection is lost hides them and reconnects with backoff;
+//! after the configured retries the server is parked (its tools withdrawn)
+//! and probed now and then. The task is the only writer of its server's
+//! tools, so writes for one server never race.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
+use async_trait::async_trait;
 use serde_json::{Map, Value, json};
 use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
 
-use caduceus_coordinator::registry::actor::RegistryHandle;
-use caduceus_coordinator::registry::{
-    Caller, Handler, Owner, ParallelClass, RegistryError, ToolEntry,
-};
+use caduceus_common::redact::{RedactMode, redact};
+use caduceus_common::result::{CallStatus, ToolReply, tool_error};
 
+use crate::result::render;
 use crate::session::{Connector, RemoteTool, ServerIdentity, Session};
-use crate::tool::McpTool;
 use crate::{McpError, ServerConfig};
 
 /// The registry name of a server's tool, as hermes spells it:
@@ -43,15 +42,25 @@ pub fn toolset(server: &str) -> String {
     format!("mcp-{server}")
 }
 
-/// A server's live connection, shared by its supervisor (the writer) and its
-/// tools (which read it at every call).
-pub(crate) struct ServerState {
-    pub config: ServerConfig,
+/// One configured server while its supervisor runs: its settings and live
+/// connection, shared by the supervisor (the writer) and whoever serves its
+/// tools (which read the connection at every call).
+pub struct Server {
+    config: ServerConfig,
     session: RwLock<Option<Arc<dyn Session>>>,
+    stop: CancellationToken,
 }
 
-impl ServerState {
-    pub(crate) fn session(&self) -> Option<Arc<dyn Session>> {
+impl Server {
+    pub fn config(&self) -> &ServerConfig {
+        &self.config
+    }
+
+    pub fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    fn session(&self) -> Option<Arc<dyn Session>> {
         self.session
             .read()
             .unwrap_or_else(|e| e.into_inner())
@@ -61,30 +70,90 @@ impl ServerState {
     fn set_session(&self, session: Option<Arc<dyn Session>>) {
         *self.session.write().unwrap_or_else(|e| e.into_inner()) = session;
     }
+
+    /// Ends the supervisor: its tools are withdrawn and the connection (a
+    /// stdio server's process) closed.
+    pub fn stop(&self) {
+        self.stop.cancel();
+    }
+
+    /// One call of the server's tool `tool` (its own name) with the server's
+    /// `timeout`; every failure is a reply with an `error` naming the server.
+    pub async fn call(&self, tool: &str, args: Map<String, Value>) -> ToolReply {
+        let server = &self.config.name;
+        let Some(session) = self.session() else {
+            return ToolReply::error(format!("MCP server '{server}' is not connected"));
+        };
+        let timeout = self.config.timeout;
+        match tokio::time::timeout(timeout, session.call_tool(tool, args)).await {
+            Ok(Ok(output)) => render(&output),
+            Ok(Err(err)) => ToolReply::error(
+                redact(&format!("MCP call failed: {err}"), RedactMode::General).into_owned(),
+            ),
+            Err(_) => ToolReply::new(
+                CallStatus::Timeout,
+                tool_error(format!(
+                    "MCP call to '{tool}' on server '{server}' timed out after {}s",
+                    timeout.as_secs_f64()
+                )),
+            ),
+        }
+    }
+}
+
+/// Where a server's supervisor publishes its tools: the coordinator's
+/// registry (feature `registry`), or a worker's link to its coordinator.
+/// Each server's calls come from its own supervisor, one at a time.
+#[async_trait]
+pub trait ToolSink: Send + Sync {
+    /// Connected (or the list changed): these are the server's tools now,
+    /// after `tools.include` / `tools.exclude`.
+    async fn offer(&self, server: &Arc<Server>, tools: Vec<RemoteTool>) -> Result<(), McpError>;
+    /// The connection was lost and a reconnect is under way: hide the tools
+    /// until the next `offer`.
+    async fn suspend(&self, server: &Arc<Server>);
+    /// Parked after repeated failures, or stopped: the tools are gone.
+    async fn withdraw(&self, server: &Arc<Server>);
+}
+
+/// Why a tool of a reconnecting server is hidden (what a call of it reads).
+pub fn reconnecting_reason(server: &str) -> String {
+    format!(
+        "MCP server '{server}' lost its connection and is reconnecting; its tools are back once it is."
+    )
 }
 
 /// Starts a supervisor for every enabled server and waits until each has
 /// made its first connection attempt (bounded by its `connect_timeout`), so
 /// that the first definitions request after start sees the tools of the
-/// servers that are up. The supervisors live as long as the process.
+/// servers that are up. A supervisor runs until its [`Server::stop`].
 pub async fn start(
     servers: Vec<ServerConfig>,
-    registry: RegistryHandle,
+    sink: Arc<dyn ToolSink>,
     connector: Arc<dyn Connector>,
-) {
+) -> Vec<Arc<Server>> {
     let mut first_attempts = Vec::new();
+    let mut started = Vec::new();
     for config in servers.into_iter().filter(|s| s.enabled) {
-        let state = Arc::new(ServerState {
+        let server = Arc::new(Server {
             config,
             session: RwLock::new(None),
+            stop: CancellationToken::new(),
         });
         let (ready, first) = oneshot::channel();
-        tokio::spawn(supervise(state, registry.clone(), connector.clone(), ready));
+        tokio::spawn(supervise(
+            server.clone(),
+            sink.clone(),
+            connector.clone(),
+            ready,
+        ));
         first_attempts.push(first);
+        started.push(server);
     }
     for first in first_attempts {
         let _ = first.await;
     }
+    started
 }
 
 async fn connect(
@@ -101,54 +170,87 @@ async fn connect(
     }
 }
 
+/// The server's tools as offered (include/exclude applied).
+async fn offered(server: &Server, session: &dyn Session) -> Result<Vec<RemoteTool>, McpError> {
+    Ok(session
+        .list_tools()
+        .await?
+        .into_iter()
+        .filter(|t| server.config.offers(&t.name))
+        .collect())
+}
+
 async fn supervise(
-    state: Arc<ServerState>,
-    registry: RegistryHandle,
+    server: Arc<Server>,
+    sink: Arc<dyn ToolSink>,
     connector: Arc<dyn Connector>,
     ready: oneshot::Sender<()>,
 ) {
-    let server = state.config.name.clone();
-    let reconnect = state.config.reconnect;
+    let stop = server.stop.clone();
+    tokio::select! {
+        () = supervise_until_stopped(&server, sink.as_ref(), connector.as_ref(), ready) => {}
+        () = stop.cancelled() => {}
+    }
+    if let Some(session) = server.session() {
+        server.set_session(None);
+        session.close().await;
+    }
+    sink.withdraw(&server).await;
+    tracing::info!(server = %server.name(), "MCP server stopped");
+}
+
+async fn supervise_until_stopped(
+    server: &Arc<Server>,
+    sink: &dyn ToolSink,
+    connector: &dyn Connector,
+    ready: oneshot::Sender<()>,
+) {
+    let name = server.name().to_owned();
+    let reconnect = server.config.reconnect;
     let mut ready = Some(ready);
-    let mut registered = BTreeSet::new();
     let mut ever_connected = false;
     let mut failures = 0u32;
     let mut parked = false;
     loop {
         let (changes, mut changed) = mpsc::unbounded_channel();
-        match connect(connector.as_ref(), &state.config, changes).await {
+        match connect(connector, &server.config, changes).await {
             Ok(session) => {
                 let identity = session.identity().clone();
-                if let Err(err) =
-                    refresh(&state, &registry, session.as_ref(), &mut registered).await
-                {
-                    tracing::warn!(server = %server, "MCP server connected but its tools could not be listed: {err}");
-                    session.close().await;
-                    failures += 1;
-                } else {
-                    log_connected(&server, &identity, registered.len(), parked);
-                    failures = 0;
-                    parked = false;
-                    ever_connected = true;
-                    state.set_session(Some(session.clone()));
-                    if let Some(ready) = ready.take() {
-                        let _ = ready.send(());
+                let listed = match offered(server, session.as_ref()).await {
+                    Ok(tools) => {
+                        let count = tools.len();
+                        sink.offer(server, tools).await.map(|()| count)
                     }
-                    serve(
-                        &state,
-                        &registry,
-                        session.as_ref(),
-                        &mut changed,
-                        &mut registered,
-                    )
-                    .await;
-                    state.set_session(None);
-                    tracing::warn!(server = %server, "MCP server connection lost; reconnecting");
+                    Err(err) => Err(err),
+                };
+                match listed {
+                    Err(err) => {
+                        tracing::warn!(server = %name, "MCP server connected but its tools could not be listed: {err}");
+                        session.close().await;
+                        failures += 1;
+                    }
+                    Ok(count) => {
+                        log_connected(&name, &identity, count, parked);
+                        failures = 0;
+                        parked = false;
+                        ever_connected = true;
+                        server.set_session(Some(session.clone()));
+                        if let Some(ready) = ready.take() {
+                            let _ = ready.send(());
+                        }
+                        serve(server, sink, session.as_ref(), &mut changed).await;
+                        server.set_session(None);
+                        // hermes hides a reconnecting server's tools (its
+                        // check_fn): the model is not offered tools that
+                        // can only fail until the server is back.
+                        sink.suspend(server).await;
+                        tracing::warn!(server = %name, "MCP server connection lost; its tools are hidden while it reconnects");
+                    }
                 }
             }
             Err(err) => {
                 failures += 1;
-                tracing::warn!(server = %server, attempt = failures, "{err}");
+                tracing::warn!(server = %name, attempt = failures, "{err}");
             }
         }
         if let Some(ready) = ready.take() {
@@ -163,11 +265,9 @@ async fn supervise(
         if failures > limit {
             if !parked {
                 parked = true;
-                for name in std::mem::take(&mut registered) {
-                    let _ = registry.deregister(&name, Caller::Core).await;
-                }
+                sink.withdraw(server).await;
                 tracing::warn!(
-                    server = %server,
+                    server = %name,
                     "MCP server parked after {failures} failed attempts: its tools are deregistered; probing every {}s",
                     reconnect.probe_interval.as_secs()
                 );
@@ -192,11 +292,10 @@ fn log_connected(server: &str, identity: &ServerIdentity, tools: usize, was_park
 
 /// Until the connection ends: re-lists the tools on every change notice.
 async fn serve(
-    state: &Arc<ServerState>,
-    registry: &RegistryHandle,
+    server: &Arc<Server>,
+    sink: &dyn ToolSink,
     session: &dyn Session,
     changed: &mut mpsc::UnboundedReceiver<()>,
-    registered: &mut BTreeSet<String>,
 ) {
     loop {
         tokio::select! {
@@ -207,66 +306,27 @@ async fn serve(
                 }
                 // A burst of notices needs one re-list.
                 while changed.try_recv().is_ok() {}
-                match refresh(state, registry, session, registered).await {
-                    Ok(()) => tracing::info!(server = %state.config.name, tools = registered.len(), "MCP tools list changed; registry updated"),
-                    Err(err) => tracing::warn!(server = %state.config.name, "MCP tools list changed but re-listing failed: {err}"),
+                let relisted = match offered(server, session).await {
+                    Ok(tools) => {
+                        let count = tools.len();
+                        sink.offer(server, tools).await.map(|()| count)
+                    }
+                    Err(err) => Err(err),
+                };
+                match relisted {
+                    Ok(count) => tracing::info!(server = %server.name(), tools = count, "MCP tools list changed; tools updated"),
+                    Err(err) => tracing::warn!(server = %server.name(), "MCP tools list changed but re-listing failed: {err}"),
                 }
             }
         }
     }
 }
 
-/// Lists the server's tools and makes the registry match: stale names
-/// deregistered, the others (re-)registered. A name a built-in holds is
-/// skipped (hermes: collisions with built-ins are not registered).
-async fn refresh(
-    state: &Arc<ServerState>,
-    registry: &RegistryHandle,
-    session: &dyn Session,
-    registered: &mut BTreeSet<String>,
-) -> Result<(), McpError> {
-    let server = &state.config.name;
-    let wanted: BTreeMap<String, RemoteTool> = session
-        .list_tools()
-        .await?
-        .into_iter()
-        .filter(|t| state.config.offers(&t.name))
-        .map(|t| (tool_name(server, &t.name), t))
-        .collect();
-    let stale: Vec<String> = registered
-        .iter()
-        .filter(|name| !wanted.contains_key(*name))
-        .cloned()
-        .collect();
-    for name in stale {
-        let _ = registry.deregister(&name, Caller::Core).await;
-        registered.remove(&name);
-        tracing::info!(server = %server, tool = %name, "MCP tool removed");
-    }
-    for (name, tool) in wanted {
-        match registry.register(entry(state, &name, &tool), false).await {
-            Ok(()) => {
-                registered.insert(name);
-            }
-            Err(err @ RegistryError::WouldShadow { .. }) => {
-                tracing::warn!(server = %server, tool = %name, "MCP tool not registered: {err}");
-            }
-            Err(err) => {
-                return Err(McpError::Protocol {
-                    server: server.clone(),
-                    message: err.to_string(),
-                });
-            }
-        }
-    }
-    let _ = registry.register_alias(server, &toolset(server)).await;
-    Ok(())
-}
-
-/// The model's schema of a server's tool: its `inputSchema` as
-/// `parameters` (an object schema, `properties` filled in when absent).
-fn entry(state: &Arc<ServerState>, name: &str, tool: &RemoteTool) -> ToolEntry {
-    let server = &state.config.name;
+/// The model's schema of a server's tool, `{"name", "description",
+/// "parameters"}`: its `inputSchema` as `parameters` (an object schema,
+/// `properties` filled in when absent), its description or `MCP tool
+/// <tool> from <server>`.
+pub fn tool_schema(server: &str, tool: &RemoteTool) -> Value {
     let mut parameters = tool.input_schema.clone();
     parameters
         .entry("type")
@@ -279,23 +339,7 @@ fn entry(state: &Arc<ServerState>, name: &str, tool: &RemoteTool) -> ToolEntry {
         .clone()
         .filter(|d| !d.trim().is_empty())
         .unwrap_or_else(|| format!("MCP tool {} from {server}", tool.name));
-    let schema = json!({"name": name, "description": description, "parameters": parameters});
-    let parallel = if state.config.supports_parallel_tool_calls {
-        ParallelClass::Safe
-    } else {
-        ParallelClass::Sequential
-    };
-    ToolEntry::new(
-        name,
-        toolset(server),
-        schema,
-        Handler::Local(Arc::new(McpTool {
-            state: state.clone(),
-            tool: tool.name.clone(),
-        })),
-    )
-    .with_owner(Owner::Mcp(server.clone()))
-    .with_parallel(parallel)
+    json!({"name": tool_name(server, &tool.name), "description": description, "parameters": parameters})
 }
 
 /// What `caduceus mcp test NAME` reports.

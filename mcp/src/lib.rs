@@ -1,9 +1,11 @@
 //! The MCP client: the servers of `mcp_servers:` (stdio child processes and
-//! streamable HTTP endpoints) whose tools join the coordinator's registry as
-//! `Handler::Local` entries named `mcp__<server>__<tool>` in toolset
-//! `mcp-<server>`, so every call goes through the same pipeline as a
-//! built-in (name repair, coercion, hooks, the gate, the result cap, secret
-//! masking, audit).
+//! streamable HTTP endpoints), each supervised by the hub, which hands its
+//! tools to a [`hub::ToolSink`]: the coordinator's registry (feature
+//! `registry`: `Handler::Local` entries named `mcp__<server>__<tool>` in
+//! toolset `mcp-<server>`, so every call goes through the same pipeline as
+//! a built-in), or, for a server hosted on a worker (`on: {labels: …}`),
+//! the worker's link to its coordinator. Without the feature the crate does
+//! not depend on the coordinator.
 //!
 //! The SDK (rmcp) is behind [`session::Connector`] / [`session::Session`]:
 //! the hub, the tools and the result shaping speak our own types only, and
@@ -11,14 +13,15 @@
 
 pub mod config;
 pub mod hub;
+#[cfg(feature = "registry")]
+pub mod registry;
 pub mod result;
 pub mod sdk;
 pub mod session;
 mod stdio;
-mod tool;
 
 pub use config::{Configured, Reconnect, ServerConfig, Transport, parse_servers};
-pub use hub::{Probe, probe, start, tool_name, toolset};
+pub use hub::{Probe, Server, ToolSink, probe, start, tool_name, tool_schema, toolset};
 pub use session::{CallOutput, Connector, RemoteTool, ServerIdentity, Session};
 
 /// Why a server or a call failed. Every variant's text names the server, so

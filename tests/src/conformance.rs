@@ -174,10 +174,40 @@ impl BackendUnderTest {
         }
     }
 
+    /// Modal through the stand-in (`tests/fake-modal`, always built with this
+    /// crate; the official SDK checks it in `tests/tests/modal.rs`).
+    pub fn modal() -> Self {
+        Self::modal_with("")
+    }
+
+    /// [`modal`](Self::modal) with more `terminal:` lines (a short sandbox
+    /// timeout, a short lease).
+    pub fn modal_with(extra_config: &str) -> Self {
+        let fake = crate::standins::FakeModal::start();
+        let mut worker_env = fake.env();
+        // Never the machine's own ~/.modal.toml.
+        worker_env.push((
+            "MODAL_CONFIG_PATH".to_owned(),
+            "/nonexistent/modal.toml".to_owned(),
+        ));
+        BackendUnderTest {
+            name: "modal",
+            terminal_config: format!("  backend_probe_seconds: 1\n{extra_config}"),
+            leased: false,
+            worker_env,
+            fixture: Some(Arc::new(fake)),
+        }
+    }
+
+    /// The Modal stand-in this backend runs against, when it is Modal.
+    pub fn fake_modal(&self) -> Option<&crate::standins::FakeModal> {
+        self.fixture.as_ref()?.downcast_ref()
+    }
+
     /// What this machine lacks to test the backend, and how to get it.
     pub fn missing(&self) -> Option<String> {
         match self.name {
-            "local" | "daytona" => None,
+            "local" | "daytona" | "modal" => None,
             "docker" => docker_missing(),
             other => Some(format!("no readiness check for backend '{other}'")),
         }

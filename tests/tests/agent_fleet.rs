@@ -1,7 +1,10 @@
 //! Agent sessions on a coordinator process with two worker processes, the
 //! model being an OpenAI-compatible scripted server: delegated children run
 //! in parallel on different workers, children do not get the blocked tools,
-//! and a worker dying under one child fails that child's call alone.
+//! and a worker dying under one child fails that child's call alone;
+//! background children listed, steered (the next request carries the steer)
+//! and stopped (its background process killed with it); a stalled child
+//! reported; an `output_schema` miss corrected once.
 
 #![allow(
     clippy::unwrap_used,
@@ -511,4 +514,284 @@ fn a_client_that_goes_away_cancels_its_session_and_its_running_call() {
         caduceus_coordinator::agent::store::read_sessions(&fleet.home.path().join("state.db"))
             .unwrap();
     assert_eq!(sessions[0].state, "interrupted");
+}
+
+/// A fleet whose configuration asks `model`, with a `delegation:` section.
+fn fleet_with_delegation(model: &Model, delegation: &str) -> (Fleet, Proc, Proc) {
+    let fleet = Fleet::new();
+    fleet.write_config(&format!(
+        "llm:\n  base_url: {}\n  model: scripted\n  stream: true\n  max_retries: 0\ndelegation:\n{delegation}",
+        model.server.base_url()
+    ));
+    let coordinator = fleet.serve(&[]);
+    let w1 = fleet.worker(&coordinator, "w1", &fleet.token, &[]);
+    fleet.wait_for_workers(&coordinator, &["w1"], Duration::from_secs(30));
+    (fleet, coordinator, w1)
+}
+
+/// A command that waits until the test creates `file`.
+fn wait_for_file(file: &std::path::Path) -> String {
+    format!(
+        "while [ ! -e {} ]; do sleep 0.1; done; echo released",
+        file.display()
+    )
+}
+
+/// The result of call `id` in the last request whose conversation began
+/// with `prompt`.
+fn result_in(model: &Model, prompt: &str, id: &str) -> Value {
+    let requests = model.server.requests();
+    let request = requests
+        .iter()
+        .rev()
+        .find(|r| r.first_user_text() == prompt)
+        .unwrap();
+    let message = request.body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool" && m["tool_call_id"] == id)
+        .unwrap_or_else(|| panic!("no result of {id}"));
+    serde_json::from_str(message["content"].as_str().unwrap()).unwrap()
+}
+
+fn pgrep(pattern: &str) -> bool {
+    std::process::Command::new("pgrep")
+        .args(["-f", pattern])
+        .output()
+        .unwrap()
+        .status
+        .success()
+}
+
+#[test]
+fn background_children_are_listed_steered_and_stopped_and_a_stopped_childs_processes_die_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let gate = |name: &str| dir.path().join(name);
+    // An unusual duration names the stopped child's background process.
+    let marker = "sleep 3917";
+    let script = vec![
+        ScriptedResponse::tool_calls(vec![call(
+            "d",
+            "delegate_task",
+            json!({"background": true, "tasks": [{"goal": "job steered"}, {"goal": "job stopped"}]}),
+        )]),
+        ScriptedResponse::tool_calls(vec![call(
+            "s1",
+            "terminal",
+            json!({"command": wait_for_file(&gate("steered-go"))}),
+        )])
+        .for_conversation("steered"),
+        ScriptedResponse::text("steered: looked at pricing").for_conversation("steered"),
+        ScriptedResponse::tool_calls(vec![
+            call(
+                "t1",
+                "terminal",
+                json!({"command": marker, "background": true}),
+            ),
+            call(
+                "t2",
+                "terminal",
+                json!({"command": wait_for_file(&gate("never"))}),
+            ),
+        ])
+        .for_conversation("stopped"),
+        // The parent waits in its environment until the test has the ids.
+        ScriptedResponse::tool_calls(vec![call(
+            "p1",
+            "terminal",
+            json!({"command": wait_for_file(&gate("parent-go"))}),
+        )]),
+    ];
+    let model = model(script);
+    let (fleet, coordinator, _w1) = fleet_with_delegation(&model, "  max_concurrent_children: 3\n");
+    let prompt = "Two background jobs";
+    let mut run = LiveRun::start(&fleet, &coordinator, prompt);
+    let mut ids = HashMap::new();
+    for _ in 0..2 {
+        let started = run.until("a child", |e| e["kind"] == "child_started");
+        ids.insert(
+            started["data"]["goal"].as_str().unwrap().to_owned(),
+            started["data"]["child_session_id"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        );
+    }
+    let steered = ids["job steered"].clone();
+    let stopped = ids["job stopped"].clone();
+    // Both children are in their waiting command.
+    run.until("the steered child's command", |e| {
+        e["kind"] == "tool_started" && e["session_id"] == steered.as_str()
+    });
+    run.until("the stopped child's waiting command", |e| {
+        e["kind"] == "tool_started"
+            && e["session_id"] == stopped.as_str()
+            && e["data"]["call_id"] == "t2"
+    });
+    model.server.push(ScriptedResponse::tool_calls(vec![
+        call("l", "delegate_task", json!({"action": "list"})),
+        call(
+            "s",
+            "delegate_task",
+            json!({"action": "steer", "subagent_id": steered, "message": "focus on pricing"}),
+        ),
+        call(
+            "x",
+            "delegate_task",
+            json!({"action": "stop", "subagent_id": stopped}),
+        ),
+    ]));
+    // The results may arrive before or after the parent's answer: the last
+    // text is this one either way.
+    for _ in 0..2 {
+        model.server.push(ScriptedResponse::text("Both reported."));
+    }
+    std::fs::write(gate("parent-go"), "").unwrap();
+    run.until("the steer", |e| e["kind"] == "steer_queued");
+    std::fs::write(gate("steered-go"), "").unwrap();
+    let root = run.seen[0]["session_id"].as_str().unwrap().to_owned();
+    let last = run.until("the parent's end", |e| {
+        e["kind"] == "final" && e["session_id"] == root.as_str()
+    });
+    assert_eq!(last["data"]["text"], "Both reported.", "{:#?}", run.seen);
+
+    let listed = result_in(&model, prompt, "l");
+    assert_eq!(listed["count"], 2);
+    assert!(
+        listed["subagents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["status"] == "running" && s["accepting_steer"] == true),
+        "{listed}"
+    );
+    assert_eq!(result_in(&model, prompt, "s")["status"], "queued");
+    assert_eq!(result_in(&model, prompt, "x")["status"], "stopping");
+
+    // The steered child's next request carried the steer.
+    let requests = model.server.requests();
+    let second = requests
+        .iter()
+        .filter(|r| r.first_user_text() == "job steered")
+        .nth(1)
+        .expect("the steered child asked again");
+    let messages = second.body["messages"].as_array().unwrap();
+    let steer = messages.iter().rev().find(|m| m["role"] == "user").unwrap();
+    assert!(
+        steer["content"]
+            .as_str()
+            .unwrap()
+            .ends_with("\nfocus on pricing"),
+        "{steer}"
+    );
+
+    // The delivery: one completed (steered), one interrupted (stopped) whose
+    // background process was killed with it.
+    let delivered = requests
+        .iter()
+        .filter(|r| r.first_user_text() == prompt)
+        .flat_map(|r| r.body["messages"].as_array().unwrap().clone())
+        .find(|m| {
+            m["role"] == "user"
+                && m["content"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .starts_with("[Background delegation ")
+        })
+        .expect("the results were delivered");
+    let text = delivered["content"].as_str().unwrap();
+    let results: Value = serde_json::from_str(text.split_once('\n').unwrap().1).unwrap();
+    let entries = results["results"].as_array().unwrap();
+    assert_eq!(entries[0]["status"], "completed");
+    assert_eq!(entries[0]["summary"], "steered: looked at pricing");
+    assert_eq!(entries[1]["status"], "interrupted", "{}", entries[1]);
+    assert_eq!(
+        entries[1]["orphaned_processes"].as_array().unwrap().len(),
+        1,
+        "{}",
+        entries[1]
+    );
+    assert!(!pgrep(marker), "the stopped child's `{marker}` outlived it");
+}
+
+#[test]
+fn a_stalled_child_is_reported_and_an_output_schema_miss_is_corrected_once() {
+    let schema = json!({"type": "object", "properties": {"files": {"type": "integer"}}, "required": ["files"]});
+    let script = vec![
+        ScriptedResponse::tool_calls(vec![call(
+            "d",
+            "delegate_task",
+            json!({"tasks": [
+                {"goal": "job stuck"},
+                {"goal": "job counted", "output_schema": schema},
+            ]}),
+        )]),
+        ScriptedResponse::tool_calls(vec![call(
+            "k1",
+            "terminal",
+            json!({"command": "sleep 120"}),
+        )])
+        .for_conversation("stuck"),
+        // (No tool call: its first would create an environment, which the
+        // one-second in-tool threshold here would not allow.)
+        ScriptedResponse::text("There are many files.").for_conversation("counted"),
+        ScriptedResponse::text("{\"files\": 20}").for_conversation("counted"),
+        ScriptedResponse::text("One stalled, one counted."),
+    ];
+    let model = model(script);
+    let (fleet, coordinator, _w1) = fleet_with_delegation(
+        &model,
+        "  stall_in_tool_seconds: 1\n  stall_grace_seconds: 30\n",
+    );
+    // (No child's match key may appear in it.)
+    let prompt = "Two jobs for the fleet";
+    let out = fleet.client(&coordinator, &["run", "--json", prompt]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events = json_lines(&out.stdout);
+    assert_eq!(
+        events.last().unwrap()["data"]["text"],
+        "One stalled, one counted.",
+        "{events:#?}"
+    );
+    let results = result_in(&model, prompt, "d");
+    let stuck = &results["results"][0];
+    assert_eq!(stuck["status"], "stalled", "{stuck}");
+    assert_eq!(stuck["stall_phase"], "in_tool");
+    assert!(
+        stuck["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("Subagent stopped making progress after 1 API call(s)"),
+        "{stuck}"
+    );
+    let counted = &results["results"][1];
+    assert_eq!(counted["status"], "completed", "{counted}");
+    assert_eq!(counted["schema_valid"], true);
+    assert_eq!(counted["summary"], "{\"files\": 20}");
+    assert_eq!(counted["api_calls"], 2);
+    let requests = model.server.requests();
+    let correction = requests
+        .iter()
+        .filter(|r| r.first_user_text() == "job counted")
+        .nth(1)
+        .unwrap();
+    let last_user = correction.body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "user")
+        .unwrap();
+    assert!(
+        last_user["content"]
+            .as_str()
+            .unwrap()
+            .contains("- the answer contains no JSON value\n"),
+        "{last_user}"
+    );
 }

@@ -517,3 +517,10 @@ async fn daytona_backend() {
         run_suite(backend).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn modal_backend() {
+    if let Some(backend) = BackendUnderTest::modal().ready_or_skip() {
+        run_suite(backend).await;
+    }
+}

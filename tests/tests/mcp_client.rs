@@ -296,7 +296,8 @@ fn kill_server(dir: &Path, name: &str) {
 }
 
 #[test]
-fn killed_or_hung_stdio_server_fails_clearly_reconnects_and_parks_after_repeated_failures() {
+fn killed_or_hung_stdio_server_fails_clearly_is_hidden_while_reconnecting_and_parks_after_repeated_failures()
+ {
     if !python_has("mcp_server_time", "mcp-server-time") {
         return;
     }
@@ -324,6 +325,12 @@ fn killed_or_hung_stdio_server_fails_clearly_reconnects_and_parks_after_repeated
     assert!(now("flaky")["result"].is_string(), "{}", now("flaky"));
     assert!(now("fragile")["result"].is_string(), "{}", now("fragile"));
 
+    let mcp_tools = || -> Vec<String> {
+        tool_names(&fleet, &coordinator, "")
+            .into_iter()
+            .filter(|t| t.starts_with("mcp__"))
+            .collect()
+    };
     // Killed, and unable to start again: calls fail with an error naming the
     // server, while the supervisor keeps retrying.
     kill_server(state.path(), "flaky");
@@ -332,16 +339,26 @@ fn killed_or_hung_stdio_server_fails_clearly_reconnects_and_parks_after_repeated
         .as_str()
         .unwrap_or_else(|| panic!("no error: {down}"));
     assert!(message.contains("MCP server 'flaky'"), "{down}");
-    assert!(
-        tool_names(&fleet, &coordinator, "mcp-flaky")
-            .contains(&"mcp__flaky__get_current_time".to_owned()),
-        "still registered while reconnecting"
+    // While it reconnects its tools are hidden from the model (hermes'
+    // check_fn), and a call still names the server and why.
+    wait_until(
+        "flaky's tools to be hidden while it reconnects",
+        Duration::from_secs(60),
+        || mcp_tools() == ["mcp__fragile__convert_time"],
     );
-    // Back: the next reconnect attempt picks it up.
+    assert_eq!(
+        now("flaky")["error"],
+        "Tool 'mcp__flaky__get_current_time' is not available right now: MCP server 'flaky' lost its connection and is reconnecting; its tools are back once it is.",
+    );
+    // Back: the next reconnect attempt picks it up and shows its tools again.
     std::fs::write(state.path().join("flaky.up"), "").unwrap();
     wait_until("flaky to reconnect", Duration::from_secs(60), || {
         now("flaky")["result"].is_string()
     });
+    assert_eq!(
+        mcp_tools(),
+        ["mcp__flaky__get_current_time", "mcp__fragile__convert_time"]
+    );
 
     // Hung (SIGSTOP): the call ends at the server's `timeout` with a timeout
     // error; once the server runs again, so do calls.
@@ -361,20 +378,14 @@ fn killed_or_hung_stdio_server_fails_clearly_reconnects_and_parks_after_repeated
 
     // Repeated failure: parked, its tools deregistered, then probed.
     kill_server(state.path(), "fragile");
+    // (Hidden first, while its retries run; parked, it is gone: a call
+    // reads the pipeline's unknown-tool error.)
     wait_until("fragile to be parked", Duration::from_secs(60), || {
-        let mcp: Vec<String> = tool_names(&fleet, &coordinator, "")
-            .into_iter()
-            .filter(|t| t.starts_with("mcp__"))
-            .collect();
-        mcp == ["mcp__flaky__get_current_time"]
-    });
-    let parked = now("fragile");
-    assert!(
-        parked["error"]
+        now("fragile")["error"]
             .as_str()
-            .is_some_and(|e| e.starts_with("Tool 'mcp__fragile__convert_time' does not exist")),
-        "{parked}"
-    );
+            .is_some_and(|e| e.starts_with("Tool 'mcp__fragile__convert_time' does not exist"))
+    });
+    assert_eq!(mcp_tools(), ["mcp__flaky__get_current_time"]);
     std::fs::write(state.path().join("fragile.up"), "").unwrap();
     wait_until("fragile to be probed back", Duration::from_secs(60), || {
         now("fragile")["result"].is_string()
@@ -441,4 +452,332 @@ fn mcp_list_and_test_commands() {
         String::from_utf8_lossy(&unknown.stderr)
             .contains("no MCP server 'nope' in mcp_servers (configured: time, broken, missing)")
     );
+}
+
+/// `tests/fixtures/mcp/legacy_server.py`: a server that knows only the
+/// `initialize` handshake.
+fn legacy_fixture() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/mcp/legacy_server.py")
+}
+
+/// `(pid, method)` lines of a legacy fixture's log.
+fn logged_methods(log: &Path) -> Vec<(String, String)> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(pid, method)| (pid.to_owned(), method.to_owned()))
+        .collect()
+}
+
+#[test]
+fn servers_that_only_know_initialize_are_spoken_to_in_their_older_protocol() {
+    if !require("python3", "a python3 on PATH", || {
+        Command::new("python3")
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    }) {
+        return;
+    }
+    let logs = tempfile::tempdir().unwrap();
+    let stdio_log = logs.path().join("stdio.log");
+    let older_log = logs.path().join("older.log");
+    let http_log = logs.path().join("http.log");
+    let mut http = Command::new("python3")
+        .arg(legacy_fixture())
+        .args(["--http", "--log"])
+        .arg(&http_log)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(http.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let port: u16 = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("fixture said {line:?}"))
+        .parse()
+        .unwrap();
+    let fleet = Fleet::new();
+    let fixture = legacy_fixture().display().to_string();
+    fleet.write_config(&format!(
+        "mcp_servers:\n  legacy:\n    command: python3\n    args: ['{fixture}', --log, '{}']\n  older:\n    command: python3\n    args: ['{fixture}', --protocol, '2025-06-18', --log, '{}']\n  legacyhttp:\n    url: http://127.0.0.1:{port}/mcp\n",
+        stdio_log.display(),
+        older_log.display()
+    ));
+
+    // `mcp test`: the handshake each server agreed to.
+    let probe = |name: &str| -> Value {
+        let out = fleet
+            .command()
+            .args(["mcp", "test", name, "--json"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "mcp test {name}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let legacy = probe("legacy");
+    assert_eq!(legacy["protocol"], "2025-11-25", "{legacy}");
+    assert_eq!(legacy["server_name"], "legacy-fixture", "{legacy}");
+    assert_eq!(legacy["tools"].as_array().unwrap().len(), 2, "{legacy}");
+    // Over stdio the current handshake was tried first and refused; a fresh
+    // process was then spoken to with `initialize`.
+    let methods = logged_methods(&stdio_log);
+    assert_eq!(methods[0].1, "server/discover", "{methods:?}");
+    let (second_pid, _) = methods
+        .iter()
+        .find(|(_, m)| m == "initialize")
+        .unwrap_or_else(|| panic!("no initialize: {methods:?}"));
+    assert_ne!(
+        *second_pid, methods[0].0,
+        "a fresh process for the fallback"
+    );
+    assert!(
+        methods
+            .iter()
+            .filter(|(pid, _)| pid == second_pid)
+            .any(|(_, m)| m == "tools/list"),
+        "{methods:?}"
+    );
+    assert_eq!(probe("older")["protocol"], "2025-06-18");
+    let over_http = probe("legacyhttp");
+    assert_eq!(over_http["protocol"], "2025-11-25", "{over_http}");
+    assert!(
+        logged_methods(&http_log)
+            .iter()
+            .any(|(_, m)| m == "initialize")
+    );
+
+    // Served: their tools are registered and called like any other.
+    let coordinator = fleet.serve(&[]);
+    for server in ["legacy", "older", "legacyhttp"] {
+        assert_eq!(
+            tool_names(&fleet, &coordinator, &format!("mcp-{server}")),
+            [
+                format!("mcp__{server}__echo"),
+                format!("mcp__{server}__protocol")
+            ]
+        );
+        assert_eq!(
+            fleet.call(
+                &coordinator,
+                &format!("mcp__{server}__echo"),
+                &json!({"text": "héllo"}),
+                "l1"
+            ),
+            json!({"result": "héllo"})
+        );
+    }
+    assert_eq!(
+        fleet.call(&coordinator, "mcp__older__protocol", &json!({}), "l1"),
+        json!({"result": "2025-06-18"})
+    );
+    let _ = http.kill();
+    let _ = http.wait();
+}
+
+/// Whether `pid` runs (a zombie nobody reaped yet has ended).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X")
+    })
+}
+
+/// Processes whose parent is `parent` and whose command line contains `needle`.
+fn children_running(parent: u32, needle: &str) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // `pid (comm) state ppid …`; comm may hold spaces and parentheses.
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        if ppid == Some(parent) && String::from_utf8_lossy(&cmdline).contains(needle) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+#[test]
+fn a_server_hosted_on_a_labelled_worker_runs_there_and_leaves_with_it() {
+    if !python_has("mcp_server_time", "mcp-server-time") {
+        return;
+    }
+    let fleet = Fleet::new();
+    fleet.write_config(
+        "mcp_servers:\n  labtime:\n    command: mcp-server-time\n    args: [--local-timezone, UTC]\n    on:\n      labels: {site: lab}\n",
+    );
+    let coordinator = fleet.serve(&[]);
+    let listed = || tool_names(&fleet, &coordinator, "");
+    let hosted = [
+        "mcp__labtime__convert_time",
+        "mcp__labtime__get_current_time",
+    ];
+    let has_hosted = |names: &[String]| hosted.iter().all(|t| names.contains(&(*t).to_owned()));
+    assert!(
+        !listed().iter().any(|t| t.starts_with("mcp__labtime__")),
+        "no worker yet: no hosted tools"
+    );
+    let plain = fleet.worker(&coordinator, "plain", &fleet.token, &[]);
+    let mut lab = fleet.worker(&coordinator, "lab", &fleet.token, &["--labels", "site=lab"]);
+    wait_until(
+        "the lab worker to host labtime",
+        Duration::from_secs(60),
+        || has_hosted(&listed()),
+    );
+    assert_eq!(
+        tool_names(&fleet, &coordinator, "labtime"),
+        hosted,
+        "in toolset mcp-labtime, with the server's name as its alias"
+    );
+
+    // Called through the coordinator, as any tool; it runs on the worker.
+    let now = fleet.call(
+        &coordinator,
+        "mcp__labtime__get_current_time",
+        &json!({"timezone": "Europe/Oslo"}),
+        "h1",
+    );
+    let inner: Value = serde_json::from_str(
+        now["result"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no result: {now}")),
+    )
+    .unwrap();
+    assert_eq!(inner["timezone"], "Europe/Oslo", "{now}");
+    let bad = fleet.call(
+        &coordinator,
+        "mcp__labtime__get_current_time",
+        &json!({"timezone": "Not/A_Zone"}),
+        "h1",
+    );
+    assert!(
+        bad["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("Not/A_Zone")),
+        "{bad}"
+    );
+    // The server process is the lab worker's child, and nobody else's.
+    let servers = children_running(lab.pid(), "mcp-server-time");
+    assert_eq!(
+        servers.len(),
+        1,
+        "one server on the lab worker: {servers:?}"
+    );
+    assert!(children_running(plain.pid(), "mcp-server-time").is_empty());
+    assert!(children_running(coordinator.pid(), "mcp-server-time").is_empty());
+
+    // The worker dies: its tools go with it, and so does its server.
+    lab.kill();
+    wait_until(
+        "the hosted tools to leave with their worker",
+        Duration::from_secs(60),
+        || !listed().iter().any(|t| t.starts_with("mcp__labtime__")),
+    );
+    let gone = fleet.call(
+        &coordinator,
+        "mcp__labtime__get_current_time",
+        &json!({"timezone": "UTC"}),
+        "h1",
+    );
+    assert!(
+        gone["error"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("Tool 'mcp__labtime__get_current_time' does not exist")),
+        "{gone}"
+    );
+    wait_until(
+        "the dead worker's server to end (its stdin closed)",
+        Duration::from_secs(30),
+        || !alive(servers[0]),
+    );
+
+    // Another worker with the labels: it hosts the server afresh.
+    let lab2 = fleet.worker(
+        &coordinator,
+        "lab2",
+        &fleet.token,
+        &["--labels", "site=lab"],
+    );
+    wait_until("lab2 to host labtime", Duration::from_secs(60), || {
+        has_hosted(&listed())
+    });
+    let again = fleet.call(
+        &coordinator,
+        "mcp__labtime__convert_time",
+        &json!({"source_timezone": "UTC", "time": "12:00", "target_timezone": "Asia/Tokyo"}),
+        "h2",
+    );
+    assert!(again["result"].is_string(), "{again}");
+    assert_eq!(children_running(lab2.pid(), "mcp-server-time").len(), 1);
+}
+
+#[test]
+fn a_hosted_server_that_dies_is_hidden_on_the_coordinator_until_its_worker_reconnects_it() {
+    if !python_has("mcp_server_time", "mcp-server-time") {
+        return;
+    }
+    let state = tempfile::tempdir().unwrap();
+    let flaky = switchable_server(state.path(), "hflaky");
+    let fleet = Fleet::new();
+    fleet.write_config(&format!(
+        "mcp_servers:\n  hflaky:\n    command: '{}'\n    env:\n      STATE_DIR: '{}'\n    tools:\n      include: [get_current_time]\n    reconnect: {{first_delay: 0.2, max_delay: 1, retries: 100000}}\n    on:\n      labels: {{site: lab}}\n",
+        flaky.display(),
+        state.path().display()
+    ));
+    let coordinator = fleet.serve(&[]);
+    let _lab = fleet.worker(&coordinator, "lab", &fleet.token, &["--labels", "site=lab"]);
+    let now = || {
+        fleet.call(
+            &coordinator,
+            "mcp__hflaky__get_current_time",
+            &json!({"timezone": "UTC"}),
+            "f1",
+        )
+    };
+    let offered = || {
+        tool_names(&fleet, &coordinator, "").contains(&"mcp__hflaky__get_current_time".to_owned())
+    };
+    wait_until(
+        "the lab worker to host hflaky",
+        Duration::from_secs(60),
+        offered,
+    );
+    assert!(now()["result"].is_string(), "{}", now());
+
+    // Its process killed and kept down: the worker reconnects in vain, and
+    // the coordinator hides the tool with the reason.
+    kill_server(state.path(), "hflaky");
+    wait_until(
+        "the hosted tool to be hidden while its server reconnects",
+        Duration::from_secs(60),
+        || !offered(),
+    );
+    assert_eq!(
+        now()["error"],
+        "Tool 'mcp__hflaky__get_current_time' is not available right now: MCP server 'hflaky' lost its connection and is reconnecting; its tools are back once it is."
+    );
+    std::fs::write(state.path().join("hflaky.up"), "").unwrap();
+    wait_until("hflaky to be back", Duration::from_secs(60), || {
+        offered() && now()["result"].is_string()
+    });
 }

@@ -69,6 +69,7 @@ fn serve(bind: &str) -> Site {
                         redirect("http://metadata.google.internal/computeMetadata/v1/")
                     }
                     "/to-page" => redirect("/"),
+                    "/loop" => redirect("/loop"),
                     "/pixel.png" => ("200 OK", String::new(), "image/png", png()),
                     "/long" => {
                         let mut text = String::from("<html><head><title>Long</title></head><body>");
@@ -128,11 +129,35 @@ fn web_extract_returns_a_loopback_page_as_markdown() {
     let got = fleet.call(
         &c,
         "web_extract",
-        &json!({"urls": [format!("{}/", site.base), {"url": format!("{}/to-page", site.base)}]}),
+        &json!({"urls": [
+            format!("{}/", site.base),
+            {"url": format!("{}/to-page", site.base)},
+            format!("{}/loop", site.base),
+            "not a url",
+            42,
+            format!("{}/sixth", site.base),
+        ]}),
         "extract",
     );
     let results = got["results"].as_array().unwrap();
-    assert_eq!(results.len(), 2, "{got}");
+    // hermes reads five URLs a call; the sixth is never fetched.
+    assert_eq!(results.len(), 5, "{got}");
+    assert!(
+        !site.requests.lock().unwrap().iter().any(|p| p == "/sixth"),
+        "the sixth URL was fetched"
+    );
+    assert_eq!(
+        results[2]["error"], "Error extracting content: Too many redirects (more than 10)",
+        "{got}"
+    );
+    assert_eq!(
+        results[3]["error"], "Error extracting content: Invalid URL 'not a url'",
+        "{got}"
+    );
+    assert_eq!(
+        results[4]["error"],
+        "Invalid URL item at index 4: expected a URL string or an object with a string 'url' or 'href' field"
+    );
     let page = &results[0];
     assert_eq!(page["url"], format!("{}/", site.base));
     assert_eq!(page["title"], "Test Page");
@@ -153,11 +178,26 @@ fn web_extract_returns_a_loopback_page_as_markdown() {
 #[test]
 fn a_long_page_is_cut_with_a_footer_and_its_full_text_is_readable() {
     let site = serve("127.0.0.1:0");
-    let (fleet, c, _w) = fleet(ALLOW_PRIVATE, &[]);
+    // The configured budget (hermes' `web.extract_char_limit`) when a call names none.
+    let (fleet, c, _w) = fleet(
+        &format!("{ALLOW_PRIVATE}web:\n  extract_char_limit: 5000\n"),
+        &[],
+    );
+    let whole = fleet.call(
+        &c,
+        "web_extract",
+        &json!({"urls": [format!("{}/long", site.base)], "char_limit": 400000}),
+        "long",
+    );
+    let text = whole["results"][0]["content"].as_str().unwrap();
+    assert!(
+        !text.contains("[TRUNCATED]") && text.contains("line 1500 of"),
+        "cut although asked for 400,000"
+    );
     let got = fleet.call(
         &c,
         "web_extract",
-        &json!({"urls": [format!("{}/long", site.base)], "char_limit": 5000}),
+        &json!({"urls": [format!("{}/long", site.base)]}),
         "long",
     );
     let content = got["results"][0]["content"].as_str().unwrap();
@@ -470,6 +510,24 @@ fn vision_analyze_sends_the_image_from_a_url_and_from_the_environment() {
     let (mime, bytes, _) = image_sent(&model, 1);
     assert_eq!((mime.as_str(), bytes), ("image/png", png()));
 
+    // Too large: refused on the worker without reading it all.
+    fleet.call(
+        &c,
+        "terminal",
+        &json!({"command": "head -c 16000000 /dev/zero > big.png"}),
+        "vision",
+    );
+    let got = fleet.call(
+        &c,
+        "vision_analyze",
+        &json!({"image_url": "big.png", "question": "?"}),
+        "vision",
+    );
+    assert_eq!(
+        got["error"], "Error analyzing image: the image is larger than 15 MB",
+        "{got}"
+    );
+
     // Not an image: refused on the worker, the model is not asked.
     let got = fleet.call(
         &c,
@@ -583,6 +641,20 @@ fn text_to_speech_writes_a_wav_in_the_environment() {
         .parse()
         .unwrap();
     assert!(seconds > 0.3, "{seconds} s of speech");
+
+    // Text that looks like an option is spoken, not obeyed (it goes in on stdin).
+    let dashed = fleet.call(
+        &c,
+        "text_to_speech",
+        &json!({"text": "--help", "output_path": "dash.wav"}),
+        "tts",
+    );
+    assert_eq!(dashed["success"], true, "{dashed}");
+    let head = std::fs::read(dashed["file_path"].as_str().unwrap()).unwrap();
+    assert!(
+        head.starts_with(b"RIFF") && &head[8..12] == b"WAVE",
+        "not a WAV"
+    );
 
     let empty = fleet.call(&c, "text_to_speech", &json!({"text": "  "}), "tts");
     assert_eq!(

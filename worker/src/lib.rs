@@ -5,6 +5,7 @@
 pub mod backends;
 pub mod browser;
 pub mod env;
+pub mod hosted;
 pub mod link;
 pub mod metrics;
 pub mod process;
@@ -125,6 +126,8 @@ pub struct Worker {
     notices: tokio::sync::Mutex<tokio::sync::mpsc::Receiver<EnvironmentNotice>>,
     metrics: metrics::WorkerMetrics,
     browsers: Arc<browser::Browsers>,
+    /// MCP servers the coordinator asked this worker to host.
+    hosted: hosted::Hosted,
 }
 
 impl Worker {
@@ -172,12 +175,18 @@ impl Worker {
             notices: tokio::sync::Mutex::new(notices),
             metrics: metrics::WorkerMetrics::new(),
             browsers,
+            hosted: hosted::Hosted::new(Arc::new(caduceus_mcp::sdk::RmcpConnector)),
         })
     }
 
     /// The worker's browsers (one per task).
     pub fn browsers(&self) -> &Arc<browser::Browsers> {
         &self.browsers
+    }
+
+    /// The MCP servers this worker hosts for its coordinator.
+    pub fn hosted(&self) -> &hosted::Hosted {
+        &self.hosted
     }
 
     /// The toolsets this worker serves beyond the environment tools.
@@ -482,6 +491,15 @@ impl Worker {
                 );
             }
         };
+        if !call.provider.is_empty() {
+            // A hosted MCP server's tool: next to this host, in no environment.
+            return (
+                self.hosted
+                    .call(&call.provider, &call.tool, args, &cancel)
+                    .await,
+                None,
+            );
+        }
         if call.tool == "process" {
             return (self.run_process(call, &args, &cancel).await, None);
         }
@@ -666,6 +684,7 @@ impl Worker {
     /// Ends every environment and warm-pool sandbox (worker shutdown).
     pub async fn shutdown(&self) {
         self.cancel_all();
+        self.hosted.stop_all();
         // Its own layer: a browser whose environment is already gone (or
         // whose end fails) is closed here all the same.
         self.browsers.close_all().await;

@@ -561,6 +561,9 @@ pub struct ChildEntry {
     pub schema_errors: Option<Vec<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub schema_note: Option<String>,
+    /// Background processes the child left running, killed when it ended.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub orphaned_processes: Option<Vec<String>>,
     pub session_id: String,
     pub task_id: String,
     /// Workers that ran the child's tool calls.
@@ -840,7 +843,7 @@ pub fn registry_entry(schema: Value, config: Arc<DelegationConfig>) -> ToolEntry
     ToolEntry::new("delegate_task", "delegation", schema, Handler::AgentLoop)
         .with_parallel(ParallelClass::Sequential)
         .with_emoji("🔀")
-        .with_dynamic_schema(Arc::new(move || {
+        .with_dynamic_schema(Arc::new(move |_| {
             Some(schema_overrides(&config, &parameters))
         }))
 }

@@ -245,7 +245,11 @@ fn the_live_schema_names_the_limits() {
         ..DelegationConfig::default()
     });
     let entry = registry_entry(schema, config);
-    let definition = crate::registry::definition_of(&entry);
+    let offered = std::collections::BTreeSet::from(["delegate_task".to_owned()]);
+    let definition = crate::registry::definition_in(
+        &entry,
+        &crate::registry::DefinitionContext { offered: &offered },
+    );
     let function = &definition["function"];
     let description = function["description"].as_str().unwrap();
     assert!(description.contains("up to 5 items"), "{description}");
@@ -294,6 +298,7 @@ fn entries_serialize_with_hermes_fields_first() {
         schema_valid: None,
         schema_errors: None,
         schema_note: None,
+        orphaned_processes: None,
         session_id: "s".into(),
         task_id: "t".into(),
         workers: vec!["w1".into()],

@@ -39,6 +39,8 @@ pub const STEER_QUEUED: &str = "steer_queued";
 pub const STEER_RECEIVED: &str = "steer_received";
 /// A child's final answer was checked against its `output_schema`.
 pub const SCHEMA_CHECKED: &str = "schema_checked";
+/// A child's background processes still running when it ended were killed.
+pub const PROCESSES_KILLED: &str = "processes_killed";
 /// A session resumed after a coordinator restart.
 pub const SESSION_RESUMED: &str = "session_resumed";
 

@@ -250,6 +250,7 @@ pub(crate) fn outcome_of(db: &Path, session: &StoredSession) -> SessionOutcome {
         missed_steer: Vec::new(),
         // Not stored: the parent reads the stored final text as it is.
         schema: None,
+        killed_processes: Vec::new(),
     }
 }
 

@@ -120,6 +120,9 @@ pub(crate) struct SessionOutcome {
     pub missed_steer: Vec<String>,
     /// With an `output_schema`: the check of its final answer.
     pub schema: Option<super::output_schema::SchemaCheck>,
+    /// A child's background processes still running when it ended, which
+    /// the runtime killed (hermes: they belong to the agent that started them).
+    pub killed_processes: Vec<String>,
 }
 
 /// What a running session shares with its hub and its parent without a
@@ -447,6 +450,7 @@ async fn crashed(state: &SessionState, panic: &str) -> SessionOutcome {
         workers: BTreeSet::new(),
         missed_steer: state.shared.close_steering(),
         schema: None,
+        killed_processes: Vec::new(),
     };
     conclude(&state.hub, &state.spec, &state.events, &outcome, "error").await;
     outcome

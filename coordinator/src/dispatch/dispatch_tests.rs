@@ -114,6 +114,7 @@ async fn dispatcher(hook: Option<Arc<Recorder>>) -> Dispatcher {
             notices: None,
             placement: Default::default(),
             metrics: Default::default(),
+            hosted: Vec::new(),
         },
     )
     .await

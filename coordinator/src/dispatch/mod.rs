@@ -496,6 +496,11 @@ impl Dispatcher {
                 environment_reset = ran.environment_reset.or(environment_reset);
                 ran.reply
             }
+            Handler::Hosted(provider) => {
+                let ran = self.run_hosted(provider, &entry.name, &args, &ctx).await;
+                worker = ran.worker;
+                ran.reply
+            }
             // The agent loop intercepts these before routing; reaching here
             // means a loop forwarded one by mistake.
             Handler::AgentLoop => agent_loop_only(&name),
@@ -884,6 +889,42 @@ impl Dispatcher {
         Ok((sync.root(env), reset))
     }
 
+    /// A hosted provider's tool, on a worker hosting it (no environment).
+    async fn run_hosted(
+        &self,
+        provider: &str,
+        tool: &str,
+        args: &Map<String, Value>,
+        ctx: &CallContext,
+    ) -> WorkerRun {
+        let call = crate::scheduler::HostedCall {
+            provider: provider.to_owned(),
+            tool: tool.to_owned(),
+            arguments_json: serde_json::to_string(args).unwrap_or_else(|_| "{}".to_owned()),
+            task_id: ctx.task_id.clone(),
+            session_id: ctx.session_id.clone().unwrap_or_default(),
+            traceparent: ctx.trace.map(|t| t.to_string()).unwrap_or_default(),
+        };
+        match self.scheduler.run_hosted(call).await {
+            Ok(done) => WorkerRun {
+                reply: done.reply,
+                worker: Some(done.worker),
+                environment_reset: None,
+            },
+            Err(err) => {
+                let status = match err {
+                    ScheduleError::Timeout { .. } => CallStatus::Timeout,
+                    _ => CallStatus::Error,
+                };
+                WorkerRun {
+                    reply: ToolReply::new(status, tool_error(err.to_string())),
+                    worker: err.worker().map(str::to_owned),
+                    environment_reset: None,
+                }
+            }
+        }
+    }
+
     /// The command timeout of a call, the one decision the worker obeys:
     /// a foreground `terminal` command's `timeout` (integer or float seconds,
     /// rounded up; missing or not positive = `terminal.timeout`, hermes'
@@ -1012,7 +1053,10 @@ fn unavailable_reason(snapshot: &ToolRegistry, entry: &ToolEntry) -> String {
             missing.join(", ")
         );
     }
-    match entry.availability {
+    match &entry.availability {
+        crate::registry::Availability::Hidden(reason) => {
+            format!("Tool '{}' is not available right now: {reason}", entry.name)
+        }
         crate::registry::Availability::Fleet => format!(
             "Tool '{}' is not available: no attached worker offers the '{}' backend. Attach one with `caduceus worker --coordinator URL --backends {}`.",
             entry.name,

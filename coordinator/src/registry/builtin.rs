@@ -1,6 +1,8 @@
 //! The built-in tools: their schemas (hermes-compatible, in `schemas/`), where
 //! they run, and how the batch planner may schedule them.
 
+use std::sync::Arc;
+
 use serde_json::Value;
 
 use super::{Availability, Handler, ParallelClass, RegistryError, ToolEntry, ToolRegistry};
@@ -269,10 +271,17 @@ fn entry_of(builtin: &Builtin) -> Result<ToolEntry, RegistryError> {
 pub fn builtin_registry(terminal_backend: &str) -> Result<ToolRegistry, RegistryError> {
     let mut registry = ToolRegistry::new(terminal_backend);
     for builtin in BUILTINS {
-        registry.register(entry_of(builtin)?, false)?;
+        let mut entry = entry_of(builtin)?;
+        if entry.name == super::browser_navigate::NAME {
+            let static_description = entry.description.clone();
+            entry = entry.with_dynamic_schema(Arc::new(move |context| {
+                super::browser_navigate::overrides(&static_description, context)
+            }));
+        }
+        registry.register(entry, false)?;
     }
-    // Its description depends on the caller's tools (see `definitions`);
-    // this one offers them all.
+    // Its description depends on the caller's tools (its dynamic schema);
+    // the static one offers them all.
     let every: Vec<String> = caduceus_common::execute_code::SANDBOX_TOOLS
         .iter()
         .map(|t| (*t).to_owned())
@@ -285,7 +294,8 @@ pub fn builtin_registry(terminal_backend: &str) -> Result<ToolRegistry, Registry
     )
     .with_availability(Availability::Fleet)
     .with_parallel(ParallelClass::Sequential)
-    .with_emoji("🐍");
+    .with_emoji("🐍")
+    .with_dynamic_schema(super::execute_code::dynamic_schema());
     code.max_result_size_chars = Some(100_000);
     registry.register(code, false)?;
     Ok(registry)

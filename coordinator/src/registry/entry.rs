@@ -26,6 +26,9 @@ pub enum Handler {
     AgentLoop,
     /// Runs on a worker, inside the task's environment.
     Worker,
+    /// Belongs to a provider (an MCP server) hosted on workers: runs on a
+    /// worker hosting the named provider, in no environment.
+    Hosted(String),
 }
 
 impl fmt::Debug for Handler {
@@ -34,13 +37,31 @@ impl fmt::Debug for Handler {
             Handler::Local(_) => f.write_str("Local"),
             Handler::AgentLoop => f.write_str("AgentLoop"),
             Handler::Worker => f.write_str("Worker"),
+            Handler::Hosted(provider) => write!(f, "Hosted({provider})"),
         }
     }
 }
 
+/// What a definitions request knows when it asks a tool for its dynamic
+/// schema: the tools it offers, so that a description never names a tool
+/// the model does not have (hermes: `execute_code`, `browser_navigate`).
+#[derive(Debug, Clone, Copy)]
+pub struct DefinitionContext<'a> {
+    /// Every tool offered in this request (after toolsets and availability).
+    pub offered: &'a std::collections::BTreeSet<String>,
+}
+
+impl DefinitionContext<'_> {
+    pub fn offers(&self, tool: &str) -> bool {
+        self.offered.contains(tool)
+    }
+}
+
 /// Returns fields merged over the static schema at definition time (e.g. a
-/// description that names live limits). `None` keeps the static schema.
-pub type SchemaOverrideFn = Arc<dyn Fn() -> Option<Map<String, Value>> + Send + Sync>;
+/// description that names live limits or the other tools offered),
+/// recomputed on every definitions request. `None` keeps the static schema.
+pub type SchemaOverrideFn =
+    Arc<dyn Fn(&DefinitionContext<'_>) -> Option<Map<String, Value>> + Send + Sync>;
 
 /// When a tool is offered to a model.
 #[derive(Clone)]
@@ -52,6 +73,10 @@ pub enum Availability {
     /// Like `Fleet`, and some attached worker serves the tool's toolset
     /// (`Hello.toolsets`: "browser" where Chromium is installed).
     WorkerToolset,
+    /// Not offered right now, for the reason given (an MCP server that is
+    /// reconnecting): the tool stays registered, definitions leave it out,
+    /// and a call is answered with the reason.
+    Hidden(String),
 }
 
 impl fmt::Debug for Availability {
@@ -60,6 +85,7 @@ impl fmt::Debug for Availability {
             Availability::Always => f.write_str("Always"),
             Availability::Fleet => f.write_str("Fleet"),
             Availability::WorkerToolset => f.write_str("WorkerToolset"),
+            Availability::Hidden(reason) => write!(f, "Hidden({reason})"),
         }
     }
 }

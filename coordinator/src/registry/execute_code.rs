@@ -2,9 +2,13 @@
 //! description lists only the sandbox tools the caller may use, so a model
 //! never tries a function its script does not have.
 
+use std::sync::Arc;
+
 use serde_json::{Value, json};
 
 use caduceus_common::execute_code::SANDBOX_TOOLS;
+
+use super::{DefinitionContext, SchemaOverrideFn};
 
 pub const NAME: &str = "execute_code";
 
@@ -73,14 +77,26 @@ pub fn schema(tools: &[String]) -> Value {
     } else {
         format!("{}, ...", examples.join(", "))
     };
+    // Named only when the caller has it (the description never names a
+    // tool the model lacks).
+    let same_as = if has("terminal") {
+        "terminal()"
+    } else {
+        "the other tools"
+    };
+    let parse_what = if has("terminal") {
+        "terminal()"
+    } else {
+        "tool"
+    };
     let description = format!(
         "Run a Python script that can call tools programmatically. Use when you need 3+ tool calls with logic between them: filtering/reducing large outputs before they enter context, branching, or loops (N pages/files, retry on failure). Use normal tool calls for single calls, results you must reason over in full, or anything needing user interaction.\n\n\
-Each call runs a fresh script inside the task's environment (the same files and working directory as terminal()); variables do not survive between execute_code calls.\n\n\
+Each call runs a fresh script inside the task's environment (the same files and working directory as {same_as}); variables do not survive between execute_code calls.\n\n\
 Available via `from hermes_tools import ...` (or `caduceus_tools`, the same module):\n\n\
 {tool_lines}\n\n\
 Limits: 5-minute timeout, max 50 tool calls per call. Stdout over 50KB shows head/tail inline; the FULL text is auto-saved to a file whose path rides in the result.\n\n\
 Scripts run in the session's working directory with the environment's python3 (stdlib; check `import x` before relying on other packages).\n\n\
-Helpers require imports: `from hermes_tools import json_parse, shell_quote, retry`. json_parse(text) — tolerant json.loads for terminal() output; shell_quote(s) — shlex.quote for dynamic shell args; retry(fn, max_attempts=3, delay=2) — exponential backoff."
+Helpers require imports: `from hermes_tools import json_parse, shell_quote, retry`. json_parse(text) — tolerant json.loads for {parse_what} output; shell_quote(s) — shlex.quote for dynamic shell args; retry(fn, max_attempts=3, delay=2) — exponential backoff."
     );
     json!({
         "description": description,
@@ -94,5 +110,16 @@ Helpers require imports: `from hermes_tools import json_parse, shell_quote, retr
             },
             "required": ["code"],
         },
+    })
+}
+
+/// The live schema of the registry entry: `description` and `parameters`
+/// for the sandbox tools the definitions request offers.
+pub fn dynamic_schema() -> SchemaOverrideFn {
+    Arc::new(|context: &DefinitionContext<'_>| {
+        match schema(&sandbox_tools_among(|t| context.offers(t))) {
+            Value::Object(fields) => Some(fields),
+            _ => None,
+        }
     })
 }

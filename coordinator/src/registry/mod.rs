@@ -4,6 +4,7 @@
 //! without locking.
 
 pub mod actor;
+pub mod browser_navigate;
 pub mod builtin;
 pub mod entry;
 pub mod execute_code;
@@ -15,7 +16,8 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 
 pub use entry::{
-    Availability, Handler, LocalTool, Owner, ParallelClass, SchemaOverrideFn, ToolEntry,
+    Availability, DefinitionContext, Handler, LocalTool, Owner, ParallelClass, SchemaOverrideFn,
+    ToolEntry,
 };
 use toolsets::ToolsetResolver;
 
@@ -284,6 +286,7 @@ impl ToolRegistry {
                 self.fleet_backends.contains(&*self.terminal_backend)
                     && self.fleet_toolsets.contains(&entry.toolset)
             }
+            Availability::Hidden(_) => false,
         }
     }
 
@@ -329,28 +332,20 @@ impl ToolRegistry {
     }
 
     /// OpenAI function definitions (`{"type":"function","function":{…}}`),
-    /// sorted by name, with dynamic overrides merged over the static schema.
+    /// sorted by name, with dynamic overrides merged over the static schema
+    /// — recomputed here, on every request, against the tools this request
+    /// offers.
     pub fn definitions(&self, filter: &ToolFilter) -> Result<Vec<Value>, RegistryError> {
         let names = self.available_names(filter)?;
         let choosable = self.choosable_backends();
+        let context = DefinitionContext { offered: &names };
         Ok(names
             .iter()
             .filter_map(|n| self.tools.get(n))
             .map(|e| {
-                let mut definition = definition_of(e);
+                let mut definition = definition_in(e, &context);
                 if e.name == "terminal" && choosable.len() > 1 {
                     self.add_backend_argument(&mut definition, &choosable);
-                }
-                if e.name == execute_code::NAME
-                    && let Some(function) = definition
-                        .get_mut("function")
-                        .and_then(Value::as_object_mut)
-                    && let Value::Object(schema) =
-                        execute_code::schema(&execute_code::sandbox_tools_among(|t| {
-                            names.contains(t)
-                        }))
-                {
-                    function.extend(schema);
                 }
                 definition
             })
@@ -380,12 +375,13 @@ impl ToolRegistry {
     }
 }
 
-/// The OpenAI function definition of one entry.
-pub fn definition_of(entry: &ToolEntry) -> Value {
+/// The OpenAI function definition of one entry, in a request that offers
+/// the tools of `context`.
+pub fn definition_in(entry: &ToolEntry, context: &DefinitionContext<'_>) -> Value {
     let mut function: Map<String, Value> = entry.schema.as_object().cloned().unwrap_or_default();
     function.insert("name".to_owned(), Value::String(entry.name.clone()));
     if let Some(dynamic) = &entry.dynamic_schema {
-        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| dynamic())) {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| dynamic(context))) {
             Ok(Some(overrides)) => function.extend(overrides),
             Ok(None) => {}
             Err(_) => {

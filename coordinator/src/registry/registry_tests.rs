@@ -194,14 +194,14 @@ fn required_env_hides_tools() {
 #[test]
 fn dynamic_overrides_merge_and_survive_panics() {
     let mut reg = ToolRegistry::new("local");
-    let live: SchemaOverrideFn = Arc::new(|| {
+    let live: SchemaOverrideFn = Arc::new(|_| {
         let mut m = Map::new();
         m.insert("description".into(), json!("limit is 3"));
         Some(m)
     });
     reg.register(local("d", "x").with_dynamic_schema(live), false)
         .unwrap();
-    let broken: SchemaOverrideFn = Arc::new(|| panic!("boom"));
+    let broken: SchemaOverrideFn = Arc::new(|_| panic!("boom"));
     reg.register(local("e", "x").with_dynamic_schema(broken), false)
         .unwrap();
     let defs = reg.definitions(&ToolFilter::default()).unwrap();
@@ -293,5 +293,115 @@ fn browser_tools_need_a_worker_with_the_browser_toolset() {
     assert!(
         reg.definitions(&browser).unwrap().is_empty(),
         "the browser runs next to an environment: no backend, no browser"
+    );
+}
+
+/// The description of `tool` in the definitions for `filter`.
+fn description_of(reg: &ToolRegistry, filter: &ToolFilter, tool: &str) -> String {
+    reg.definitions(filter)
+        .unwrap()
+        .iter()
+        .find(|d| d["function"]["name"] == tool)
+        .unwrap_or_else(|| panic!("{tool} not offered"))["function"]["description"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+#[test]
+fn dynamic_descriptions_name_only_the_tools_each_request_offers() {
+    let mut reg = builtin::builtin_registry("local").unwrap();
+    reg.set_fleet_backends(BTreeSet::from(["local".to_owned()]));
+    reg.set_fleet_toolsets(BTreeSet::from(["browser".to_owned()]));
+    let filter = |toolsets: &[&str], blocked: &[&str]| ToolFilter {
+        enabled_toolsets: toolsets.iter().map(|t| (*t).to_owned()).collect(),
+        blocked_tools: blocked.iter().map(|t| (*t).to_owned()).collect(),
+        ..ToolFilter::default()
+    };
+
+    // No terminal, no web tools: neither description mentions them.
+    let files_only = filter(&["code_execution", "browser", "file"], &[]);
+    let code = description_of(&reg, &files_only, "execute_code");
+    assert!(code.contains("  read_file(path: str"), "{code}");
+    assert!(!code.contains("terminal("), "{code}");
+    assert!(!code.contains("web_search"), "{code}");
+    let navigate = description_of(&reg, &files_only, "browser_navigate");
+    for absent in ["web_search", "web_extract", "terminal", "curl"] {
+        assert!(!navigate.contains(absent), "{absent}: {navigate}");
+    }
+    assert!(
+        navigate.contains("Use browser tools when you need to interact with a page"),
+        "{navigate}"
+    );
+    assert!(navigate.contains("browser_snapshot"), "{navigate}");
+
+    // The same registry, another request: terminal offered.
+    let with_terminal = filter(&["code_execution", "browser", "file", "terminal"], &[]);
+    let code = description_of(&reg, &with_terminal, "execute_code");
+    assert!(code.contains("  terminal(command: str"), "{code}");
+    let code_argument = reg
+        .definitions(&with_terminal)
+        .unwrap()
+        .into_iter()
+        .find(|d| d["function"]["name"] == "execute_code")
+        .unwrap()["function"]["parameters"]["properties"]["code"]["description"]
+        .clone();
+    assert!(
+        code_argument
+            .as_str()
+            .unwrap()
+            .contains("from hermes_tools import terminal, ..."),
+        "{code_argument}"
+    );
+    let navigate = description_of(&reg, &with_terminal, "browser_navigate");
+    assert!(
+        navigate.contains("prefer curl via the terminal tool; the browser stack"),
+        "{navigate}"
+    );
+    assert!(!navigate.contains("web_"), "{navigate}");
+
+    // One web tool offered: named, the absent one still not. (`web_search`
+    // is registered at start when a search backend is configured.)
+    reg.register(
+        ToolEntry::new(
+            "web_search",
+            "web",
+            schema("search the web"),
+            Handler::AgentLoop,
+        ),
+        false,
+    )
+    .unwrap();
+    let with_web = filter(
+        &["code_execution", "browser", "terminal", "web"],
+        &["web_extract"],
+    );
+    let navigate = description_of(&reg, &with_web, "browser_navigate");
+    assert!(
+        navigate.contains("For simple information retrieval, prefer web_search (faster, cheaper)."),
+        "{navigate}"
+    );
+    assert!(!navigate.contains("web_extract"), "{navigate}");
+    let code = description_of(&reg, &with_web, "execute_code");
+    assert!(code.contains("  web_search(query: str"), "{code}");
+    assert!(!code.contains("read_file("), "{code}");
+
+    // A blocked browser_snapshot is not recommended either.
+    let no_snapshot = filter(&["browser"], &["browser_snapshot"]);
+    let navigate = description_of(&reg, &no_snapshot, "browser_navigate");
+    assert!(!navigate.contains("browser_snapshot"), "{navigate}");
+    assert!(
+        navigate
+            .ends_with("Returns a compact page snapshot with interactive elements and ref IDs."),
+        "{navigate}"
+    );
+
+    // Everything offered: hermes' static text, unchanged.
+    let everything = ToolFilter::default();
+    let navigate = description_of(&reg, &everything, "browser_navigate");
+    assert_eq!(
+        navigate,
+        reg.get("browser_navigate").unwrap().description,
+        "the static description when every tool it names is offered"
     );
 }

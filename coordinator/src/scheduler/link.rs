@@ -453,6 +453,12 @@ fn handle_event(state: &mut LinkArgs, event: WorkerEvent) {
                     reason: released.reason,
                 });
         }
+        Some(worker_event::Event::Hosted(tools)) => {
+            let _ = state.scheduler.cast(super::SchedulerMsg::Hosted {
+                worker_id: state.worker_id.clone(),
+                tools,
+            });
+        }
         Some(worker_event::Event::Hello(_)) => {
             tracing::warn!(worker = %state.name, "duplicate hello ignored");
         }

@@ -11,6 +11,8 @@
 //!   fleet changes (a worker attaches, frees an environment, is uncordoned),
 //!   then fails naming what was missing. A task whose worker went away is
 //!   placed afresh and the caller learns its environment was reset.
+//! - Hosted providers ([`hosted`]): MCP servers configured to run on
+//!   workers with given labels; their tools are routed to a hosting worker.
 //! - Operations: a cordoned worker keeps its environments and gets no new
 //!   ones; a drained one is cordoned, finishes its calls, ends its
 //!   environments and exits.
@@ -19,6 +21,7 @@
 //!   is told (in its welcome) that it is stale and ends it; nothing is ever
 //!   answered from it, and a task has at most one live environment.
 
+pub mod hosted;
 pub mod link;
 pub mod placement;
 
@@ -31,8 +34,8 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent
 use tokio::sync::{oneshot, watch};
 
 use caduceus_proto::{
-    Drain, EnvironmentSpec, Hello, PersistResult, ReleaseEnvironment, RunCall, StaleEnvironment,
-    WorkerStatus, worker_command,
+    CallResult, Drain, EnvironmentSpec, Hello, HostProviders, HostedTools, PersistResult,
+    ReleaseEnvironment, RunCall, StaleEnvironment, WorkerStatus, worker_command,
 };
 
 use crate::ask;
@@ -117,6 +120,10 @@ pub enum ScheduleError {
         "The call did not finish within {after_secs}s on worker '{worker}'; it was cancelled there."
     )]
     Timeout { worker: String, after_secs: u64 },
+    #[error(
+        "No attached worker serves the tool '{tool}' of the MCP server '{provider}' right now (it runs on workers with the labels its `on:` names); it is offered again once one does."
+    )]
+    NotHosted { provider: String, tool: String },
     #[error("The scheduler is not running.")]
     Unavailable,
 }
@@ -164,6 +171,8 @@ pub struct AttachedWorker {
     pub calls: Arc<CallTable>,
     /// Environments of its hello that it must end (sent in the welcome).
     pub stale: Vec<StaleEnvironment>,
+    /// The providers it is to host (sent right after the welcome).
+    pub host: HostProviders,
 }
 
 /// task id -> its placement: the scheduler's placement table, read by callers
@@ -218,6 +227,11 @@ pub enum SchedulerMsg {
     BackendsChanged {
         worker_id: String,
         backends: Vec<String>,
+    },
+    /// A worker announced what a provider it hosts offers now.
+    Hosted {
+        worker_id: String,
+        tools: HostedTools,
     },
     DrainAll,
 }
@@ -340,6 +354,8 @@ pub struct SchedulerConfig {
     pub placement: PlacementConfig,
     /// Placement waits, lost workers and released environments are counted here.
     pub metrics: crate::metrics::Metrics,
+    /// Providers (MCP servers) that run on workers with given labels.
+    pub hosted: Vec<hosted::HostedProviderConfig>,
 }
 
 /// `placement:` in the configuration.
@@ -380,6 +396,7 @@ pub struct SchedulerArgs {
     pub config: SchedulerConfig,
     pub placements: Placements,
     pub changes: watch::Sender<u64>,
+    pub hosted: hosted::HostedTable,
 }
 
 pub struct SchedulerState {
@@ -404,6 +421,8 @@ pub struct SchedulerState {
     task_labels: HashMap<String, BTreeMap<String, String>>,
     /// Bumped whenever a waiting placement might now succeed.
     changes: watch::Sender<u64>,
+    /// Providers hosted on workers: who hosts what, and their tools.
+    hosted: hosted::Hosted,
 }
 
 /// The placement table for writing (a poisoned lock still holds a usable map).
@@ -518,6 +537,7 @@ impl SchedulerState {
         record
             .calls
             .close(&format!("worker '{}' left ({reason})", record.name));
+        self.hosted.worker_left(&self.registry, worker_id).await;
         self.publish_fleet().await;
         self.fleet_changed();
     }
@@ -658,11 +678,13 @@ impl Actor for Scheduler {
     async fn pre_start(
         &self,
         _myself: ActorRef<SchedulerMsg>,
-        args: SchedulerArgs,
+        mut args: SchedulerArgs,
     ) -> Result<SchedulerState, ActorProcessingErr> {
+        let hosted = hosted::Hosted::new(std::mem::take(&mut args.config.hosted), args.hosted);
         Ok(SchedulerState {
             task_labels: HashMap::new(),
             changes: args.changes,
+            hosted,
             registry: args.registry,
             config: args.config,
             workers: HashMap::new(),
@@ -802,6 +824,19 @@ impl Actor for Scheduler {
                     state.fleet_changed();
                 }
             }
+            SchedulerMsg::Hosted { worker_id, tools } => {
+                if let Some(record) = state.workers.get(&worker_id) {
+                    let worker = (
+                        record.worker_id.as_str(),
+                        record.name.as_str(),
+                        &record.labels,
+                    );
+                    state
+                        .hosted
+                        .announce(&state.registry, worker, &record.calls, tools)
+                        .await;
+                }
+            }
             SchedulerMsg::DrainAll => {
                 // Marked here, before the fleet is republished without them.
                 for record in state.workers.values() {
@@ -911,6 +946,7 @@ async fn attach(
         calls: calls.clone(),
     };
     let stale = adopt_environments(state, &record, &hello.environments);
+    let host = state.hosted.for_worker(&record.labels);
     state.workers.insert(worker_id.clone(), record);
     state.publish_fleet().await;
     Ok(AttachedWorker {
@@ -918,6 +954,7 @@ async fn attach(
         link,
         calls,
         stale,
+        host,
     })
 }
 
@@ -978,6 +1015,21 @@ pub struct SchedulerHandle {
     /// How long a call waits for an eligible worker.
     placement_wait: Duration,
     metrics: crate::metrics::Metrics,
+    /// Which workers serve the hosted providers' tools.
+    hosted: hosted::HostedTable,
+    /// provider -> its per-call timeout (the worker enforces it).
+    hosted_timeouts: Arc<HashMap<String, Duration>>,
+}
+
+/// A call of a hosted provider's tool, as the dispatcher hands it over.
+#[derive(Debug)]
+pub struct HostedCall {
+    pub provider: String,
+    pub tool: String,
+    pub arguments_json: String,
+    pub task_id: String,
+    pub session_id: String,
+    pub traceparent: String,
 }
 
 impl SchedulerHandle {
@@ -990,11 +1042,20 @@ impl SchedulerHandle {
         let placement_wait = config.placement.wait;
         let (changes_tx, changes) = watch::channel(0);
         let metrics = config.metrics.clone();
+        let hosted = hosted::HostedTable::default();
+        let hosted_timeouts = Arc::new(
+            config
+                .hosted
+                .iter()
+                .map(|p| (p.name.clone(), p.call_timeout))
+                .collect(),
+        );
         let args = SchedulerArgs {
             registry,
             config,
             placements: placements.clone(),
             changes: changes_tx,
+            hosted: hosted.clone(),
         };
         let (actor, join) = Actor::spawn(None, Scheduler, args).await?;
         Ok((
@@ -1005,6 +1066,8 @@ impl SchedulerHandle {
                 changes,
                 placement_wait,
                 metrics,
+                hosted,
+                hosted_timeouts,
             },
             join,
         ))
@@ -1099,10 +1162,9 @@ impl SchedulerHandle {
         self.metrics
             .placement_waited(placing.elapsed(), placed.is_ok());
         let placement = placed?;
-        let call_id = uuid::Uuid::new_v4().simple().to_string();
         let deadline = call.deadline;
         let run = RunCall {
-            call_id: call_id.clone(),
+            call_id: uuid::Uuid::new_v4().simple().to_string(),
             task_id: call.task_id,
             tool: call.tool,
             arguments_json: call.arguments_json,
@@ -1123,51 +1185,78 @@ impl SchedulerHandle {
                 .as_ref()
                 .map(|s| s.tools.clone())
                 .unwrap_or_default(),
+            provider: String::new(),
         };
-        let (reply, result) = oneshot::channel();
-        placement.calls.run(
+        let done = send_and_wait(
+            &placement.calls,
+            &placement.worker_name,
             CallCommand::Run(run),
             call.script.map(|s| s.requests),
-            reply,
-        );
-        // Cancels the call on the worker if this future is dropped or times
-        // out (a no-op once the call has finished).
-        let _cancel = CancelOnDrop {
-            calls: placement.calls.clone(),
-            call_id,
+            deadline,
+        )
+        .await?;
+        let environment_reset = match &placement.reset_from {
+            Some(previous) => Some(lost_worker_notice(previous)),
+            None => Some(done.environment_reset.clone()).filter(|n| !n.is_empty()),
         };
-        let Ok(answer) = tokio::time::timeout(deadline, result).await else {
-            return Err(ScheduleError::Timeout {
-                worker: placement.worker_name,
-                after_secs: deadline.as_secs(),
+        Ok(WorkerCallDone {
+            reply: ToolReply::new(caduceus_proto::call_status(done.status), done.body),
+            worker: placement.worker_name,
+            reset_from: placement.reset_from,
+            environment_reset,
+            worker_duration: Duration::from_micros(done.duration_us),
+        })
+    }
+
+    /// Runs a hosted provider's tool on a worker hosting it (the task's own
+    /// worker when it is one), in no environment. Cancelled on the worker
+    /// when the returned future is dropped or the deadline passes.
+    pub async fn run_hosted(&self, call: HostedCall) -> Result<WorkerCallDone, ScheduleError> {
+        let task_worker = self
+            .placements
+            .read()
+            .ok()
+            .and_then(|p| p.get(&call.task_id).map(|p| p.worker_id.clone()));
+        let Some(route) = self
+            .hosted
+            .route(&call.provider, &call.tool, task_worker.as_deref())
+        else {
+            return Err(ScheduleError::NotHosted {
+                provider: call.provider,
+                tool: call.tool,
             });
         };
-        match answer {
-            Ok(Ok(done)) => {
-                let environment_reset = match &placement.reset_from {
-                    Some(previous) => Some(lost_worker_notice(previous)),
-                    None => Some(done.environment_reset.clone()).filter(|n| !n.is_empty()),
-                };
-                Ok(WorkerCallDone {
-                    reply: ToolReply::new(caduceus_proto::call_status(done.status), done.body),
-                    worker: placement.worker_name,
-                    reset_from: placement.reset_from,
-                    environment_reset,
-                    worker_duration: Duration::from_micros(done.duration_us),
-                })
-            }
-            Ok(Err(LinkFailure::Draining)) => Err(ScheduleError::Draining {
-                worker: placement.worker_name,
-            }),
-            Ok(Err(LinkFailure::Lost(reason))) => Err(ScheduleError::WorkerLost {
-                worker: placement.worker_name,
-                reason,
-            }),
-            Err(_) => Err(ScheduleError::WorkerLost {
-                worker: placement.worker_name,
-                reason: "its link stopped".to_owned(),
-            }),
-        }
+        let deadline = self
+            .hosted_timeouts
+            .get(&call.provider)
+            .copied()
+            .unwrap_or(Duration::from_secs(300))
+            + Duration::from_secs(30);
+        let run = RunCall {
+            call_id: uuid::Uuid::new_v4().simple().to_string(),
+            task_id: call.task_id,
+            tool: call.tool,
+            arguments_json: call.arguments_json,
+            session_id: call.session_id,
+            traceparent: call.traceparent,
+            provider: call.provider,
+            ..RunCall::default()
+        };
+        let done = send_and_wait(
+            &route.calls,
+            &route.worker_name,
+            CallCommand::Run(run),
+            None,
+            deadline,
+        )
+        .await?;
+        Ok(WorkerCallDone {
+            reply: ToolReply::new(caduceus_proto::call_status(done.status), done.body),
+            worker: route.worker_name,
+            reset_from: None,
+            environment_reset: None,
+            worker_duration: Duration::from_micros(done.duration_us),
+        })
     }
 
     /// Saves `content` inside the task's existing environment (never creates
@@ -1275,6 +1364,48 @@ impl SchedulerHandle {
 
     pub fn stop(&self) {
         self.actor.stop(None);
+    }
+}
+
+/// Sends a `run` to a worker and waits for its result, at most `deadline`;
+/// the call is cancelled on the worker if this future is dropped or times
+/// out (a no-op once the call has finished).
+async fn send_and_wait(
+    calls: &Arc<CallTable>,
+    worker: &str,
+    command: CallCommand,
+    script: Option<link::ScriptSink>,
+    deadline: Duration,
+) -> Result<CallResult, ScheduleError> {
+    let call_id = match &command {
+        CallCommand::Run(run) => run.call_id.clone(),
+        CallCommand::Persist(persist) => persist.call_id.clone(),
+    };
+    let (reply, result) = oneshot::channel();
+    calls.run(command, script, reply);
+    let _cancel = CancelOnDrop {
+        calls: calls.clone(),
+        call_id,
+    };
+    let Ok(answer) = tokio::time::timeout(deadline, result).await else {
+        return Err(ScheduleError::Timeout {
+            worker: worker.to_owned(),
+            after_secs: deadline.as_secs(),
+        });
+    };
+    match answer {
+        Ok(Ok(done)) => Ok(done),
+        Ok(Err(LinkFailure::Draining)) => Err(ScheduleError::Draining {
+            worker: worker.to_owned(),
+        }),
+        Ok(Err(LinkFailure::Lost(reason))) => Err(ScheduleError::WorkerLost {
+            worker: worker.to_owned(),
+            reason,
+        }),
+        Err(_) => Err(ScheduleError::WorkerLost {
+            worker: worker.to_owned(),
+            reason: "its link stopped".to_owned(),
+        }),
     }
 }
 

@@ -37,6 +37,7 @@ async fn scheduler_placing(
             notices: None,
             placement,
             metrics: Default::default(),
+            hosted: Vec::new(),
         },
     )
     .await

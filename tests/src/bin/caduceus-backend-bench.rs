@@ -9,7 +9,8 @@
 //! Apptainer stand-in, `tests/fake-apptainer`, needs root and its rootfs);
 //! Daytona (the stand-in `tests/fake-daytona`, with `curl` for the raw
 //! toolbox call), which also gets a table of its file primitives through a
-//! process per primitive and through one `execute` each. A backend this
+//! process per primitive and through one `execute` each; Modal (the stand-in
+//! `tests/fake-modal`), beside one raw router exec. A backend this
 //! machine lacks is reported and left out; the second argument keeps only
 //! the backends it names.
 
@@ -374,6 +375,11 @@ async fn run(rounds: usize, only: &[String]) {
         daytona(rounds, &mut rows, &mut file_rows).await;
     }
 
+    // modal (stand-in)
+    if wanted("modal") {
+        modal(rounds, &mut rows).await;
+    }
+
     println!(
         "| backend | new environment, first `echo` (p50 ms) | from warm pool (p50 ms) | warm `terminal echo` (p50 ms) | engine CLI | CLI p50 ms | CLI / warm |"
     );
@@ -514,6 +520,89 @@ async fn daytona(rounds: usize, rows: &mut Vec<Row>, file_rows: &mut Vec<(String
         file_rows.push(((*name).to_owned(), p50(&old), p50(&new)));
     }
     let _ = sandbox.destroy().await;
+}
+
+/// The Modal row, against the stand-in (`tests/fake-modal`): no warm pool
+/// (not built for Modal); the comparison is one raw router exec of
+/// `echo hi` (`TaskExecStart`, the output stream, `TaskExecWait`) through
+/// `Sandbox::spawn`, beside a warm `terminal` call in the live shell.
+async fn modal(rounds: usize, rows: &mut Vec<Row>) {
+    use caduceus_tests::standins::FakeModal;
+    use caduceus_worker::backends::modal::{ModalProvider, ModalSettings};
+    use caduceus_worker::sandbox::SpawnSpec;
+    let fake = FakeModal::start();
+    let settings = ModalSettings::from_env(|name| match name {
+        "MODAL_TOKEN_ID" => Some(FakeModal::TOKEN_ID.to_owned()),
+        "MODAL_TOKEN_SECRET" => Some(FakeModal::TOKEN_SECRET.to_owned()),
+        "MODAL_SERVER_URL" => Some(fake.url()),
+        "MODAL_CONFIG_PATH" => Some("/nonexistent/modal.toml".to_owned()),
+        _ => None,
+    })
+    .unwrap();
+    let plain = worker(
+        "bench-modal",
+        "modal",
+        BackendOptions {
+            modal: Some(settings.clone()),
+            ..BackendOptions::default()
+        },
+    );
+    if !wait_available(&plain, "modal").await {
+        eprintln!("modal: the stand-in is not answering; left out");
+        return;
+    }
+    let sandbox = ModalProvider::new(settings)
+        .create(&CreateRequest {
+            task_id: "bench-raw".to_owned(),
+            owner: "bench".to_owned(),
+            worker: "bench-modal-raw".to_owned(),
+            worker_instance: "bench".to_owned(),
+            settings: json!({}),
+        })
+        .await
+        .unwrap();
+    let mut row = Row {
+        backend: "modal",
+        label: "modal (stand-in)",
+        cold: vec![],
+        pool: vec![],
+        warm: vec![],
+        cli_label: "one router exec of `echo hi` (`Sandbox::spawn`, output, wait)",
+        cli: vec![],
+    };
+    // `measure`'s loop, with the comparison awaited in place (it needs this
+    // runtime, which a blocking closure would stall).
+    echo(&plain, "modal", "warm").await;
+    for round in 0..rounds {
+        let task = format!("cold-{round}");
+        row.cold.push(echo(&plain, "modal", &task).await);
+        plain.environments().release(&task).await;
+        for _ in 0..WARM_CALLS / rounds.max(1) {
+            row.warm.push(echo(&plain, "modal", "warm").await);
+            let started = Instant::now();
+            let mut process = sandbox
+                .spawn(SpawnSpec {
+                    program: "echo".to_owned(),
+                    args: vec!["hi".to_owned()],
+                    cwd: None,
+                    env: vec![],
+                })
+                .await
+                .unwrap();
+            drop(process.stdin);
+            let mut out = Vec::new();
+            tokio::io::AsyncReadExt::read_to_end(&mut process.output, &mut out)
+                .await
+                .unwrap();
+            assert_eq!(process.handle.wait().await, Some(0));
+            assert_eq!(out, b"hi\n");
+            row.cli.push(started.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+    plain.environments().release("warm").await;
+    plain.shutdown().await;
+    let _ = sandbox.destroy().await;
+    rows.push(row);
 }
 
 const FILE_OPS: [&str; 4] = [

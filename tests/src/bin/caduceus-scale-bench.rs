@@ -509,6 +509,7 @@ async fn serve_sim<S>(
             worker_command::Command::Drain(_) => return,
             worker_command::Command::Cancel(_)
             | worker_command::Command::Welcome(_)
+            | worker_command::Command::Host(_)
             | worker_command::Command::ScriptResult(_) => continue,
         };
         if events.send(answer).await.is_err() {

@@ -10,6 +10,7 @@ pub mod isolation;
 pub mod lease;
 pub mod ledger;
 pub mod local;
+pub mod modal;
 pub mod pool;
 pub mod preamble;
 pub mod shell_fs;
@@ -84,6 +85,8 @@ pub struct BackendOptions {
     pub ssh: Option<ssh::SshSettings>,
     /// Daytona's API and credentials; the `daytona` backend needs them.
     pub daytona: Option<daytona::DaytonaSettings>,
+    /// Modal's server and token; the `modal` backend needs them.
+    pub modal: Option<modal::ModalSettings>,
     pub singularity: singularity::SingularitySettings,
     pub docker: docker::settings::DockerSettings,
     pub lease: lease::LeasePolicy,
@@ -236,18 +239,27 @@ impl Backends {
                             .to_owned(),
                     ),
                 },
+                "modal" => match &options.modal {
+                    Some(settings) => providers.push(Arc::new(modal::ModalProvider::new(
+                        settings.clone(),
+                    ))),
+                    None => refused.push(
+                        "backend 'modal' needs credentials: set MODAL_TOKEN_ID and MODAL_TOKEN_SECRET (or a ~/.modal.toml profile)"
+                            .to_owned(),
+                    ),
+                },
                 "singularity" | "apptainer" => providers.push(Arc::new(
                     singularity::SingularityProvider::new(options.singularity.clone()),
                 )),
                 other => refused.push(format!("backend '{other}' is not supported by this worker")),
             }
         }
-        // Docker and Daytona answer only once probed; the others serve
+        // Docker, Daytona and Modal answer only once probed; the others serve
         // from the start (their own checks happen when they create).
         let available = providers
             .iter()
             .map(|p| p.name().to_owned())
-            .filter(|name| name != "docker" && name != "daytona")
+            .filter(|name| !matches!(name.as_str(), "docker" | "daytona" | "modal"))
             .collect();
         let pools = pool::WarmPools::default();
         refused.extend(pools.configure(

@@ -160,6 +160,8 @@ where
     // Background-process notices raised while no link was up wait in this
     // queue; this connection delivers them (one connection holds it at a time).
     let mut notices = worker.notices().lock().await;
+    // A new link knows nothing of the hosted servers: tell it everything.
+    worker.hosted().resend_all();
 
     let end = loop {
         tokio::select! {
@@ -187,6 +189,13 @@ where
             _ = heartbeat.tick() => {
                 if draining && in_flight.load(Ordering::Relaxed) == 0 {
                     break Disconnect::Drained;
+                }
+            }
+            () = worker.hosted().changed() => {
+                for announcement in worker.hosted().take_pending() {
+                    if events.send(event(worker_event::Event::Hosted(announcement))).await.is_err() {
+                        break;
+                    }
                 }
             }
             Some(notice) = notices.recv() => {
@@ -333,6 +342,13 @@ fn handle_command(
         }
         worker_command::Command::ScriptResult(answer) => {
             worker.script_answer(answer);
+            false
+        }
+        worker_command::Command::Host(providers) => {
+            // Starting servers takes a while (each one's first connection
+            // attempt); calls and heartbeats go on meanwhile.
+            let worker = worker.clone();
+            tokio::spawn(async move { worker.hosted().host(providers).await });
             false
         }
         worker_command::Command::Drain(_) => true,

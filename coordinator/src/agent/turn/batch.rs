@@ -334,6 +334,14 @@ impl AgentLoop {
             }),
         });
         if let Some(result) = &parsed {
+            let started =
+                result.get("output").and_then(Value::as_str) == Some("Background process started");
+            if call.name == "terminal"
+                && started
+                && let Some(process) = result.get("session_id").and_then(Value::as_str)
+            {
+                self.started_processes.push(process.to_owned());
+            }
             if call.name == "terminal"
                 && result.get("notify_on_complete").and_then(Value::as_bool) == Some(true)
             {

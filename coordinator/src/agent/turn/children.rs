@@ -701,6 +701,7 @@ pub(super) fn child_entry(
         schema_valid: None,
         schema_errors: None,
         schema_note: None,
+        orphaned_processes: None,
         session_id: session_id.to_owned(),
         task_id: task_id.to_owned(),
         workers: Vec::new(),
@@ -730,6 +731,9 @@ pub(super) fn child_entry(
             entry.tool_trace = outcome.tool_trace;
             entry.workers = outcome.workers.into_iter().collect();
             entry.summary = summary;
+            if !outcome.killed_processes.is_empty() {
+                entry.orphaned_processes = Some(outcome.killed_processes.clone());
+            }
             if let Some(check) = &outcome.schema {
                 entry.schema_valid = Some(check.valid);
                 if !check.valid {

@@ -198,6 +198,9 @@ pub(crate) struct AgentLoop {
     workers: BTreeSet<String>,
     /// Background processes started with notify_on_complete, not yet finished.
     awaited_processes: HashSet<String>,
+    /// Every background process this session started (a child's are killed
+    /// when it ends).
+    started_processes: Vec<String>,
     invalid_turns: u32,
     questions: u32,
     started: Instant,
@@ -245,6 +248,7 @@ impl AgentLoop {
             trace: Vec::new(),
             workers: BTreeSet::new(),
             awaited_processes: HashSet::new(),
+            started_processes: Vec::new(),
             invalid_turns: 0,
             questions: 0,
             started: Instant::now(),
@@ -739,7 +743,45 @@ impl AgentLoop {
         }
     }
 
+    /// A child's background processes die with it (hermes 0.21): each one
+    /// still running is killed through the pipeline (the worker's `process`
+    /// tool, in the child's environment — which its parent may share, so
+    /// only the child's own go). Returns the ids of those it killed.
+    async fn end_child_processes(&self) -> Vec<String> {
+        if self.spec.parent_id.is_none() {
+            return Vec::new();
+        }
+        let mut killed = Vec::new();
+        for process in &self.started_processes {
+            let request = CallRequest {
+                tool: "process".to_owned(),
+                arguments: RawArguments::Value(json!({"action": "kill", "session_id": process})),
+                ctx: CallContext {
+                    task_id: self.spec.task_id.clone(),
+                    session_id: Some(self.spec.session_id.clone()),
+                    tool_call_id: None,
+                    from_agent_loop: true,
+                    // The runtime's call, not the model's: not bound by its toolsets.
+                    filter: ToolFilter::default(),
+                    caller: self.spec.caller.clone(),
+                    trace: None,
+                },
+            };
+            let result = self.hub.dispatcher.call(request).await.render();
+            let status = batch::result_object(&result)
+                .and_then(|r| r.get("status").and_then(Value::as_str).map(str::to_owned));
+            if status.as_deref() == Some("killed") {
+                killed.push(process.clone());
+            }
+        }
+        if !killed.is_empty() {
+            self.emit(events::PROCESSES_KILLED, &json!({"process_ids": killed}));
+        }
+        killed
+    }
+
     async fn finish(self, ending: Ending) -> SessionOutcome {
+        let killed_processes = self.end_child_processes().await;
         let outcome = SessionOutcome {
             status: ending.status,
             final_text: ending.text,
@@ -751,6 +793,7 @@ impl AgentLoop {
             workers: self.workers,
             missed_steer: self.shared.close_steering(),
             schema: self.schema_check,
+            killed_processes,
         };
         conclude(
             &self.hub,

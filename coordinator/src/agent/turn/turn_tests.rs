@@ -55,6 +55,7 @@ async fn a_child_past_its_wall_clock_limit_is_cancelled_and_reported() {
             workers: BTreeSet::new(),
             missed_steer: Vec::new(),
             schema: None,
+            killed_processes: Vec::new(),
         });
     });
     // A child that shows no progress at all: the inactivity cap (shorter
@@ -143,6 +144,7 @@ fn child_entries_follow_hermes_status_rules() {
         workers: BTreeSet::new(),
         missed_steer: Vec::new(),
         schema: None,
+        killed_processes: Vec::new(),
     };
     let entry = |status, text| {
         child_entry(
@@ -212,6 +214,7 @@ fn a_missed_steer_is_on_the_entry_and_noted_in_the_summary() {
         workers: BTreeSet::new(),
         missed_steer: vec!["focus on pricing instead".into()],
         schema: None,
+        killed_processes: Vec::new(),
     };
     let entry = child_entry(&task, "s", "t", "m", ChildEnd::Finished(outcome));
     assert_eq!(entry.status, ChildStatus::Completed);

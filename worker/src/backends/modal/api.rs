@@ -1,0 +1,489 @@
+//! Modal's gRPC API over tonic: the control plane (`modal.client.ModalClient`
+//! at `MODAL_SERVER_URL`) and a sandbox's task command router (at the URL its
+//! `CommandRouterAccess` names), with the metadata the official SDK sends,
+//! retries on the codes the SDK retries, and errors that name the service
+//! and the gRPC status (`Modal: PERMISSION_DENIED (…)`).
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use base64::Engine as _;
+use caduceus_modal_proto::client as pb;
+use caduceus_modal_proto::client::modal_client_client::ModalClientClient;
+use caduceus_modal_proto::task_command_router::task_command_router_client::TaskCommandRouterClient;
+use tonic::Code;
+use tonic::metadata::{MetadataMap, MetadataValue};
+use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
+
+/// The API version we speak: the SDK whose descriptors `modal-proto` holds
+/// and that the stand-in was checked with. Modal defines no client type for
+/// a Rust client; we send CLIENT (1), the type token credentials go with.
+pub const CLIENT_VERSION: &str = "1.6.4";
+const CLIENT_TYPE: &str = "1";
+/// Unary calls: 3 retries, 100 ms doubling up to 1 s (the SDK's policy).
+const RETRIES: u32 = 3;
+/// Router calls: 10 retries, 10 ms doubling (the SDK's router policy).
+const ROUTER_RETRIES: u32 = 10;
+
+/// `MODAL_TOKEN_ID` / `MODAL_TOKEN_SECRET`.
+#[derive(Clone)]
+pub struct Credentials {
+    pub token_id: String,
+    pub token_secret: String,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Neither is shown whole (the environment hygiene counts both secret).
+        let id: String = self.token_id.chars().take(5).collect();
+        write!(f, "Credentials({id}…, …)")
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ModalError {
+    /// The service answered with a gRPC error status.
+    #[error("Modal: {} ({message})", code_name(*code))]
+    Status { code: Code, message: String },
+    /// No answer.
+    #[error("Modal: cannot reach {url}: {reason}")]
+    Transport { url: String, reason: String },
+    /// An answer or a setting we cannot use.
+    #[error("Modal: {0}")]
+    Protocol(String),
+}
+
+impl ModalError {
+    pub fn code(&self) -> Option<Code> {
+        match self {
+            ModalError::Status { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+
+    pub fn is_not_found(&self) -> bool {
+        self.code() == Some(Code::NotFound)
+    }
+
+    fn from_status(status: &tonic::Status, url: &str) -> Self {
+        // tonic reports a connection that failed as UNAVAILABLE/UNKNOWN
+        // with a transport source; say "cannot reach" for those.
+        if std::error::Error::source(status).is_some()
+            && matches!(status.code(), Code::Unavailable | Code::Unknown)
+        {
+            return ModalError::Transport {
+                url: url.to_owned(),
+                reason: status.message().to_owned(),
+            };
+        }
+        ModalError::Status {
+            code: status.code(),
+            message: status.message().to_owned(),
+        }
+    }
+}
+
+/// The canonical name of a gRPC code, as Modal's errors print it.
+pub fn code_name(code: Code) -> &'static str {
+    match code {
+        Code::Ok => "OK",
+        Code::Cancelled => "CANCELLED",
+        Code::Unknown => "UNKNOWN",
+        Code::InvalidArgument => "INVALID_ARGUMENT",
+        Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
+        Code::NotFound => "NOT_FOUND",
+        Code::AlreadyExists => "ALREADY_EXISTS",
+        Code::PermissionDenied => "PERMISSION_DENIED",
+        Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
+        Code::FailedPrecondition => "FAILED_PRECONDITION",
+        Code::Aborted => "ABORTED",
+        Code::OutOfRange => "OUT_OF_RANGE",
+        Code::Unimplemented => "UNIMPLEMENTED",
+        Code::Internal => "INTERNAL",
+        Code::Unavailable => "UNAVAILABLE",
+        Code::DataLoss => "DATA_LOSS",
+        Code::Unauthenticated => "UNAUTHENTICATED",
+    }
+}
+
+/// The codes the SDK retries on every unary call (with the same
+/// idempotency key, so a retried create does not create twice).
+pub fn retryable(code: Code) -> bool {
+    matches!(
+        code,
+        Code::DeadlineExceeded
+            | Code::Unavailable
+            | Code::Cancelled
+            | Code::Internal
+            | Code::Unknown
+    )
+}
+
+fn backoff(attempt: u32, first: Duration, cap: Duration) -> Duration {
+    (first * 2u32.saturating_pow(attempt)).min(cap)
+}
+
+/// `exp` of a JWT, read without verifying (as the SDK does).
+pub fn jwt_expiry(token: &str) -> Option<u64> {
+    let payload = token.split('.').nth(1)?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload.trim_end_matches('='))
+        .ok()?;
+    let doc: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    doc.get("exp")?.as_f64().map(|e| e as u64)
+}
+
+fn epoch_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// Is `url`'s host this machine? The SDK allows a plain-http router only
+/// for a control plane there (its own tests); so do we.
+fn is_localhost(url: &str) -> bool {
+    url::Url::parse(url)
+        .ok()
+        .and_then(|u| u.host_str().map(str::to_owned))
+        .is_some_and(|h| matches!(h.as_str(), "localhost" | "127.0.0.1" | "::1" | "[::1]"))
+}
+
+fn channel(url: &str) -> Result<Channel, ModalError> {
+    let mut endpoint = Endpoint::from_shared(url.to_owned())
+        .map_err(|e| ModalError::Protocol(format!("bad server URL {url}: {e}")))?
+        .connect_timeout(Duration::from_secs(10))
+        .http2_keep_alive_interval(Duration::from_secs(30))
+        .keep_alive_timeout(Duration::from_secs(10))
+        .tcp_nodelay(true);
+    if url.starts_with("https://") {
+        endpoint = endpoint
+            .tls_config(ClientTlsConfig::new().with_webpki_roots())
+            .map_err(|e| ModalError::Protocol(format!("TLS for {url}: {e}")))?;
+    }
+    Ok(endpoint.connect_lazy())
+}
+
+fn ascii(value: &str, what: &str) -> Result<MetadataValue<tonic::metadata::Ascii>, ModalError> {
+    value
+        .parse()
+        .map_err(|_| ModalError::Protocol(format!("{what} is not a valid header value")))
+}
+
+/// The control plane, with its credentials and the cached auth token.
+#[derive(Clone)]
+pub struct Api {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    url: String,
+    channel: Channel,
+    credentials: Credentials,
+    /// The `AuthTokenGet` JWT and when to fetch a new one.
+    auth: tokio::sync::Mutex<Option<(String, Instant)>>,
+    routers: std::sync::Mutex<HashMap<String, Channel>>,
+}
+
+impl std::fmt::Debug for Api {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Api")
+            .field("url", &self.inner.url)
+            .field("credentials", &self.inner.credentials)
+            .finish()
+    }
+}
+
+impl Api {
+    /// `url` is `MODAL_SERVER_URL`: its first entry when it lists fallbacks.
+    pub fn new(url: &str, credentials: Credentials) -> Result<Self, ModalError> {
+        let url = url
+            .split(',')
+            .next()
+            .unwrap_or(url)
+            .trim()
+            .trim_end_matches('/')
+            .to_owned();
+        if !(url.starts_with("https://") || url.starts_with("http://")) {
+            return Err(ModalError::Protocol(format!(
+                "MODAL_SERVER_URL must be http(s)://…, not {url:?}"
+            )));
+        }
+        Ok(Api {
+            inner: Arc::new(Inner {
+                channel: channel(&url)?,
+                url,
+                credentials,
+                auth: tokio::sync::Mutex::new(None),
+                routers: std::sync::Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+
+    pub fn url(&self) -> &str {
+        &self.inner.url
+    }
+
+    fn metadata(&self, meta: &mut MetadataMap, auth: Option<&str>) -> Result<(), ModalError> {
+        let credentials = &self.inner.credentials;
+        meta.insert(
+            "x-modal-token-id",
+            ascii(&credentials.token_id, "MODAL_TOKEN_ID")?,
+        );
+        meta.insert(
+            "x-modal-token-secret",
+            ascii(&credentials.token_secret, "MODAL_TOKEN_SECRET")?,
+        );
+        meta.insert(
+            "x-modal-client-type",
+            MetadataValue::from_static(CLIENT_TYPE),
+        );
+        meta.insert(
+            "x-modal-client-version",
+            MetadataValue::from_static(CLIENT_VERSION),
+        );
+        meta.insert(
+            "x-modal-caduceus-version",
+            MetadataValue::from_static(env!("CARGO_PKG_VERSION")),
+        );
+        if let Some(token) = auth {
+            meta.insert("x-modal-auth-token", ascii(token, "the auth token")?);
+        }
+        Ok(())
+    }
+
+    /// The `AuthTokenGet` JWT, fetched again once half its life has passed.
+    async fn auth_token(&self) -> Result<String, ModalError> {
+        let mut cached = self.inner.auth.lock().await;
+        if let Some((token, refresh_at)) = &*cached
+            && Instant::now() < *refresh_at
+        {
+            return Ok(token.clone());
+        }
+        let token = self
+            .call(
+                "AuthTokenGet",
+                pb::AuthTokenGetRequest {},
+                false,
+                Duration::from_secs(15),
+                |mut c, r| async move { c.auth_token_get(r).await },
+            )
+            .await?
+            .token;
+        let now = epoch_now();
+        let life = jwt_expiry(&token)
+            .map(|exp| exp.saturating_sub(now))
+            .unwrap_or(600);
+        *cached = Some((
+            token.clone(),
+            Instant::now() + Duration::from_secs(life / 2),
+        ));
+        Ok(token)
+    }
+
+    /// One unary control-plane call, retried on transient codes with the
+    /// same idempotency key. `auth`: also send the auth token (every call
+    /// but `AuthTokenGet` may; the V2 sandbox calls must).
+    pub async fn call<Req, Resp, F, Fut>(
+        &self,
+        what: &'static str,
+        request: Req,
+        auth: bool,
+        deadline: Duration,
+        rpc: F,
+    ) -> Result<Resp, ModalError>
+    where
+        Req: Clone,
+        F: Fn(ModalClientClient<Channel>, tonic::Request<Req>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<Resp>, tonic::Status>>,
+    {
+        let token = if auth {
+            Some(Box::pin(self.auth_token()).await?)
+        } else {
+            None
+        };
+        let key = uuid::Uuid::new_v4().to_string();
+        let mut attempt = 0;
+        loop {
+            let mut req = tonic::Request::new(request.clone());
+            self.metadata(req.metadata_mut(), token.as_deref())?;
+            req.metadata_mut()
+                .insert("x-idempotency-key", ascii(&key, "key")?);
+            req.metadata_mut()
+                .insert("x-retry-attempt", ascii(&attempt.to_string(), "attempt")?);
+            req.set_timeout(deadline);
+            let client = ModalClientClient::new(self.inner.channel.clone())
+                .max_decoding_message_size(64 << 20);
+            match rpc(client, req).await {
+                Ok(response) => return Ok(response.into_inner()),
+                Err(status) if retryable(status.code()) && attempt < RETRIES => {
+                    tracing::debug!(
+                        "Modal {what}: {} ({}), retrying",
+                        code_name(status.code()),
+                        status.message()
+                    );
+                    tokio::time::sleep(backoff(
+                        attempt,
+                        Duration::from_millis(100),
+                        Duration::from_secs(1),
+                    ))
+                    .await;
+                    attempt += 1;
+                }
+                Err(status) => return Err(ModalError::from_status(&status, &self.inner.url)),
+            }
+        }
+    }
+
+    /// A router client for `url` (one channel per router, shared).
+    pub fn router_channel(&self, url: &str) -> Result<Channel, ModalError> {
+        if url.starts_with("http://") && !is_localhost(&self.inner.url) {
+            return Err(ModalError::Protocol(format!(
+                "task router URL must be https, got {url}"
+            )));
+        }
+        let mut routers = match self.inner.routers.lock() {
+            Ok(routers) => routers,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if let Some(channel) = routers.get(url) {
+            return Ok(channel.clone());
+        }
+        let made = channel(url)?;
+        routers.insert(url.to_owned(), made.clone());
+        Ok(made)
+    }
+}
+
+/// One sandbox's task command router: its channel and bearer JWT, fetched
+/// again through the control plane when the router says UNAUTHENTICATED.
+#[derive(Clone)]
+pub struct Router {
+    api: Api,
+    sandbox_id: String,
+    url: String,
+    channel: Channel,
+    jwt: Arc<std::sync::Mutex<String>>,
+}
+
+impl std::fmt::Debug for Router {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Router").field("url", &self.url).finish()
+    }
+}
+
+impl Router {
+    pub fn new(
+        api: &Api,
+        sandbox_id: &str,
+        access: &pb::CommandRouterAccess,
+    ) -> Result<Self, ModalError> {
+        Ok(Router {
+            api: api.clone(),
+            sandbox_id: sandbox_id.to_owned(),
+            url: access.url.clone(),
+            channel: api.router_channel(&access.url)?,
+            jwt: Arc::new(std::sync::Mutex::new(access.jwt.clone())),
+        })
+    }
+
+    fn jwt(&self) -> String {
+        self.jwt.lock().map(|j| j.clone()).unwrap_or_default()
+    }
+
+    async fn refresh(&self) -> Result<(), ModalError> {
+        let access = self
+            .api
+            .call(
+                "SandboxGetCommandRouterAccess",
+                pb::SandboxGetCommandRouterAccessRequest {
+                    target: Some(
+                        pb::sandbox_get_command_router_access_request::Target::SandboxId(
+                            self.sandbox_id.clone(),
+                        ),
+                    ),
+                },
+                true,
+                Duration::from_secs(30),
+                |mut c, r| async move { c.sandbox_get_command_router_access(r).await },
+            )
+            .await?;
+        if let Ok(mut jwt) = self.jwt.lock() {
+            *jwt = access.jwt;
+        }
+        Ok(())
+    }
+
+    /// A request carrying the router's bearer token.
+    pub fn request<T>(
+        &self,
+        message: T,
+        deadline: Option<Duration>,
+    ) -> Result<tonic::Request<T>, ModalError> {
+        let mut req = tonic::Request::new(message);
+        req.metadata_mut().insert(
+            "authorization",
+            ascii(&format!("Bearer {}", self.jwt()), "the router token")?,
+        );
+        if let Some(deadline) = deadline {
+            req.set_timeout(deadline);
+        }
+        Ok(req)
+    }
+
+    pub fn client(&self) -> TaskCommandRouterClient<Channel> {
+        TaskCommandRouterClient::new(self.channel.clone()).max_decoding_message_size(64 << 20)
+    }
+
+    /// One unary router call: retried on transient codes, and once after
+    /// fetching a fresh JWT on UNAUTHENTICATED.
+    pub async fn call<Req, Resp, F, Fut>(
+        &self,
+        request: Req,
+        deadline: Duration,
+        rpc: F,
+    ) -> Result<Resp, ModalError>
+    where
+        Req: Clone,
+        F: Fn(TaskCommandRouterClient<Channel>, tonic::Request<Req>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<Resp>, tonic::Status>>,
+    {
+        let mut attempt = 0;
+        let mut refreshed = false;
+        loop {
+            let req = self.request(request.clone(), Some(deadline))?;
+            match rpc(self.client(), req).await {
+                Ok(response) => return Ok(response.into_inner()),
+                Err(status) if status.code() == Code::Unauthenticated && !refreshed => {
+                    refreshed = true;
+                    self.refresh().await?;
+                }
+                Err(status) if retryable(status.code()) && attempt < ROUTER_RETRIES => {
+                    tokio::time::sleep(backoff(
+                        attempt,
+                        Duration::from_millis(10),
+                        Duration::from_secs(1),
+                    ))
+                    .await;
+                    attempt += 1;
+                }
+                Err(status) => return Err(ModalError::from_status(&status, &self.url)),
+            }
+        }
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    pub fn error(&self, status: &tonic::Status) -> ModalError {
+        ModalError::from_status(status, &self.url)
+    }
+
+    /// Fetches a fresh JWT (after a stream said UNAUTHENTICATED).
+    pub async fn reauthenticate(&self) -> Result<(), ModalError> {
+        self.refresh().await
+    }
+}
