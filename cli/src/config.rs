@@ -256,7 +256,8 @@ pub struct TerminalSection {
     pub container_cpu: f64,
     /// Memory of a container environment in MB, 0 = no limit (`TERMINAL_CONTAINER_MEMORY`).
     pub container_memory: u64,
-    /// Keep a task's container files across releases (`TERMINAL_CONTAINER_PERSISTENT`).
+    /// Keep a task's container files across releases (`TERMINAL_CONTAINER_PERSISTENT`):
+    /// Docker's per-task directories; Daytona stops the task's sandbox and starts it again.
     pub container_persistent: bool,
     /// Confinement of local environments without containers: `none`,
     /// `workspace` (own PID and mount namespace, writes only in the

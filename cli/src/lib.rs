@@ -846,6 +846,7 @@ fn backend_options(config: &Config) -> caduceus_worker::backends::BackendOptions
         daytona.image = t.daytona_image.clone().filter(|s| !s.is_empty());
         daytona.cwd = t.cwd.clone();
         daytona.lease = lease;
+        daytona.persistent = t.container_persistent;
         daytona
     });
     let modal = caduceus_worker::backends::modal::ModalSettings::from_env(

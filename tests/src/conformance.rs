@@ -125,7 +125,10 @@ impl BackendUnderTest {
     /// up to a minute) comes well after the sweep would have removed them.
     /// A warm pool of one, as for Docker.
     pub fn daytona() -> Self {
-        Self::daytona_with(10.0, "  warm_pool:\n    daytona: 1\n")
+        Self::daytona_with(
+            10.0,
+            "  container_persistent: false\n  warm_pool:\n    daytona: 1\n",
+        )
     }
 
     /// [`daytona`](Self::daytona) with a Daytona minute of `minute_seconds`

@@ -191,7 +191,7 @@ fn a_daytona_sandbox_ends_itself_when_its_worker_is_gone() {
     let fake = FakeDaytona::start(2.0);
     let fleet = Fleet::new();
     fleet.write_config(
-        "terminal:\n  backend: daytona\n  sandbox_lease_seconds: 3\n  sweep_interval_seconds: 3600\n  backend_probe_seconds: 1\n",
+        "terminal:\n  backend: daytona\n  container_persistent: false\n  sandbox_lease_seconds: 3\n  sweep_interval_seconds: 3600\n  backend_probe_seconds: 1\n",
     );
     let c = fleet.serve(&[]);
     let name = format!("dt-expiry-{}", std::process::id());
@@ -337,4 +337,52 @@ async fn a_frozen_daytona_fails_calls_clearly_and_they_work_after() {
     let after = control.terminal("dt-frozen", "echo after", None).await;
     assert_eq!(after["output"], "after", "{after}");
     assert!(after["error"].is_null(), "{after}");
+}
+
+/// `container_persistent` (the default): an environment's end stops its
+/// sandbox instead of deleting it, the task's next environment starts the
+/// same sandbox again with its files, and no sweep takes a kept one for an
+/// expired lease (3 s here, swept every second).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_persistent_daytona_environment_is_stopped_and_started_again() {
+    use caduceus_tests::conformance::{BackendUnderTest, Stand};
+    let backend = BackendUnderTest::daytona_with(10.0, "  container_persistent: true\n");
+    let stand = Stand::start(backend.clone()).await;
+    let mut control = stand.control().await;
+    let fake = backend.fake_daytona().unwrap();
+    let task = "dt-kept";
+    let wrote = control
+        .terminal(task, "echo kept > ~/kept.txt && export KEPT_VAR=1", None)
+        .await;
+    assert_eq!(wrote["exit_code"], 0, "{wrote}");
+    let first = control.sandbox_of(task).await;
+    assert!(control.release(task).await);
+    control.wait_until_released(task).await;
+    let state = |fake: &FakeDaytona| {
+        fake.sandboxes_with(&serde_json::json!({}))
+            .iter()
+            .find(|s| s["id"] == first.as_str())
+            .map(|s| s["state"].as_str().unwrap_or("").to_owned())
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while state(fake).as_deref() != Some("stopped") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the released sandbox is {:?}, not stopped",
+            state(fake)
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    // Past its lease, with sweeps every second: kept.
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    assert_eq!(state(fake).as_deref(), Some("stopped"), "{}", fake.log());
+    let back = control
+        .terminal(task, "cat ~/kept.txt; echo \"[$KEPT_VAR]\"", None)
+        .await;
+    assert_eq!(back["output"], "kept\n[]", "{back}");
+    assert_eq!(
+        control.sandbox_of(task).await,
+        first,
+        "not the same sandbox"
+    );
 }

@@ -146,3 +146,48 @@ fn a_file_script_runs_as_one_posix_command() {
         String::from_utf8_lossy(&out)
     );
 }
+
+/// A stopped persistent sandbox is kept `keep` after it stopped, whatever
+/// its lease says; running or not persistent, the lease rule decides.
+#[test]
+fn a_stopped_persistent_sandbox_is_kept_until_its_keep_passes() {
+    let s = settings();
+    let now = SystemTime::now();
+    let at = |secs_ago: u64| (lease::epoch_secs(now) - secs_ago).to_string();
+    let item = |state: &str, persistent: bool, stopped: String| {
+        let mut labels = json!({STOPPED_LABEL: stopped});
+        if persistent {
+            labels[PERSISTENT_LABEL] = json!("1");
+        }
+        json!({"id": "sb", "state": state, "labels": labels})
+    };
+    assert_eq!(
+        kept_persistent(&item("stopped", true, at(60)), &s, now),
+        Some(true)
+    );
+    assert_eq!(
+        kept_persistent(&item("archived", true, at(60)), &s, now),
+        Some(true)
+    );
+    let long_ago = s.keep.as_secs() + 60;
+    assert_eq!(
+        kept_persistent(&item("stopped", true, at(long_ago)), &s, now),
+        Some(false)
+    );
+    assert_eq!(
+        kept_persistent(&item("started", true, at(60)), &s, now),
+        None
+    );
+    assert_eq!(
+        kept_persistent(&item("stopped", false, at(60)), &s, now),
+        None
+    );
+    let mut p = settings();
+    p.persistent = true;
+    let mut labels = Map::new();
+    labels.insert(PERSISTENT_LABEL.to_owned(), json!("1"));
+    assert_eq!(
+        create_body(&p, &labels)["autoDeleteInterval"],
+        lease_minutes(p.keep)
+    );
+}

@@ -55,6 +55,13 @@ pub struct DaytonaSettings {
     pub lease: Duration,
     /// How long to wait for `started`.
     pub start_timeout: Duration,
+    /// Persistent environments (`container_persistent`): an environment's
+    /// end stops its sandbox instead of deleting it, and the task's next
+    /// environment starts it again, files and all.
+    pub persistent: bool,
+    /// How long a stopped persistent sandbox is kept (Daytona's
+    /// `autoDeleteInterval`; the sweeper's backstop).
+    pub keep: Duration,
 }
 
 impl DaytonaSettings {
@@ -83,6 +90,8 @@ impl DaytonaSettings {
             cwd: None,
             lease: Duration::from_secs(600),
             start_timeout: Duration::from_secs(120),
+            persistent: false,
+            keep: Duration::from_secs(7 * 24 * 3600),
         })
     }
 }
@@ -92,14 +101,21 @@ pub fn lease_minutes(lease: Duration) -> u64 {
     lease.as_secs().div_ceil(60).max(1)
 }
 
-/// The `POST /sandbox` body.
+/// Label of a persistent sandbox ("1"): stopped, not deleted, at its end.
+pub const PERSISTENT_LABEL: &str = "caduceus.persistent";
+/// Label of the time (seconds since the epoch) a persistent sandbox was stopped.
+pub const STOPPED_LABEL: &str = "caduceus.stopped-at";
+
+/// The `POST /sandbox` body. A persistent sandbox is deleted by Daytona
+/// only `keep` after it stopped; any other a lease after.
 pub fn create_body(settings: &DaytonaSettings, labels: &Map<String, Value>) -> Value {
     let minutes = lease_minutes(settings.lease);
+    let persistent = labels.contains_key(PERSISTENT_LABEL);
     let mut body = json!({
         "labels": labels,
         "autoStopInterval": minutes,
         "autoArchiveInterval": minutes,
-        "autoDeleteInterval": minutes,
+        "autoDeleteInterval": if persistent { lease_minutes(settings.keep) } else { minutes },
     });
     if let Some(target) = &settings.target {
         body["target"] = json!(target);
@@ -217,8 +233,10 @@ impl DaytonaProvider {
         let files = Arc::new(ShellFs::with_runner(Arc::new(files::ToolboxScripts {
             toolbox: toolbox.clone(),
         })));
+        let persistent = labels.contains_key(PERSISTENT_LABEL);
         let sandbox = Arc::new(DaytonaSandbox {
             id,
+            persistent,
             toolbox,
             home,
             cwd,
@@ -228,6 +246,54 @@ impl DaytonaProvider {
         });
         sandbox.start_watcher();
         Ok(sandbox)
+    }
+
+    /// The task's stopped (or archived) persistent sandbox, started again
+    /// with `labels` (this worker's, a fresh renewal) put on first, so no
+    /// sweep takes it for an expired lease meanwhile. `None`: there is none.
+    async fn restart_kept(
+        &self,
+        api: &Api,
+        request: &CreateRequest,
+        labels: &Map<String, Value>,
+    ) -> Result<Option<Arc<DaytonaSandbox>>, SandboxError> {
+        let fail = |e: DaytonaError| SandboxError::Other(format!("restarting a kept sandbox: {e}"));
+        let kept = api
+            .list_by_labels(&json!({
+                label::MANAGED: "1",
+                PERSISTENT_LABEL: "1",
+                label::TASK: request.task_id,
+            }))
+            .await
+            .map_err(fail)?;
+        let Some(found) = kept.iter().find(|s| {
+            matches!(
+                s.get("state").and_then(Value::as_str),
+                Some("stopped" | "archived")
+            )
+        }) else {
+            return Ok(None);
+        };
+        let id = found.get("id").and_then(Value::as_str).unwrap_or("");
+        api.call(
+            Method::PUT,
+            &format!("/sandbox/{id}/labels"),
+            Some(&json!({"labels": labels})),
+            Duration::from_secs(30),
+        )
+        .await
+        .map_err(fail)?;
+        api.call(
+            Method::POST,
+            &format!("/sandbox/{id}/start"),
+            None,
+            Duration::from_secs(60),
+        )
+        .await
+        .map_err(fail)?;
+        let doc = self.wait_started(api, id).await?;
+        tracing::debug!(sandbox = %id, task = %request.task_id, "kept Daytona sandbox started again");
+        self.build(api, &doc, labels.clone()).await.map(Some)
     }
 
     /// A sandbox for `request`, labelled as an entry of warm pool `pool`
@@ -254,6 +320,13 @@ impl DaytonaProvider {
             .map(|(k, v)| (k, Value::String(v)))
             .collect();
         labels.insert(RENEWED_LABEL.to_owned(), json!(now.to_string()));
+        // Pool entries serve any task, so they never persist one's files.
+        if self.settings.persistent && pool.is_none() {
+            labels.insert(PERSISTENT_LABEL.to_owned(), json!("1"));
+            if let Some(sandbox) = self.restart_kept(api, request, &labels).await? {
+                return Ok(sandbox);
+            }
+        }
         let body = create_body(&self.settings, &labels);
         let doc = api
             .json(
@@ -339,8 +412,13 @@ impl Provider for DaytonaProvider {
     }
 
     /// Every sandbox of this worker is made alike (the worker's snapshot or
-    /// image; a request's settings are not read), so one pool serves all.
+    /// image; a request's settings are not read), so one pool serves all;
+    /// none with persistent environments.
     fn pool_key(&self, _request: &CreateRequest) -> Option<String> {
+        if self.settings.persistent {
+            // A persistent task gets its own sandbox back, never a pool's.
+            return None;
+        }
         let source = match (&self.settings.snapshot, &self.settings.image) {
             (Some(snapshot), _) => format!("snapshot:{snapshot}"),
             (None, Some(image)) => format!("image:{image}"),
@@ -377,6 +455,20 @@ impl Provider for DaytonaProvider {
             let Some(candidate) = candidate_of(&item) else {
                 continue;
             };
+            if let Some(keep) = kept_persistent(&item, &self.settings, now) {
+                if keep {
+                    continue;
+                }
+            } else if persistent(&item)
+                && matches!(lease::judge(&candidate, context, now), Verdict::Remove(_))
+            {
+                // A persistent sandbox whose holder is gone keeps its files:
+                // stopped, not deleted.
+                if let Err(err) = stop_kept(api, &candidate.id, &item).await {
+                    tracing::warn!(sandbox = %candidate.id, "stopping a Daytona sandbox: {err}");
+                }
+                continue;
+            }
             if let Verdict::Remove(why) = lease::judge(&candidate, context, now) {
                 match api
                     .call(
@@ -424,4 +516,54 @@ pub fn candidate_of(item: &Value) -> Option<SweepCandidate> {
             ttl_secs: labels.lease_seconds,
         });
     Some(SweepCandidate { id, labels, record })
+}
+
+fn persistent(item: &Value) -> bool {
+    item.pointer(&format!("/labels/{PERSISTENT_LABEL}"))
+        .and_then(Value::as_str)
+        == Some("1")
+}
+
+/// For a persistent sandbox that is not running: whether to keep it (until
+/// `keep` after it stopped). `None`: not such a sandbox (the lease rule
+/// applies).
+pub fn kept_persistent(item: &Value, settings: &DaytonaSettings, now: SystemTime) -> Option<bool> {
+    let state = item.get("state").and_then(Value::as_str)?;
+    if !persistent(item) || !matches!(state, "stopped" | "stopping" | "archived" | "archiving") {
+        return None;
+    }
+    let stopped = item
+        .pointer(&format!("/labels/{STOPPED_LABEL}"))
+        .and_then(Value::as_str)
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(0);
+    Some(stopped.saturating_add(settings.keep.as_secs()) >= lease::epoch_secs(now))
+}
+
+/// Stops a persistent sandbox, noting when in its labels.
+pub async fn stop_kept(api: &Api, id: &str, item: &Value) -> Result<(), DaytonaError> {
+    let mut labels = item
+        .get("labels")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    labels.insert(
+        STOPPED_LABEL.to_owned(),
+        json!(lease::epoch_secs(SystemTime::now()).to_string()),
+    );
+    api.call(
+        Method::PUT,
+        &format!("/sandbox/{id}/labels"),
+        Some(&json!({"labels": labels})),
+        Duration::from_secs(30),
+    )
+    .await?;
+    api.call(
+        Method::POST,
+        &format!("/sandbox/{id}/stop"),
+        None,
+        Duration::from_secs(60),
+    )
+    .await
+    .map(|_| ())
 }

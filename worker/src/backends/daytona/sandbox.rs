@@ -61,6 +61,8 @@ const WATCH_EVERY: Duration = Duration::from_secs(2);
 
 pub struct DaytonaSandbox {
     pub(super) id: String,
+    /// Stopped, not deleted, at its end (persistent environments).
+    pub(super) persistent: bool,
     pub(super) toolbox: Toolbox,
     pub(super) home: String,
     pub(super) cwd: String,
@@ -353,6 +355,18 @@ impl Sandbox for DaytonaSandbox {
             && let Some(task) = watcher.take()
         {
             task.abort();
+        }
+        if self.persistent {
+            let labels = match self.labels.lock() {
+                Ok(labels) => labels.clone(),
+                Err(poisoned) => poisoned.into_inner().clone(),
+            };
+            let item = json!({"labels": labels});
+            return match super::stop_kept(self.toolbox.api(), &self.id, &item).await {
+                Ok(()) => Ok(()),
+                Err(err) if err.status().is_some_and(|s| s.as_u16() == 404) => Ok(()),
+                Err(err) => Err(other(&err)),
+            };
         }
         match self
             .toolbox
