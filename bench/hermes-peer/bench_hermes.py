@@ -29,8 +29,17 @@ RAWBENCH = f"{ROOT}/rawbench/target/release/rawbench"
 CADBENCH = os.environ.get("CADBENCH", "")  # caduceus-bench (run_all.sh sets it)
 RG_DIR = f"{ROOT}/rgtool/bin"  # ripgrep from the PyPI 'ripgrep' wheel (optional)
 
+ONLY_EXECUTE_CODE = sys.argv[1:] == ["--only-execute-code"]
+DOCKER_IMAGE = os.environ.get("CADBENCH_DOCKER_IMAGE", "caduceus-base:bookworm")
+
 # --- hermes needs only these two env vars for direct, LLM-free tool calls ---
 os.environ["TERMINAL_ENV"] = "local"                 # local backend (default anyway)
+if ONLY_EXECUTE_CODE:
+    # The remote path of execute_code: the script runs in hermes' Docker
+    # container and its tool calls travel as files polled every 100 ms.
+    os.environ["TERMINAL_ENV"] = "docker"
+    os.environ["TERMINAL_DOCKER_IMAGE"] = DOCKER_IMAGE
+    os.environ["TERMINAL_CONTAINER_PERSISTENT"] = "false"
 os.environ["HERMES_HOME"] = f"{ROOT}/hermes_home"    # keep config/state out of ~/.hermes
 os.makedirs(os.environ["HERMES_HOME"], exist_ok=True)
 os.makedirs(RESULTS, exist_ok=True)
@@ -659,7 +668,70 @@ def print_table(res):
     print("\nNOTES:", json.dumps(res["notes"], indent=1, default=str)[:6000])
 
 
+READ50 = """
+from hermes_tools import read_file
+for i in range(50):
+    r = read_file(f"/tmp/bench50/f{i}.txt")
+    assert "content" in r, r
+print("read 50")
+"""
+
+
+def execute_code_main():
+    """`--only-execute-code`: one script with 50 read_file calls in a Docker
+    environment, hermes (its remote file-polling RPC) interleaved with
+    caduceus (`docker_execute_code_read50`: the script's calls stream over the
+    worker's link) in the same rounds. BENCH_N scripts per side (default 8)."""
+    from tools.file_tools import reset_file_dedup, notify_other_tool_call
+    n = int(os.environ.get("BENCH_N", "8"))
+    rounds = int(os.environ.get("BENCH_ROUNDS", "2"))
+    setup = json.loads(hcall("terminal", {"command": "mkdir -p /tmp/bench50 && for i in $(seq 0 49); do seq 1 20 | sed \"s/^/line $i /\" > /tmp/bench50/f$i.txt; done && echo ok"}))
+    assert setup["output"] == "ok", setup
+
+    def script():
+        r = json.loads(handle_function_call("execute_code", {"code": READ50}, task_id=TASK,
+                                            enabled_tools=["read_file"]))
+        assert r.get("output", "").strip() == "read 50" and r.get("tool_calls_made") == 50, r
+        return r
+
+    script()  # warm: container and interpreter started
+
+    def h_job(k):
+        out = []
+        for _ in range(k):
+            reset_file_dedup(TASK)
+            notify_other_tool_call(TASK)
+            t = time.perf_counter()
+            script()
+            out.append((time.perf_counter() - t) * 1e3)
+        return out
+
+    interleave([
+        ("x.hermes execute_code 50x read_file (docker, file polling)", h_job),
+        ("x.caduceus execute_code 50x read_file (docker, worker link)", lambda k: cad("docker_execute_code_read50", k)),
+    ], n=n, rounds=rounds)
+    st = {k: stats(v) for k, v in SAMPLES.items()}
+    res = {"info": {"image": DOCKER_IMAGE, "N": n, "rounds": rounds}, "stats": st, "notes": NOTES}
+    with open(f"{RESULTS}/execute_code.json", "w") as f:
+        json.dump(res, f, indent=1)
+    print("| operation | p50 ms | p95 ms | min ms | n |")
+    print("|---|---|---|---|---|")
+    for k in sorted(st):
+        s_ = st[k]
+        print(f"| {k} | {s_['p50_ms']:.1f} | {s_['p95_ms']:.1f} | {s_['min_ms']:.1f} | {s_['n']} |")
+    h = st.get("x.hermes execute_code 50x read_file (docker, file polling)")
+    c = st.get("x.caduceus execute_code 50x read_file (docker, worker link)")
+    if h and c:
+        print(f"\nhermes / caduceus p50: {_fmt_ratio(h['p50_ms'] / c['p50_ms'])}")
+    if NOTES:
+        print("NOTES:", json.dumps(NOTES, indent=1, default=str)[:4000])
+
+
 if __name__ == "__main__":
+    if ONLY_EXECUTE_CODE:
+        execute_code_main()
+        sys.stdout.flush()
+        os._exit(0)
     if sys.argv[1:] == ["--table-only"]:  # re-render table.md from results.json
         with open(f"{RESULTS}/results.json") as f:
             st = json.load(f)["stats"]

@@ -41,5 +41,5 @@ if [ "${WAIT_QUIET:-1}" = 1 ]; then
   done
 fi
 BENCH_N="${BENCH_N:-200}" BENCH_ROUNDS="${BENCH_ROUNDS:-4}" \
-  venv/bin/python "$ROOT/bench_hermes.py" 2>"$ROOT/results/bench_stderr.txt" | tee "$ROOT/results/bench_output.txt"
+  venv/bin/python "$ROOT/bench_hermes.py" "$@" 2>"$ROOT/results/bench_stderr.txt" | tee "$ROOT/results/bench_output.txt"
 echo "results: $ROOT/results/results.json  $ROOT/results/table.md  $ROOT/results/bench_output.txt"

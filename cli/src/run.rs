@@ -124,6 +124,7 @@ impl Target {
                         caller: None,
                         labels: request.labels.into_iter().collect(),
                         session_id: String::new(),
+                        workdir: None,
                     })
                     .await?;
                 Ok(Events::Local(started.events))

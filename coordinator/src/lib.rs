@@ -220,15 +220,16 @@ impl Coordinator {
                 false,
             )?;
         }
+        let mut skill_sync = None;
         if let Some(home) = &config.home {
             let memory = Arc::new(memory::MemoryStore::new(home.join("memories")));
             initial.register(memory::registry_entry(memory.clone())?, false)?;
             config.agent.memory = Some(memory);
-            for entry in
-                skills::registry_entries(&Arc::new(skills::SkillStore::new(home.join("skills"))))?
-            {
+            let store = Arc::new(skills::SkillStore::new(home.join("skills")));
+            for entry in skills::registry_entries(&store)? {
                 initial.register(entry, false)?;
             }
+            skill_sync = Some(Arc::new(skills::sync::SkillSync::new(store)));
         }
         initial.register(web::search_entry()?, false)?;
         if config.vision.is_some() {
@@ -279,6 +280,9 @@ impl Coordinator {
             Dispatcher::new(registry.clone(), scheduler.clone(), gate, dispatch_config);
         for hook in &config.hooks.0 {
             dispatcher.add_hook(hook.clone());
+        }
+        if let Some(sync) = skill_sync {
+            dispatcher.set_skill_sync(sync);
         }
         let dispatcher = Arc::new(dispatcher);
         let sessions = SessionHub::new(dispatcher.clone(), config.agent.clone());
@@ -535,6 +539,7 @@ impl Coordinator {
     }
 
     pub async fn release_environment(&self, task_id: &str) -> bool {
+        self.dispatcher.forget_task(task_id);
         self.scheduler.release(task_id).await
     }
 

@@ -28,8 +28,10 @@ mod lexer;
 mod normalize;
 mod pattern;
 pub mod policy;
+pub use script::check_script_in;
 mod resolve;
 mod rm;
+mod script;
 mod structural;
 mod system_paths;
 mod verdict;
@@ -128,6 +130,28 @@ pub fn detect_dangerous(command: &str) -> Option<Match> {
 /// same with home paths folded to `~/`, and a copy with shell words written plainly.
 pub fn normalized_variants(command: &str) -> Vec<String> {
     analysis::analyze(command, &NO_CONTEXT).variants
+}
+
+/// [`check_command_in`] without the structural checks (`bash -c`, heredocs to an
+/// interpreter, computed command words): for command text that is not what a shell
+/// receives as is, but a script's literal (see `script.rs`).
+pub(crate) fn check_patterns_in(command: &str, context: &GuardContext) -> Verdict {
+    if normalize::size_limit_exceeded(command) {
+        return Verdict::Allow;
+    }
+    let analysis = analysis::analyze(command, context);
+    if let Some(description) = hardline::detect(&analysis) {
+        return Verdict::Hardline {
+            description: description.to_string(),
+        };
+    }
+    Verdict::from(
+        analysis
+            .variants
+            .iter()
+            .find_map(|variant| dangerous::first_match(variant))
+            .map(Match::new),
+    )
 }
 
 fn dangerous_in(analysis: &Analysis) -> Option<Match> {

@@ -68,6 +68,10 @@ pub const PRODUCT_LIVENESS: [&str; 6] = [
 /// A temporary `CADUCEUS_HOME` and a token shared by a test's processes.
 pub struct Fleet {
     pub home: tempfile::TempDir,
+    /// The processes' working directory, so that a local environment (which
+    /// starts in its worker's cwd) writes its relative paths here and never
+    /// into the checkout.
+    pub work: tempfile::TempDir,
     pub token: String,
 }
 
@@ -81,6 +85,7 @@ impl Fleet {
     pub fn new() -> Self {
         Fleet {
             home: tempfile::tempdir().unwrap(),
+            work: tempfile::tempdir().unwrap(),
             token: format!("tok-{}", std::process::id()),
         }
     }
@@ -88,7 +93,8 @@ impl Fleet {
     /// A `caduceus` command with this fleet's home and no inherited coordinator.
     pub fn command(&self) -> Command {
         let mut cmd = Command::new(bin());
-        cmd.env("CADUCEUS_HOME", self.home.path())
+        cmd.current_dir(self.work.path())
+            .env("CADUCEUS_HOME", self.home.path())
             .env_remove("CADUCEUS_COORDINATOR")
             .env_remove("CADUCEUS_TOKEN")
             .env_remove("CADUCEUS_TOKEN_FILE")

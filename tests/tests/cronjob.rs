@@ -363,3 +363,65 @@ fn rusqlite_copy(from: &Path, to: &Path) {
     conn.execute("VACUUM INTO ?1", [to.display().to_string()])
         .unwrap();
 }
+
+/// `workdir`: the run's environment starts there, so relative paths in its
+/// commands land in it; a job whose workdir is gone runs without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_jobs_environment_starts_in_its_workdir() {
+    let home = tempfile::tempdir().unwrap();
+    let db = home.path().join("state.db");
+    let workdir = tempfile::tempdir().unwrap();
+    let pwd_then = |label: &str| {
+        vec![
+            ScriptedResponse::tool_calls(vec![ToolCall::new(
+                format!("call-{label}"),
+                "terminal",
+                json!({"command": format!("pwd; echo {label} > here.txt")}).to_string(),
+            )]),
+            ScriptedResponse::text(format!("{label} done")),
+        ]
+    };
+    let mut script = pwd_then("in-workdir");
+    script.extend(pwd_then("without"));
+    let model = ScriptedServer::start(script).await.unwrap();
+    let clock = Arc::new(ManualClock::new(1_796_230_800));
+    let node = Node::start(home.path(), &model, clock.clone()).await;
+    let created = node
+        .coordinator
+        .call_tool(ClientCall::new(
+            "cronjob",
+            RawArguments::Value(json!({"action": "create", "prompt": "Mark the directory.", "schedule": "every 1m", "workdir": workdir.path().display().to_string()})),
+            "",
+        ))
+        .await;
+    let created: Value = serde_json::from_str(&created.body).unwrap();
+    let id = created["job_id"].as_str().unwrap().to_owned();
+    assert!(node.coordinator.start_cron());
+    clock.advance(60);
+    let runs = finished_runs(&db, &id, 1).await;
+    assert_eq!(
+        std::fs::read_to_string(workdir.path().join("here.txt")).unwrap(),
+        "in-workdir\n"
+    );
+    let calls = caduceus_coordinator::agent::store::read_calls(&db, &runs[0].session_id).unwrap();
+    let result: Value = serde_json::from_str(calls[0].result.as_deref().unwrap()).unwrap();
+    assert_eq!(
+        result["output"],
+        workdir.path().canonicalize().unwrap().display().to_string()
+    );
+
+    // The directory is gone: the next run starts where environments do.
+    let gone = workdir.path().to_path_buf();
+    drop(workdir);
+    clock.advance(60);
+    let runs = finished_runs(&db, &id, 2).await;
+    let calls = caduceus_coordinator::agent::store::read_calls(&db, &runs[1].session_id).unwrap();
+    let result: Value = serde_json::from_str(calls[0].result.as_deref().unwrap()).unwrap();
+    assert_eq!(
+        result["output"],
+        home.path().display().to_string(),
+        "{result}"
+    );
+    assert!(!gone.exists());
+    node.stop().await;
+}

@@ -122,9 +122,10 @@ fn a_dangerous_command_inside_the_script_meets_the_guard() {
         &coordinator,
         r#"
 from hermes_tools import terminal
-import json
-print(json.dumps(terminal("rm -rf /")))
-print(json.dumps(terminal("chmod -R 777 /etc/exec-guard-probe")))
+import base64, json
+# Composed at run time, so the guard meets them at the calls, not in the text.
+print(json.dumps(terminal(base64.b64decode("cm0gLXJmIC8=").decode())))
+print(json.dumps(terminal(base64.b64decode("Y2htb2QgLVIgNzc3IC9ldGMvZXhlYy1ndWFyZC1wcm9iZQ==").decode())))
 "#,
         "exec-guard",
     );
@@ -144,6 +145,106 @@ print(json.dumps(terminal("chmod -R 777 /etc/exec-guard-probe")))
     assert_eq!(denied["exit_code"], -1, "{denied}");
     // Refused calls are still calls the script made.
     assert_eq!(result["tool_calls_made"], 2, "{result}");
+}
+
+/// Runs `sh -c` directly, out of the terminal tool's reach: only the guard's
+/// reading of the whole script stands between it and the machine.
+const DIRECT: &str = r#"
+import subprocess
+subprocess.run("mkdir -p probe && chmod -R 777 probe && echo ran > probe/ran.txt", shell=True)
+print(open("probe/ran.txt").read().strip())
+"#;
+
+#[test]
+fn a_script_with_a_dangerous_command_waits_for_approval_before_it_runs() {
+    let (fleet, coordinator, _worker) = local_fleet("approvals:\n  mode: ask\n");
+    let ran_marker = fleet.work.path().join("probe/ran.txt");
+    let held = run(&fleet, &coordinator, DIRECT, "exec-approve");
+    assert_eq!(held["status"], "error", "{held}");
+    assert_eq!(held["approval_pending"], true, "{held}");
+    assert_eq!(held["tool_calls_made"], 0, "{held}");
+    assert_eq!(held["pattern_key"], "execute_code", "{held}");
+    assert_eq!(
+        held["description"],
+        "script contains: world/other-writable permissions"
+    );
+    let id = held["approval_id"].as_str().unwrap().to_owned();
+    assert!(
+        held["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("Approval required: this execute_code script was flagged"),
+        "{held}"
+    );
+    assert!(!ran_marker.exists(), "the script ran before approval");
+
+    // The operator sees the whole script, and approves it once.
+    let listed = fleet.client(&coordinator, &["approvals", "list", "--json"]);
+    let listed: Vec<Value> = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0]["tool"], "execute_code");
+    assert!(
+        listed[0]["command"]
+            .as_str()
+            .unwrap()
+            .starts_with("execute_code <<'PY'\n"),
+        "{listed:?}"
+    );
+    let out = fleet.client(&coordinator, &["approvals", "approve", &id]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let ran = run(&fleet, &coordinator, DIRECT, "exec-approve");
+    assert_eq!(ran["status"], "success", "{ran}");
+    assert_eq!(ran["output"], "ran\n", "{ran}");
+    assert!(
+        ran["approval"]
+            .as_str()
+            .unwrap()
+            .starts_with("Command required approval (script contains: world/other-writable permissions. execute_code script execution."),
+        "{ran}"
+    );
+    // Once means once: the same script asks again.
+    let again = run(&fleet, &coordinator, DIRECT, "exec-approve");
+    assert_eq!(again["approval_pending"], true, "{again}");
+    assert_ne!(again["approval_id"], id.as_str(), "{again}");
+
+    // A harmless script runs without asking.
+    let plain = run(&fleet, &coordinator, "print(6 * 7)", "exec-approve");
+    assert_eq!(plain["output"], "42\n", "{plain}");
+}
+
+#[test]
+fn a_script_is_refused_whole_under_mode_deny_and_for_a_hardline_command() {
+    let (fleet, coordinator, _worker) = local_fleet("approvals:\n  mode: deny\n");
+    let denied = run(&fleet, &coordinator, DIRECT, "exec-deny");
+    assert_eq!(
+        denied,
+        json!({
+            "status": "error",
+            "error": "BLOCKED: execute_code script flagged for approval (script contains: world/other-writable permissions. execute_code script execution. The script can spawn subprocesses or mutate files without passing through terminal command approval; approval is one-shot for this run.) but approvals.mode is deny, so it does not run. Use normal tools instead.",
+            "tool_calls_made": 0,
+            "duration_seconds": 0,
+        })
+    );
+    assert!(!fleet.work.path().join("probe").exists(), "the script ran");
+    let hardline = run(
+        &fleet,
+        &coordinator,
+        "import os\nprint('started')\nos.system('rm -rf /')\n",
+        "exec-deny",
+    );
+    assert_eq!(hardline["status"], "error", "{hardline}");
+    assert!(
+        hardline["error"].as_str().unwrap().starts_with(
+            "BLOCKED (hardline): the script contains recursive delete of root filesystem."
+        ),
+        "{hardline}"
+    );
+    assert!(hardline.get("output").is_none(), "{hardline}");
 }
 
 #[test]

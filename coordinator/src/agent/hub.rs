@@ -71,6 +71,9 @@ pub struct StartRequest {
     /// "" = a new id; a given `sess_…` id is the session's (the Cron actor
     /// records a run's session id before the session starts).
     pub session_id: String,
+    /// The directory the session's environment starts in (a cron job's
+    /// `workdir`); `None`: the backend's own.
+    pub workdir: Option<String>,
 }
 
 /// A started session: its id and its event stream (children included). The
@@ -339,6 +342,9 @@ impl SessionHub {
                 .dispatcher
                 .scheduler()
                 .set_task_labels(&task_id, request.labels);
+        }
+        if let Some(dir) = request.workdir.as_deref().filter(|d| !d.is_empty()) {
+            self.inner.dispatcher.set_task_workdir(&task_id, dir);
         }
         let spec = SessionSpec {
             session_id: session_id.clone(),

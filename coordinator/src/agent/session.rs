@@ -468,6 +468,7 @@ pub(crate) async fn conclude(
     exit_reason: &str,
 ) {
     if spec.release_task {
+        hub.dispatcher.forget_task(&spec.task_id);
         hub.dispatcher.scheduler().release(&spec.task_id).await;
     }
     if let Some(store) = hub.store() {

@@ -244,6 +244,9 @@ impl Inner {
             interactive: false,
             caller: Some("cron".to_owned()),
             session_id: run.session_id.clone(),
+            // The run's environment starts there (when it is a directory in
+            // the environment), as hermes runs the job from its workdir.
+            workdir: job.workdir.clone(),
             ..StartRequest::default()
         };
         match self.hub.start(request).await {

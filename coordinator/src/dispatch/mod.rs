@@ -31,6 +31,7 @@ use crate::metrics::{Metrics, UNKNOWN_TOOL};
 use crate::registry::actor::RegistryHandle;
 use crate::registry::{Handler, ToolEntry, ToolRegistry};
 use crate::scheduler::{ScheduleError, SchedulerHandle, WorkerCall};
+use crate::skills::sync::{SYNC_TOOL, SkillSync};
 pub use hooks::{
     HookDecision, HookSet, PostToolCall, PreToolCall, SessionEvent, SessionEventKind, ToolHook,
 };
@@ -143,6 +144,11 @@ pub struct Dispatcher {
     config: DispatchConfig,
     /// `config.environment_settings` as sent with every worker call.
     settings_json: String,
+    /// The copies of skills in environments (a coordinator with a home).
+    skills: Option<Arc<SkillSync>>,
+    /// Tasks whose environments start in a directory of their own (a cron
+    /// job's `workdir`): task id -> the settings sent with its calls.
+    task_settings: std::sync::RwLock<std::collections::HashMap<String, String>>,
 }
 
 impl Dispatcher {
@@ -159,7 +165,50 @@ impl Dispatcher {
             hooks: Vec::new(),
             settings_json: config.environment_settings.to_string(),
             config,
+            skills: None,
+            task_settings: Default::default(),
         }
+    }
+
+    /// The environments of `task_id` start in `workdir` (when it is a
+    /// directory there): sent with the task's calls as the `workdir` setting.
+    pub fn set_task_workdir(&self, task_id: &str, workdir: &str) {
+        let mut settings = self.config.environment_settings.clone();
+        if let Value::Object(map) = &mut settings {
+            map.insert("workdir".to_owned(), Value::String(workdir.to_owned()));
+        }
+        self.task_settings
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(task_id.to_owned(), settings.to_string());
+    }
+
+    /// The settings sent with a call of `task_id`.
+    fn settings_of(&self, task_id: &str) -> String {
+        let custom = self
+            .task_settings
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match custom.get(task_id) {
+            Some(settings) => settings.clone(),
+            None => self.settings_json.clone(),
+        }
+    }
+
+    /// Copies the skills a task views into its environment from now on.
+    pub fn set_skill_sync(&mut self, sync: Arc<SkillSync>) {
+        self.skills = Some(sync);
+    }
+
+    /// The task ended: nothing of it is kept (its environments are released).
+    pub fn forget_task(&self, task_id: &str) {
+        if let Some(sync) = &self.skills {
+            sync.forget(task_id);
+        }
+        self.task_settings
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(task_id);
     }
 
     pub fn add_hook(&mut self, hook: Arc<dyn ToolHook>) {
@@ -365,9 +414,13 @@ impl Dispatcher {
             }
         }
 
-        // 9. Route.
+        // 9. Route. A worker call first brings the task's copies of the
+        // skills it uses up to date (nothing to do while nothing changed).
         let mut worker = None;
         let mut environment_reset = None;
+        if matches!(entry.handler, Handler::Worker) {
+            environment_reset = self.refresh_skills(&ctx, &backend).await;
+        }
         let mut reply = match &entry.handler {
             Handler::Local(tool_impl) => {
                 let tool_impl = tool_impl.clone();
@@ -433,8 +486,14 @@ impl Dispatcher {
                     )
                     .await
                 };
+                if ran.environment_reset.is_some()
+                    && let Some(sync) = &self.skills
+                {
+                    // A fresh environment holds no copies any more.
+                    sync.invalidate(&self.environment_task(&ctx.task_id, &backend));
+                }
                 worker = ran.worker;
-                environment_reset = ran.environment_reset;
+                environment_reset = ran.environment_reset.or(environment_reset);
                 ran.reply
             }
             Handler::Hosted(provider) => {
@@ -446,6 +505,11 @@ impl Dispatcher {
             // means a loop forwarded one by mistake.
             Handler::AgentLoop => agent_loop_only(&name),
         };
+        if name == "skill_view" && reply.status == CallStatus::Ok {
+            environment_reset = self
+                .skill_into_environment(&mut reply, &args, &ctx, &backend)
+                .await;
+        }
 
         // 10. Cap coordinator-side results (worker tools are capped on the
         // worker, next to the sandbox that stores the full text). The status
@@ -650,20 +714,14 @@ impl Dispatcher {
             result_cap_chars,
             timeout,
         } = job;
-        // Another backend than the configured one is another environment
-        // of the task.
-        let task_id = if backend == self.registry.snapshot().terminal_backend() {
-            ctx.task_id.clone()
-        } else {
-            crate::scheduler::backend_environment(&ctx.task_id, backend)
-        };
+        let task_id = self.environment_task(&ctx.task_id, backend);
         let call = WorkerCall {
             task_id,
             session_id: ctx.session_id.clone().unwrap_or_default(),
             tool: tool.to_owned(),
             arguments_json: serde_json::to_string(args).unwrap_or_else(|_| "{}".to_owned()),
             backend: backend.to_owned(),
-            settings_json: self.settings_json.clone(),
+            settings_json: self.settings_of(&ctx.task_id),
             owner: self.config.owner.clone(),
             result_cap_chars,
             timeout,
@@ -693,6 +751,142 @@ impl Dispatcher {
                 }
             }
         }
+    }
+
+    /// The environment a call of `task_id` on `backend` runs in: another
+    /// backend than the configured one is another environment of the task.
+    fn environment_task(&self, task_id: &str, backend: &str) -> String {
+        if backend == self.registry.snapshot().terminal_backend() {
+            task_id.to_owned()
+        } else {
+            crate::scheduler::backend_environment(task_id, backend)
+        }
+    }
+
+    /// Before a worker call: sends the changes of the task's skills when its
+    /// copies are out of date. A failure is logged, not the call's: the
+    /// call runs with the copies as they are. The answer is the reset
+    /// notice the copying consumed (the call's own to report).
+    async fn refresh_skills(&self, ctx: &CallContext, backend: &str) -> Option<String> {
+        let sync = self.skills.as_ref().filter(|s| s.tracking())?;
+        let env = self.environment_task(&ctx.task_id, backend);
+        if !sync.stale(&env, self.scheduler.placement_of(&env).as_ref()) {
+            return None;
+        }
+        match self.sync_skills(sync, &env, ctx, backend).await {
+            Ok((_, reset)) => reset,
+            Err(err) => {
+                tracing::warn!(task = %ctx.task_id, "could not update the skills in the environment: {err}");
+                None
+            }
+        }
+    }
+
+    /// After a successful `skill_view(name)`: the skill's files are copied
+    /// into the task's environment and `skill_dir` names them there. When no
+    /// worker offers the backend, or the copy fails, `skill_dir` stays the
+    /// coordinator's and `skill_files_unavailable` says why.
+    async fn skill_into_environment(
+        &self,
+        reply: &mut ToolReply,
+        args: &Map<String, Value>,
+        ctx: &CallContext,
+        backend: &str,
+    ) -> Option<String> {
+        let sync = self.skills.as_ref()?;
+        if args
+            .get("file_path")
+            .and_then(Value::as_str)
+            .is_some_and(|p| !p.is_empty())
+        {
+            return None;
+        }
+        let mut view: Value = serde_json::from_str(&reply.body).ok()?;
+        // `path` is the skill's SKILL.md relative to the skills root.
+        let rel_dir = view["path"].as_str()?.strip_suffix("/SKILL.md")?.to_owned();
+        if rel_dir.is_empty() || view["success"] != true {
+            return None;
+        }
+        let mut reset = None;
+        if !self.registry.snapshot().fleet_backends().contains(backend) {
+            view["skill_files_unavailable"] = json!(format!(
+                "No attached worker offers the '{backend}' backend, so the skill's files were not copied into an environment."
+            ));
+        } else {
+            let env = self.environment_task(&ctx.task_id, backend);
+            sync.use_skill(&env, &rel_dir);
+            match self.sync_skills(sync, &env, ctx, backend).await {
+                Ok((Some(root), consumed)) => {
+                    view["skill_dir"] = json!(format!("{root}/{rel_dir}"));
+                    reset = consumed;
+                }
+                Ok((None, consumed)) => reset = consumed,
+                Err(err) => {
+                    view["skill_files_unavailable"] = json!(format!(
+                        "The skill's files could not be copied into the environment: {err}"
+                    ));
+                }
+            }
+        }
+        *reply = ToolReply::success_document(&view);
+        reset
+    }
+
+    /// Brings `env`'s copies up to date with `skill_sync` commands; answers
+    /// the skills root inside the environment and the reset notice a
+    /// command got. A command that landed in a recreated environment starts
+    /// over once with everything.
+    async fn sync_skills(
+        &self,
+        sync: &SkillSync,
+        env: &str,
+        ctx: &CallContext,
+        backend: &str,
+    ) -> Result<(Option<String>, Option<String>), String> {
+        let mut reset = None;
+        for attempt in 0..2 {
+            let Some(plan) = sync.plan(env, self.scheduler.placement_of(env).as_ref()) else {
+                return Ok((None, reset));
+            };
+            let mut root = None;
+            let mut recreated = false;
+            for batch in &plan.batches {
+                let ran = self
+                    .run_on_worker(
+                        WorkerJob {
+                            tool: SYNC_TOOL,
+                            args: batch,
+                            result_cap_chars: 0,
+                            timeout: None,
+                        },
+                        ctx,
+                        backend,
+                        None,
+                    )
+                    .await;
+                if ran.environment_reset.is_some() {
+                    reset = ran.environment_reset;
+                    recreated = true;
+                }
+                let answer: Value = serde_json::from_str(&ran.reply.body).unwrap_or(Value::Null);
+                if ran.reply.status != CallStatus::Ok {
+                    sync.invalidate(env);
+                    return Err(answer["error"]
+                        .as_str()
+                        .map_or_else(|| ran.reply.body.clone(), str::to_owned));
+                }
+                root = answer["root"].as_str().map(str::to_owned);
+            }
+            if recreated && attempt == 0 {
+                // The environment was recreated under the commands: what was
+                // there before, and what earlier batches wrote, is gone.
+                sync.invalidate(env);
+                continue;
+            }
+            sync.commit(env, plan, self.scheduler.placement_of(env), root);
+            break;
+        }
+        Ok((sync.root(env), reset))
     }
 
     /// A hosted provider's tool, on a worker hosting it (no environment).

@@ -525,9 +525,9 @@ impl Approvals {
                         note: Some(texts::approval_note(&answer.description)),
                     },
                     Outcome::Denied(reason) => {
-                        Ruling::Refuse(texts::denied_by_user(reason.as_deref()))
+                        Ruling::Refuse(texts::denied_for(query.tool, reason.as_deref()))
                     }
-                    Outcome::TimedOut => Ruling::Refuse(texts::timed_out()),
+                    Outcome::TimedOut => Ruling::Refuse(texts::timed_out_for(query.tool)),
                 };
             }
             if state
@@ -540,7 +540,7 @@ impl Approvals {
                 return Ruling::Admit { note: None };
             }
             if self.settings.mode == ApprovalMode::Deny {
-                return Ruling::Refuse(texts::mode_deny(query.description));
+                return Ruling::Refuse(texts::mode_deny_for(query.tool, query.description));
             }
 
             let listener = match query.session_id.and_then(|s| state.listeners.get(s)) {
@@ -557,7 +557,9 @@ impl Approvals {
                         AutoAnswer::ApproveOnce => Ruling::Admit {
                             note: Some(texts::auto_approval_note(query.description)),
                         },
-                        AutoAnswer::Deny => Ruling::Refuse(texts::auto_denied(query.description)),
+                        AutoAnswer::Deny => {
+                            Ruling::Refuse(texts::auto_denied_for(query.tool, query.description))
+                        }
                     };
                 }
                 Some(Listener {
@@ -607,12 +609,12 @@ impl Approvals {
                 note: Some(texts::approval_note(query.description)),
             },
             Ok(Ok(Decision::Deny { reason })) => {
-                Ruling::Refuse(texts::denied_by_user(reason.as_deref()))
+                Ruling::Refuse(texts::denied_for(query.tool, reason.as_deref()))
             }
-            Ok(Err(_)) => Ruling::Refuse(texts::withdrawn()),
+            Ok(Err(_)) => Ruling::Refuse(texts::withdrawn_for(query.tool)),
             Err(_) => {
                 tracing::info!(%id, "approval timed out");
-                Ruling::Refuse(texts::timed_out())
+                Ruling::Refuse(texts::timed_out_for(query.tool))
             }
         }
     }

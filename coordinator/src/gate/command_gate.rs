@@ -15,6 +15,9 @@
 //!    listening session's client, or, with nobody attached,
 //!    `pending_approval`.
 //!
+//! An `execute_code` script is read by the guard as a whole before it runs
+//! (see [`CommandGate::check_script`]).
+//!
 //! Refusals have the terminal tool's shape
 //! `{"output": "", "exit_code": -1, "error": …, "status": "blocked"}`.
 
@@ -36,9 +39,9 @@ use crate::call::CallStatus;
 enum Subject<'a> {
     /// A shell command (`terminal`'s `command`).
     Command(&'a str),
-    // `execute_code` joins here with its script, checked by its own rules
-    // (hermes `check_execute_code_guard`) but answered through the same
-    // approvals.
+    /// An `execute_code` script, approved as a whole (hermes
+    /// `check_execute_code_guard`) through the same approvals.
+    Script(&'a str),
 }
 
 /// The part of a call the guard checks, if any. A `command` that is not a
@@ -47,6 +50,10 @@ fn subject<'a>(call: &GateCall<'a>) -> Option<Subject<'a>> {
     match call.entry.name.as_str() {
         "terminal" => match call.args.get("command") {
             Some(Value::String(command)) => Some(Subject::Command(command)),
+            _ => None,
+        },
+        crate::registry::execute_code::NAME => match call.args.get("code") {
+            Some(Value::String(code)) => Some(Subject::Script(code)),
             _ => None,
         },
         _ => None,
@@ -153,17 +160,95 @@ impl CommandGate {
     }
 }
 
+impl CommandGate {
+    /// An `execute_code` script. Its own calls of `terminal` and the file
+    /// tools meet the gate one by one; what it does directly (`subprocess`,
+    /// `os.system`) does not, so the commands its text spells out (its
+    /// string literals, `caduceus_guard::check_script_in`) are read by the
+    /// guard first: a hardline command in it refuses the script, a dangerous one
+    /// puts the whole script to approval before it runs (key
+    /// `execute_code`, hermes' description: a session or permanent grant
+    /// covers every script, as in hermes). hermes asks for every script in
+    /// its gateway/ask contexts; caduceus asks when the guard flags the text,
+    /// since every caduceus session can be asked and a prompt per script
+    /// would ask for every harmless one. The container relaxation and
+    /// `approvals.mode: off` apply as to commands.
+    async fn check_script(
+        &self,
+        call: &GateCall<'_>,
+        code: &str,
+    ) -> Result<Admission, GateRefusal> {
+        let settings = self.approvals.settings();
+        let flagged = match caduceus_guard::check_script_in(code, &self.homes) {
+            Verdict::Hardline { description } => {
+                tracing::warn!(description, "hardline command in an execute_code script");
+                return Err(script_blocked(&texts::script_hardline(&description)));
+            }
+            Verdict::Approve { description, .. } => description,
+            _ => return Ok(Admission::default()),
+        };
+        if settings.mode == ApprovalMode::Off {
+            return Ok(Admission::default());
+        }
+        if is_container_backend(call.backend) && settings.containers == ContainerApprovals::Off {
+            return Ok(Admission::default());
+        }
+        let description = format!("script contains: {flagged}");
+        // hermes' spelling of a script as one command.
+        let command = format!("execute_code <<'PY'\n{code}\nPY");
+        let ruling = self
+            .approvals
+            .request(Query {
+                tool: &call.entry.name,
+                command: &command,
+                description: &format!("{description}. {}", texts::SCRIPT_DESCRIPTION),
+                pattern_key: crate::registry::execute_code::NAME,
+                task_id: &call.ctx.task_id,
+                session_id: call.ctx.session_id.as_deref().filter(|s| !s.is_empty()),
+            })
+            .await;
+        match ruling {
+            Ruling::Admit { note } => Ok(Admission {
+                approval_note: note,
+            }),
+            Ruling::Refuse(message) => Err(script_blocked(&message)),
+            Ruling::Pending {
+                id,
+                expires_in,
+                allow_permanent,
+                ..
+            } => Err(GateRefusal {
+                result: texts::script_pending_result(
+                    &id,
+                    &description,
+                    allow_permanent,
+                    expires_in.as_secs_f64().ceil() as u64,
+                ),
+                status: CallStatus::PendingApproval,
+            }),
+        }
+    }
+}
+
 #[async_trait]
 impl Gate for CommandGate {
     async fn admit(&self, call: &GateCall<'_>) -> Result<Admission, GateRefusal> {
         match subject(call) {
             Some(Subject::Command(command)) => self.check_command(call, command).await,
+            Some(Subject::Script(code)) => self.check_script(call, code).await,
             None => Ok(Admission::default()),
         }
     }
 
     fn approvals(&self) -> Option<Arc<Approvals>> {
         Some(self.approvals.clone())
+    }
+}
+
+fn script_blocked(message: &str) -> GateRefusal {
+    GateRefusal {
+        result: texts::script_blocked_result(message),
+        status: CallStatus::Blocked,
     }
 }
 

@@ -363,3 +363,79 @@ fn modes_parse_with_hermes_names() {
     );
     assert!(ContainerApprovals::parse("maybe").is_err());
 }
+
+async fn script(gate: &CommandGate, code: &str, backend: &str) -> Result<Admission, GateRefusal> {
+    admit_on(gate, "execute_code", json!({"code": code}), backend).await
+}
+
+#[tokio::test]
+async fn a_script_is_read_whole_before_it_runs() {
+    let gate = CommandGate::new(settings());
+    // Harmless: runs without asking.
+    assert_eq!(
+        script(&gate, "print(open('x').read())", "local")
+            .await
+            .unwrap(),
+        Admission::default()
+    );
+    // A dangerous command in the text: the whole script waits for a person.
+    let (held, status) = refusal(
+        script(
+            &gate,
+            "import os\nos.system('chmod -R 777 /srv/app')\n",
+            "local",
+        )
+        .await,
+    );
+    assert_eq!(status, CallStatus::PendingApproval, "{held}");
+    assert_eq!(held["status"], "error");
+    assert_eq!(held["tool_calls_made"], 0);
+    assert_eq!(held["approval_pending"], true);
+    assert_eq!(held["pattern_key"], "execute_code");
+    let description = held["description"].as_str().unwrap();
+    assert!(description.starts_with("script contains: "), "{held}");
+    assert!(description.contains("writable"), "{held}");
+    let listed = gate.approvals.list();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(
+        listed[0].command,
+        "execute_code <<'PY'\nimport os\nos.system('chmod -R 777 /srv/app')\n\nPY"
+    );
+    // A hardline command: refused outright, in execute_code's shape.
+    let (refused, status) =
+        refusal(script(&gate, "import os\nos.system('rm -rf /')\n", "local").await);
+    assert_eq!(status, CallStatus::Blocked);
+    assert_eq!(refused["status"], "error");
+    assert!(
+        refused["error"].as_str().unwrap().starts_with(
+            "BLOCKED (hardline): the script contains recursive delete of root filesystem."
+        ),
+        "{refused}"
+    );
+    // In a container with `approvals.containers: off` (the default), and
+    // with `mode: off`, it runs.
+    assert_eq!(
+        script(
+            &gate,
+            "import os\nos.system('chmod -R 777 /srv/app')\n",
+            "docker"
+        )
+        .await
+        .unwrap(),
+        Admission::default()
+    );
+    let off = CommandGate::new(ApprovalSettings {
+        mode: ApprovalMode::Off,
+        ..settings()
+    });
+    assert_eq!(
+        script(
+            &off,
+            "import os\nos.system('chmod -R 777 /srv/app')\n",
+            "local"
+        )
+        .await
+        .unwrap(),
+        Admission::default()
+    );
+}

@@ -61,6 +61,111 @@ pub fn mode_deny(description: &str) -> String {
     )
 }
 
+/// The tool whose calls are scripts, approved whole (hermes
+/// `check_execute_code_guard`), with texts of their own.
+const SCRIPT_TOOL: &str = "execute_code";
+
+/// hermes' description of a script put to approval.
+pub const SCRIPT_DESCRIPTION: &str = "execute_code script execution. The script can spawn subprocesses or mutate files without passing through terminal command approval; approval is one-shot for this run.";
+
+const SCRIPT_NOT_CONSENTED: &str = "The user has NOT consented to running this code. Do NOT retry, do NOT rephrase the script, and do NOT attempt the same outcome via a different tool.";
+
+/// An explicit deny of `tool`'s call (hermes' execute_code text for scripts).
+pub fn denied_for(tool: &str, reason: Option<&str>) -> String {
+    if tool != SCRIPT_TOOL {
+        return denied_by_user(reason);
+    }
+    match reason.map(str::trim).filter(|r| !r.is_empty()) {
+        Some(reason) => format!(
+            "BLOCKED: execute_code script denied by user. Reason given by the user: \"{reason}\". {SCRIPT_NOT_CONSENTED}"
+        ),
+        None => format!("BLOCKED: execute_code script denied by user. {SCRIPT_NOT_CONSENTED}"),
+    }
+}
+
+/// Nobody answered `tool`'s approval in time.
+pub fn timed_out_for(tool: &str) -> String {
+    if tool != SCRIPT_TOOL {
+        return timed_out();
+    }
+    format!(
+        "BLOCKED: execute_code script timed out without user response. {SCRIPT_NOT_CONSENTED} Silence is not consent."
+    )
+}
+
+/// `tool`'s approval request was withdrawn before anyone answered.
+pub fn withdrawn_for(tool: &str) -> String {
+    if tool != SCRIPT_TOOL {
+        return withdrawn();
+    }
+    format!(
+        "BLOCKED: execute_code script not approved: the approval request was withdrawn before the user answered (the session stopped listening). {SCRIPT_NOT_CONSENTED}"
+    )
+}
+
+/// `approvals.mode: deny` for `tool`'s call.
+pub fn mode_deny_for(tool: &str, description: &str) -> String {
+    if tool != SCRIPT_TOOL {
+        return mode_deny(description);
+    }
+    format!(
+        "BLOCKED: execute_code script flagged for approval ({description}) but approvals.mode is deny, so it does not run. Use normal tools instead."
+    )
+}
+
+/// A session whose standing answer is deny, for `tool`'s call.
+pub fn auto_denied_for(tool: &str, description: &str) -> String {
+    if tool != SCRIPT_TOOL {
+        return auto_denied(description);
+    }
+    format!(
+        "BLOCKED: execute_code script flagged for approval ({description}) and this subagent may not run it (delegation.subagent_auto_approve is off). {SCRIPT_NOT_CONSENTED}"
+    )
+}
+
+/// The refusal of a script whose text holds a hardline command.
+pub fn script_hardline(description: &str) -> String {
+    format!(
+        "BLOCKED (hardline): the script contains {description}. That command is on the unconditional blocklist and cannot be executed via the agent, from a script or otherwise — not even with approvals.mode=off. If you genuinely need to run it, run it yourself in a terminal outside the agent."
+    )
+}
+
+/// execute_code's refusal shape (hermes: `{"status": "error", "error": …,
+/// "tool_calls_made": 0, "duration_seconds": 0}`).
+pub fn script_blocked_result(message: &str) -> String {
+    to_json(&serde_json::json!({
+        "status": "error",
+        "error": message,
+        "tool_calls_made": 0,
+        "duration_seconds": 0,
+    }))
+}
+
+/// A script held for approval: execute_code's shape with hermes' pending
+/// fields, the approval id and its expiry.
+pub fn script_pending_result(
+    id: &str,
+    description: &str,
+    allow_permanent: bool,
+    expires_in_secs: u64,
+) -> String {
+    let error = format!(
+        "Approval required: this execute_code script was flagged ({description}) and did NOT run. Approval request {id} is waiting for the user (it expires in {expires_in_secs}s). Tell the user what the script does and why. Once they approve it (caduceus approvals approve {id}), run exactly the same script again and it will run. Until then do NOT retry it, do NOT rephrase it, and do NOT attempt the same outcome via a different tool."
+    );
+    to_json(&serde_json::json!({
+        "status": "error",
+        "error": error,
+        "tool_calls_made": 0,
+        "duration_seconds": 0,
+        "approval_pending": true,
+        "approval_id": id,
+        "description": description,
+        "pattern_key": SCRIPT_TOOL,
+        "allow_permanent": allow_permanent,
+        "expires_in_s": expires_in_secs,
+    }))
+}
+
 /// The `approval` field of a result approved by a session's standing answer.
 pub fn auto_approval_note(description: &str) -> String {
     format!(

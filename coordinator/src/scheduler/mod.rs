@@ -1291,6 +1291,16 @@ impl SchedulerHandle {
         (caduceus_proto::call_status(done.status) == CallStatus::Ok).then_some(done.body)
     }
 
+    /// The worker and epoch a task's environment is placed at now, read
+    /// from the published placements (no message).
+    pub fn placement_of(&self, task_id: &str) -> Option<(String, u64)> {
+        self.placements.read().ok().and_then(|placements| {
+            placements
+                .get(task_id)
+                .map(|p| (p.worker_name.clone(), p.epoch))
+        })
+    }
+
     pub async fn release(&self, task_id: &str) -> bool {
         ask(&self.actor, |reply| SchedulerMsg::Release {
             task_id: task_id.to_owned(),

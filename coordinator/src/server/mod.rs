@@ -260,6 +260,7 @@ impl Control for ControlService {
                 caller,
                 labels: req.labels.into_iter().collect(),
                 session_id: String::new(),
+                workdir: None,
             })
             .await
             .map_err(|e| session_status(&e))?;

@@ -5,9 +5,14 @@
 //! shapes and error texts (`tools/skills_tool.py`,
 //! `tools/skill_manager_tool.py`).
 //!
-//! Not built: copying a skill's files into the environments that use them
-//! (the tool descriptions do not claim it); hermes' security scan, pinned
-//! skills, profiles, external skill directories and the curator's archive.
+//! A skill's files are copied into the environments that use it
+//! (`sync.rs`): `skill_view` in a task copies the skill into the task's
+//! environment and answers its `skill_dir` there.
+//!
+//! Not built: hermes' security scan, pinned skills, profiles, external skill
+//! directories and the curator's archive.
+
+pub mod sync;
 
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
@@ -241,15 +246,56 @@ struct Found {
 /// The skills under one directory (`$CADUCEUS_HOME/skills`).
 pub struct SkillStore {
     root: PathBuf,
+    /// Bumped by every change `skill_manage` makes: environments holding
+    /// copies compare it before a call instead of reading the files.
+    generation: std::sync::atomic::AtomicU64,
 }
 
 impl SkillStore {
     pub fn new(root: PathBuf) -> Self {
-        SkillStore { root }
+        SkillStore {
+            root,
+            generation: std::sync::atomic::AtomicU64::new(1),
+        }
     }
 
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// Changes with every successful `skill_manage` action.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// The files of the skill in `rel_dir` (relative to the root, e.g.
+    /// `basics/greet`), as paths relative to the root with their bytes.
+    /// Hidden files (a write in progress) and symlinks are left out; `None`
+    /// when the skill is gone.
+    pub(crate) fn skill_files(&self, rel_dir: &str) -> Option<Vec<(String, Vec<u8>)>> {
+        if rel_dir.is_empty() || has_traversal(rel_dir) {
+            return None;
+        }
+        let dir = self.root.join(rel_dir);
+        if !dir.join("SKILL.md").is_file() {
+            return None;
+        }
+        let mut files = Vec::new();
+        walk_files(&dir, &mut |path| {
+            let Ok(rel) = path.strip_prefix(&self.root) else {
+                return;
+            };
+            let hidden = rel
+                .components()
+                .any(|c| c.as_os_str().to_string_lossy().starts_with('.'));
+            if hidden {
+                return;
+            }
+            if let (Some(rel), Ok(bytes)) = (rel.to_str(), std::fs::read(path)) {
+                files.push((rel.to_owned(), bytes));
+            }
+        });
+        Some(files)
     }
 
     /// Every skill: `<root>/<name>/SKILL.md` and
@@ -535,6 +581,15 @@ impl SkillStore {
 
     /// `skill_manage(action, …)`.
     pub fn manage(&self, args: &Map<String, Value>) -> Value {
+        let result = self.manage_inner(args);
+        if result["success"] == true {
+            self.generation
+                .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        }
+        result
+    }
+
+    fn manage_inner(&self, args: &Map<String, Value>) -> Value {
         let text = |key: &str| args.get(key).and_then(Value::as_str);
         let name = text("name").unwrap_or("");
         match text("action").unwrap_or("") {

@@ -21,6 +21,9 @@
 //!   embedded workers, in a fresh process (the workers' first shells run the login
 //!   files); one sample = the whole session. `agent_fanout3_warm`: the same after one
 //!   untimed fan-out (login state cached)
+//! - `docker_execute_code_read50`: one `execute_code` script making 50 `read_file`
+//!   calls, in a Docker environment on a worker process (loopback gRPC); one
+//!   sample = the whole script (`CADBENCH_DOCKER_IMAGE`, default `caduceus-base:bookworm`)
 //! - `loopback_rpc_floor`: one gRPC round trip to the coordinator that reaches no worker
 //! - `sigstop_answer`: a loopback fleet with the product's heartbeat settings
 //!   (1 s; suspect 1.5 s; lost 3 s); one sample = from SIGSTOP of the worker
@@ -139,6 +142,7 @@ async fn run(mode: &str, n: usize, work: &Path) -> Value {
             samples(mode, &xs)
         }
         "sigstop_answer" => samples(mode, &sigstop_answer(n).await),
+        "docker_execute_code_read50" => samples(mode, &docker_execute_code_read50(n).await),
         m if m.starts_with("loopback_clients_") => {
             let k: usize = m["loopback_clients_".len()..].parse().unwrap();
             let fleet = Loopback::start(1);
@@ -387,6 +391,11 @@ struct Loopback {
 
 impl Loopback {
     fn start(workers: usize) -> Loopback {
+        Loopback::start_with(workers, None, &[])
+    }
+
+    /// [`start`](Self::start) with a `config.yaml` and extra worker flags.
+    fn start_with(workers: usize, config: Option<&str>, worker_args: &[&str]) -> Loopback {
         let bin = std::env::current_exe().unwrap().with_file_name("caduceus");
         assert!(
             bin.exists(),
@@ -394,6 +403,9 @@ impl Loopback {
             bin.display()
         );
         let home = tempfile::tempdir().unwrap();
+        if let Some(config) = config {
+            std::fs::write(home.path().join("config.yaml"), config).unwrap();
+        }
         let token = "bench-token".to_owned();
         let mut coordinator = Command::new(&bin)
             .args(["serve", "--listen", "127.0.0.1:0", "--token", &token])
@@ -425,6 +437,7 @@ impl Loopback {
                         "--name",
                         &format!("bench-{i}"),
                     ])
+                    .args(worker_args)
                     .env("CADUCEUS_HOME", home.path())
                     .env("CADUCEUS_LOG", "warn")
                     .stdin(Stdio::null())
@@ -490,6 +503,76 @@ async fn wait_status(
         assert!(Instant::now() < deadline, "{what}");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// The script of `docker_execute_code_read50`: 50 `read_file` calls of 50
+/// files, each a round trip from the script to the coordinator's pipeline.
+const READ50: &str = r#"
+from hermes_tools import read_file
+for i in range(50):
+    r = read_file(f"/tmp/bench50/f{i}.txt")
+    assert "content" in r, r
+print("read 50")
+"#;
+
+/// One sample: one `execute_code` run of [`READ50`] in a Docker environment
+/// on a worker process (loopback gRPC), from the client's call to its
+/// answer. Untimed before each: a `touch` of the files, so that read_file's
+/// dedup (hermes') answers no read with its stub.
+async fn docker_execute_code_read50(n: usize) -> Vec<f64> {
+    let image = std::env::var("CADBENCH_DOCKER_IMAGE")
+        .unwrap_or_else(|_| "caduceus-base:bookworm".to_owned());
+    let config = format!("terminal:\n  backend: docker\n  docker_image: {image}\n");
+    let fleet = Loopback::start_with(1, Some(&config), &["--backends", "docker"]);
+    let mut client = fleet.client().await;
+    wait_status(&mut client, "no worker offers docker", |s| {
+        s.workers
+            .iter()
+            .any(|w| w.backends.iter().any(|b| b == "docker"))
+    })
+    .await;
+    let call = |tool: &str, args: Value| {
+        let mut client = client.clone();
+        let tool = tool.to_owned();
+        async move {
+            let result = client
+                .call_tool(CallToolRequest {
+                    tool,
+                    arguments_json: args.to_string(),
+                    task_id: "bench".to_owned(),
+                    session_id: String::new(),
+                    ..Default::default()
+                })
+                .await
+                .unwrap()
+                .into_inner()
+                .result;
+            serde_json::from_str::<Value>(&result).unwrap_or(Value::Null)
+        }
+    };
+    let setup = call(
+        "terminal",
+        json!({"command": "mkdir -p /tmp/bench50 && for i in $(seq 0 49); do seq 1 20 | sed \"s/^/line $i /\" > /tmp/bench50/f$i.txt; done && echo ok"}),
+    )
+    .await;
+    assert_eq!(setup["output"], "ok", "{setup}");
+    let touch = json!({"command": "touch /tmp/bench50/*"});
+    let script = json!({"code": READ50});
+    let check = |result: &Value| {
+        assert_eq!(result["output"], "read 50\n", "{result}");
+        assert_eq!(result["tool_calls_made"], 50, "{result}");
+    };
+    // Warm: the first script pays the interpreter's first start in the image.
+    check(&call("execute_code", script.clone()).await);
+    let mut xs = Vec::with_capacity(n);
+    for _ in 0..n {
+        call("terminal", touch.clone()).await;
+        let t = Instant::now();
+        let result = call("execute_code", script.clone()).await;
+        xs.push(t.elapsed().as_secs_f64() * 1e3);
+        check(&result);
+    }
+    xs
 }
 
 /// From SIGSTOP of the worker running a call to the call's answer, `n` times.

@@ -405,6 +405,7 @@ async fn start_waiting(
             caller: None,
             labels: Default::default(),
             session_id: String::new(),
+            workdir: None,
         })
         .await
         .unwrap();

@@ -357,6 +357,7 @@ impl EnvManager {
     ) -> Result<Arc<Environment>, SandboxError> {
         let task_id = request.task_id.as_str();
         let sandbox = self.backends.create(backend, request).await?;
+        let cwd = start_dir(sandbox.as_ref(), request).await;
         // The lease is fresh (labels at creation, the pool's last renewal);
         // the next periodic renewal records the new owner. Renewing here
         // would put an archive upload in front of the first command.
@@ -364,7 +365,7 @@ impl EnvManager {
             sandbox.clone(),
             ShellConfig {
                 env: sandbox.shell_env(&self.settings.shell_env),
-                cwd: sandbox.initial_cwd(),
+                cwd,
                 login: self.settings.login_shell,
                 init_files: self.settings.shell_init_files.clone(),
                 init: self.settings.shell_init.clone(),
@@ -559,6 +560,28 @@ impl EnvManager {
         // Nothing of this worker is left on its host: its ledger goes.
         if let Some(ledger) = self.backends.ledger() {
             ledger.close();
+        }
+    }
+}
+
+/// Where the environment's shell starts: the `workdir` its task was given
+/// (a cron job's, in the call's settings) when it is a directory in the
+/// sandbox, else the backend's own start. A missing one is logged and left
+/// out, as hermes runs a job whose workdir is gone without it.
+async fn start_dir(sandbox: &dyn crate::sandbox::Sandbox, request: &CreateRequest) -> String {
+    let Some(dir) = request
+        .settings
+        .get("workdir")
+        .and_then(serde_json::Value::as_str)
+        .filter(|d| d.starts_with('/'))
+    else {
+        return sandbox.initial_cwd();
+    };
+    match sandbox.files().stat(dir).await {
+        Ok(Some(stat)) if stat.kind == caduceus_files::fs::FileKind::Dir => dir.to_owned(),
+        other => {
+            tracing::warn!(task = %request.task_id, workdir = dir, found = ?other.map(|s| s.map(|s| s.kind)), "the task's workdir is not a directory in the environment; starting without it");
+            sandbox.initial_cwd()
         }
     }
 }

@@ -5,6 +5,7 @@ pub mod code;
 pub mod files;
 pub mod image;
 pub mod process;
+pub mod skills;
 pub mod speech;
 pub mod terminal;
 pub mod web;
@@ -76,7 +77,10 @@ pub fn serves(tool: &str) -> bool {
 
 /// Runs the call and returns the tool's answer.
 pub async fn run(settings: &ToolSettings, mut call: ToolCall) -> ToolReply {
-    if !files::is_file_tool(&call.tool) && call.tool != files::EDIT_PREVIEW {
+    if !files::is_file_tool(&call.tool)
+        && call.tool != files::EDIT_PREVIEW
+        && call.tool != skills::TOOL
+    {
         // hermes: any other tool resets the consecutive-read loop guard.
         call.env.reads.note_other_tool();
     }
@@ -85,6 +89,7 @@ pub async fn run(settings: &ToolSettings, mut call: ToolCall) -> ToolReply {
             files::run(&settings.files, &call.env, tool, &call.args).await
         }
         files::EDIT_PREVIEW => files::preview(&settings.files, &call.env, &call.args).await,
+        skills::TOOL => skills::run(&call.env, &call.args).await,
         "terminal" => {
             let terminal_call = terminal::TerminalCall {
                 env: &call.env,
