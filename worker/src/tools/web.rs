@@ -302,9 +302,10 @@ fn nesting_depth(html: &str) -> usize {
 static TAG: LazyLock<Option<Regex>> = LazyLock::new(|| Regex::new(r"(?s)<[^>]*>").ok());
 
 fn text_without_tags(html: &str) -> String {
-    let text = TAG
-        .as_ref()
-        .map_or_else(|| html.to_owned(), |re| re.replace_all(html, " ").into_owned());
+    let text = TAG.as_ref().map_or_else(
+        || html.to_owned(),
+        |re| re.replace_all(html, " ").into_owned(),
+    );
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
