@@ -211,6 +211,13 @@ impl Api {
                 "MODAL_SERVER_URL must be http(s)://…, not {url:?}"
             )));
         }
+        // The token secret travels in every request's metadata: in the
+        // clear only to this host (a local stand-in or tunnel).
+        if url.starts_with("http://") && !is_localhost(&url) {
+            return Err(ModalError::Protocol(format!(
+                "MODAL_SERVER_URL {url:?} is plain http to another host; the token would travel unencrypted (use https://)"
+            )));
+        }
         Ok(Api {
             inner: Arc::new(Inner {
                 channel: channel(&url)?,

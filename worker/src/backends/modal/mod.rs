@@ -112,6 +112,11 @@ impl ModalSettings {
             token_id: setting("MODAL_TOKEN_ID", "token_id")?,
             token_secret: setting("MODAL_TOKEN_SECRET", "token_secret")?,
         };
+        // A secret from the environment is masked with the rest of the
+        // withheld environment; one read from a profile file is not among
+        // those, and a `cat ~/.modal.toml` in a local sandbox of the same
+        // worker would show it in the clear.
+        caduceus_common::redact::known::register_secret(&credentials.token_secret);
         Some(ModalSettings {
             server_url: setting("MODAL_SERVER_URL", "server_url")
                 .unwrap_or_else(|| DEFAULT_SERVER_URL.to_owned()),

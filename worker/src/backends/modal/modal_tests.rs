@@ -126,3 +126,36 @@ fn a_listed_sandbox_carries_its_lease_in_tags() {
     assert_eq!(candidate.record.unwrap().renewed_at, 150);
     assert!(candidate_of(&pb::SandboxInfo::default()).is_none());
 }
+
+#[test]
+fn a_token_secret_read_from_a_profile_is_masked_in_results() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("modal.toml");
+    let secret = "as-profile-secret-0123456789abcdef";
+    std::fs::write(
+        &path,
+        format!("[default]\ntoken_id = \"ak-profile\"\ntoken_secret = \"{secret}\"\n"),
+    )
+    .unwrap();
+    let settings =
+        ModalSettings::from_env(env(&[("MODAL_CONFIG_PATH", path.to_str().unwrap())])).unwrap();
+    assert_eq!(settings.credentials.token_secret, secret);
+    let shown = caduceus_common::redact::known::mask_known_secrets(&format!(
+        "[default]\ntoken_secret = \"{secret}\""
+    ))
+    .into_owned();
+    assert!(!shown.contains(secret), "{shown}");
+}
+
+#[tokio::test]
+async fn a_plain_http_control_plane_is_refused_unless_it_is_this_host() {
+    let credentials = || Credentials {
+        token_id: "ak-test".to_owned(),
+        token_secret: "as-test-secret".to_owned(),
+    };
+    let refused = super::api::Api::new("http://modal.example.com:8080", credentials())
+        .expect_err("plain http to another host is refused");
+    assert!(refused.to_string().contains("unencrypted"), "{refused}");
+    assert!(super::api::Api::new("http://127.0.0.1:9", credentials()).is_ok());
+    assert!(super::api::Api::new("https://api.modal.com", credentials()).is_ok());
+}
