@@ -5,8 +5,10 @@ use caduceus_llm::ChatMessage;
 use serde_json::Value;
 
 /// Results of these tools (and of `browser_*`, `mcp_*`) carry content an
-/// attacker may control.
-const UNTRUSTED_TOOLS: &[&str] = &["web_extract", "web_search"];
+/// attacker may control. hermes wraps the web tools; `vision_analyze` is
+/// wrapped here too, because its answer relays whatever text the image
+/// (from any URL) carried.
+const UNTRUSTED_TOOLS: &[&str] = &["web_extract", "web_search", "vision_analyze"];
 const UNTRUSTED_PREFIXES: &[&str] = &["browser_", "mcp_"];
 /// Shorter results are not worth the wrapper.
 const UNTRUSTED_WRAP_MIN_CHARS: usize = 32;

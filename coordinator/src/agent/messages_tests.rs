@@ -27,6 +27,10 @@ fn web_results_are_wrapped_with_the_exact_hermes_text() {
     assert!(
         wrap_untrusted("browser_snapshot", content.clone()).starts_with("<untrusted_tool_result")
     );
+    assert!(
+        wrap_untrusted("vision_analyze", content.clone())
+            .starts_with("<untrusted_tool_result source=\"vision_analyze\">")
+    );
     assert_eq!(wrap_untrusted("terminal", content.clone()), content);
     assert_eq!(wrap_untrusted("web_search", "short".to_owned()), "short");
 }
