@@ -567,6 +567,9 @@ pub struct WorkerSection {
     /// Let a root worker run local sandboxes as root
     /// (`CADUCEUS_ALLOW_ROOT_SANDBOX=1`).
     pub allow_root_sandbox: bool,
+    /// Run the MCP servers the coordinator asks this worker to host
+    /// (`--host-mcp`).
+    pub host_mcp: bool,
 }
 
 #[derive(Debug, Clone, Deserialize)]

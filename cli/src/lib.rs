@@ -218,6 +218,13 @@ struct WorkerArgs {
     /// (default: `terminal.local_isolation`).
     #[arg(long)]
     local_isolation: Option<String>,
+    /// Run the MCP servers the coordinator asks this worker to host
+    /// (`mcp_servers.<name>.on: {labels}` matching this worker's labels):
+    /// their commands run on this host as this worker's user, outside any
+    /// sandbox, with `${VAR}` read from this worker's environment. Off by
+    /// default (`worker.host_mcp`).
+    #[arg(long)]
+    host_mcp: bool,
     /// On SIGTERM or SIGINT: seconds running calls get to finish before they
     /// are cancelled (a second signal does not cut it short).
     #[arg(long, value_name = "SECONDS", default_value_t = 10.0, value_parser = grace_seconds)]
@@ -768,6 +775,7 @@ pub(crate) fn worker_config(
                 || config.security.allow_private_urls,
             ..caduceus_worker::browser::BrowserSettings::default()
         },
+        host_mcp: config.worker.host_mcp,
     })
 }
 
@@ -888,6 +896,7 @@ async fn worker(args: WorkerArgs, config: &Config) -> Result<()> {
         config.worker.run_as = args.run_as.clone();
     }
     config.worker.allow_root_sandbox |= args.allow_root_sandbox;
+    config.worker.host_mcp |= args.host_mcp;
     if let Some(mode) = &args.local_isolation {
         config.terminal.local_isolation = mode.clone();
     }

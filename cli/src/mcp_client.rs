@@ -30,9 +30,12 @@ fn configured(config: &Config) -> Result<Vec<Configured>> {
 /// connection attempt; a server that is invalid or down is logged and
 /// does not stop the coordinator.
 pub(crate) async fn start(config: &Config, registry: RegistryHandle) -> Result<()> {
+    // Hosted ones are the workers' (their variables are the workers' too).
+    let hosted: Vec<String> = hosted(config)?.into_iter().map(|h| h.name).collect();
     let mut servers = Vec::new();
     for server in configured(config)? {
         match server.config {
+            _ if hosted.contains(&server.name) => {}
             Ok(settings) if settings.on.is_some() => {}
             Ok(settings) if settings.enabled => servers.push(settings),
             Ok(_) => tracing::debug!(server = %server.name, "MCP server disabled"),
@@ -46,10 +49,15 @@ pub(crate) async fn start(config: &Config, registry: RegistryHandle) -> Result<(
 }
 
 /// The enabled servers with `on: {labels: …}`, as the coordinator's hosted
-/// providers: workers with those labels run them.
+/// providers: workers with those labels run them. Their settings are read
+/// with `${VAR}` left as it is: they go to any worker that claims the
+/// labels, and each worker reads the variables from its own environment.
 pub(crate) fn hosted(config: &Config) -> Result<Vec<HostedProviderConfig>> {
+    let servers =
+        caduceus_mcp::parse_servers(config.mcp_servers.as_ref(), &caduceus_mcp::keep_variables)
+            .context("invalid configuration")?;
     let mut hosted = Vec::new();
-    for server in configured(config)? {
+    for server in servers {
         let Ok(settings) = server.config else {
             // Logged by `start`.
             continue;

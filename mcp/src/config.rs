@@ -352,6 +352,56 @@ fn args_of(name: &str, args: Option<&Value>) -> Result<Vec<String>, McpError> {
     }
 }
 
+/// A `lookup` that reads no variable: every `${VAR}` (and `${env:VAR}`)
+/// stays as `${VAR}`. The settings of a server hosted on workers are parsed
+/// with it: they travel to every worker that claims the server's labels, so
+/// they carry no value of the coordinator's environment, and each worker
+/// reads the variables from its own ([`ServerConfig::resolve_variables`]).
+pub fn keep_variables(name: &str) -> Option<String> {
+    Some(format!("${{{name}}}"))
+}
+
+impl ServerConfig {
+    /// The settings with every `${VAR}` left by [`keep_variables`] read by
+    /// `lookup` (the strings `parse_servers` interpolates: command, args,
+    /// env and header values, url).
+    pub fn resolve_variables(
+        &self,
+        lookup: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<ServerConfig, McpError> {
+        let name = self.name.as_str();
+        let text = |s: &String| interpolate(name, s, lookup);
+        let values = |map: &BTreeMap<String, String>| {
+            map.iter()
+                .map(|(k, v)| Ok((k.clone(), text(v)?)))
+                .collect::<Result<BTreeMap<_, _>, McpError>>()
+        };
+        let transport = match &self.transport {
+            Transport::Stdio { command, args, env } => Transport::Stdio {
+                command: text(command)?,
+                args: args.iter().map(text).collect::<Result<_, _>>()?,
+                env: values(env)?,
+            },
+            Transport::Http { url, headers } => {
+                let url = text(url)?;
+                if !(url.starts_with("http://") || url.starts_with("https://")) {
+                    return Err(McpError::Config(format!(
+                        "Invalid MCP URL for '{name}': scheme must be http or https ('{url}')"
+                    )));
+                }
+                Transport::Http {
+                    url,
+                    headers: values(headers)?,
+                }
+            }
+        };
+        Ok(ServerConfig {
+            transport,
+            ..self.clone()
+        })
+    }
+}
+
 /// Replaces `${VAR}` and `${env:VAR}` with the variable's value. An unset
 /// variable is an error naming it: a server started with a literal
 /// `${API_KEY}` would fail later and less clearly.

@@ -138,9 +138,59 @@ fn on_labels_name_the_workers_and_the_settings_travel_as_json() {
     );
     assert_eq!(servers[2].config.as_ref().unwrap().on, None);
     assert!(servers[3].config.is_err(), "unknown key under on:");
-    // What the worker is sent, read back: the same settings, ${VAR} read.
+    // Serialized and read back: the same settings.
     let json = serde_json::to_string(lab).unwrap();
     let back: ServerConfig = serde_json::from_str(&json).unwrap();
     assert_eq!(&back, lab);
     assert!(json.contains("\"KEY\":\"v\""), "{json}");
+}
+
+#[test]
+fn hosted_settings_travel_with_their_variables_unread_and_the_worker_reads_them() {
+    let yaml = "lab:\n  command: '${BIN}/srv'\n  args: [--key, '${env:K}']\n  env: {KEY: '${K}', PLAIN: x}\n  on: {labels: {site: lab}}\nweb:\n  url: 'https://${HOST}/mcp'\n  headers: {Authorization: 'Bearer ${K}'}\n  on: {}\n";
+    let value: Value = serde_yaml::from_str(yaml).unwrap();
+    let servers = parse_servers(Some(&value), &keep_variables).unwrap();
+    let lab = servers[0].config.as_ref().unwrap();
+    let web = servers[1].config.as_ref().unwrap();
+    // What a worker is sent names the variables, never a value.
+    let sent = serde_json::to_string(lab).unwrap() + &serde_json::to_string(web).unwrap();
+    assert!(!sent.contains("secret"), "{sent}");
+    assert!(
+        sent.contains("${K}") && sent.contains("${BIN}/srv"),
+        "{sent}"
+    );
+
+    let worker_env = |name: &str| match name {
+        "K" => Some("secret".to_owned()),
+        "BIN" => Some("/opt".to_owned()),
+        "HOST" => Some("mcp.example".to_owned()),
+        _ => None,
+    };
+    let resolved = lab.resolve_variables(&worker_env).unwrap();
+    assert_eq!(
+        resolved.transport,
+        Transport::Stdio {
+            command: "/opt/srv".to_owned(),
+            args: vec!["--key".to_owned(), "secret".to_owned()],
+            env: [("KEY", "secret"), ("PLAIN", "x")]
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .into_iter()
+                .collect(),
+        }
+    );
+    assert_eq!(
+        web.resolve_variables(&worker_env).unwrap().transport,
+        Transport::Http {
+            url: "https://mcp.example/mcp".to_owned(),
+            headers: [("Authorization".to_owned(), "Bearer secret".to_owned())]
+                .into_iter()
+                .collect(),
+        }
+    );
+    // A variable the worker does not have is named.
+    let missing = lab.resolve_variables(&|_| None).unwrap_err();
+    assert_eq!(
+        missing.to_string(),
+        "MCP server 'lab': the variable BIN (named as ${BIN}) is not set"
+    );
 }

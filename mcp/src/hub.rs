@@ -49,6 +49,9 @@ pub struct Server {
     config: ServerConfig,
     session: RwLock<Option<Arc<dyn Session>>>,
     stop: CancellationToken,
+    /// Cancelled when the supervisor has finished (after a stop: the
+    /// connection closed, a stdio server's process ended and reaped).
+    finished: CancellationToken,
 }
 
 impl Server {
@@ -75,6 +78,12 @@ impl Server {
     /// stdio server's process) closed.
     pub fn stop(&self) {
         self.stop.cancel();
+    }
+
+    /// Resolves once the supervisor has finished after [`Server::stop`]
+    /// (a stdio server's process has ended).
+    pub async fn stopped(&self) {
+        self.finished.cancelled().await;
     }
 
     /// One call of the server's tool `tool` (its own name) with the server's
@@ -139,6 +148,7 @@ pub async fn start(
             config,
             session: RwLock::new(None),
             stop: CancellationToken::new(),
+            finished: CancellationToken::new(),
         });
         let (ready, first) = oneshot::channel();
         tokio::spawn(supervise(
@@ -197,6 +207,7 @@ async fn supervise(
     }
     sink.withdraw(&server).await;
     tracing::info!(server = %server.name(), "MCP server stopped");
+    server.finished.cancel();
 }
 
 async fn supervise_until_stopped(

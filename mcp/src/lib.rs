@@ -20,7 +20,7 @@ pub mod sdk;
 pub mod session;
 mod stdio;
 
-pub use config::{Configured, Reconnect, ServerConfig, Transport, parse_servers};
+pub use config::{Configured, Reconnect, ServerConfig, Transport, keep_variables, parse_servers};
 pub use hub::{Probe, Server, ToolSink, probe, start, tool_name, tool_schema, toolset};
 pub use session::{CallOutput, Connector, RemoteTool, ServerIdentity, Session};
 

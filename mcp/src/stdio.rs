@@ -1,7 +1,7 @@
 //! A stdio server's process: started with a small host environment plus the
 //! configuration's `env` (hermes: PATH, HOME, USER, LANG, LC_ALL, TERM,
-//! SHELL, TMPDIR, XDG_*), in its own process group so that ending it ends
-//! whatever it started, its stderr forwarded to our log line by line.
+//! SHELL, TMPDIR, XDG_*), in its own session (and process group) so that
+//! ending it ends whatever it started, its stderr forwarded to our log line by line.
 
 use std::collections::BTreeMap;
 use std::process::Stdio;
@@ -44,8 +44,8 @@ pub(crate) fn spawn(
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .process_group(0)
         .kill_on_drop(true);
+    new_session(&mut cmd);
     let mut child = cmd.spawn().map_err(|e| McpError::Spawn {
         server: server.to_owned(),
         message: format!("{command}: {e}"),
@@ -70,6 +70,22 @@ pub(crate) fn spawn(
         stdin,
         stdout,
     })
+}
+
+/// A session of its own (and so a process group, for [`kill_group`]): no
+/// terminal's signals reach it, and a worker's ledger sweep, which ends the
+/// sessions of the processes carrying its tag, ends only the server's.
+#[allow(unsafe_code)]
+fn new_session(cmd: &mut Command) {
+    // SAFETY: setsid() is async-signal-safe and touches no memory of the
+    // parent; it is the documented way to start a child in a new session.
+    unsafe {
+        cmd.pre_exec(|| {
+            nix::unistd::setsid()
+                .map(|_| ())
+                .map_err(std::io::Error::from)
+        });
+    }
 }
 
 /// Ends the server's whole process group (it may have started helpers); a

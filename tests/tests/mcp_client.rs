@@ -638,7 +638,12 @@ fn a_server_hosted_on_a_labelled_worker_runs_there_and_leaves_with_it() {
         "no worker yet: no hosted tools"
     );
     let plain = fleet.worker(&coordinator, "plain", &fleet.token, &[]);
-    let mut lab = fleet.worker(&coordinator, "lab", &fleet.token, &["--labels", "site=lab"]);
+    let mut lab = fleet.worker(
+        &coordinator,
+        "lab",
+        &fleet.token,
+        &["--labels", "site=lab", "--host-mcp"],
+    );
     wait_until(
         "the lab worker to host labtime",
         Duration::from_secs(60),
@@ -716,7 +721,7 @@ fn a_server_hosted_on_a_labelled_worker_runs_there_and_leaves_with_it() {
         &coordinator,
         "lab2",
         &fleet.token,
-        &["--labels", "site=lab"],
+        &["--labels", "site=lab", "--host-mcp"],
     );
     wait_until("lab2 to host labtime", Duration::from_secs(60), || {
         has_hosted(&listed())
@@ -745,7 +750,12 @@ fn a_hosted_server_that_dies_is_hidden_on_the_coordinator_until_its_worker_recon
         state.path().display()
     ));
     let coordinator = fleet.serve(&[]);
-    let _lab = fleet.worker(&coordinator, "lab", &fleet.token, &["--labels", "site=lab"]);
+    let _lab = fleet.worker(
+        &coordinator,
+        "lab",
+        &fleet.token,
+        &["--labels", "site=lab", "--host-mcp"],
+    );
     let now = || {
         fleet.call(
             &coordinator,
@@ -780,4 +790,79 @@ fn a_hosted_server_that_dies_is_hidden_on_the_coordinator_until_its_worker_recon
     wait_until("hflaky to be back", Duration::from_secs(60), || {
         offered() && now()["result"].is_string()
     });
+}
+
+#[test]
+fn a_worker_hosts_only_when_started_with_host_mcp_reads_the_variables_itself_and_its_servers_die_with_it()
+ {
+    if !python_has("mcp_server_time", "mcp-server-time") {
+        return;
+    }
+    let state = tempfile::tempdir().unwrap();
+    let dir = state.path().display().to_string();
+    // The server records the key it was given, and leaves a helper running
+    // that does not read its stdin (as many a server's children do).
+    let server = state.path().join("keyed.sh");
+    script(
+        &server,
+        &format!(
+            "#!/bin/sh\nprintf '%s' \"$WHO\" > '{dir}/who'\nsleep 1000 &\necho $! > '{dir}/helper'\nexec mcp-server-time --local-timezone UTC\n"
+        ),
+    );
+    let fleet = Fleet::new();
+    fleet.write_config(&format!(
+        "mcp_servers:\n  keyed:\n    command: '{}'\n    env:\n      WHO: '${{HOSTED_KEY}}'\n    on:\n      labels: {{site: lab}}\n",
+        server.display()
+    ));
+    let coordinator = fleet.serve_with_env(&[], &[("HOSTED_KEY", "coordinator-secret")]);
+    let offered = || {
+        tool_names(&fleet, &coordinator, "").contains(&"mcp__keyed__get_current_time".to_owned())
+    };
+
+    // Labels alone do not make a worker run the coordinator's commands.
+    let mut refusing = fleet.worker_with_env(
+        &coordinator,
+        "refusing",
+        &["--labels", "site=lab"],
+        &[("HOSTED_KEY", "refusing-secret")],
+    );
+    refusing.wait_for_stderr(
+        "refused: this worker was not started with --host-mcp",
+        Duration::from_secs(60),
+    );
+    assert!(!state.path().join("who").exists(), "nothing was started");
+    assert!(!offered());
+
+    let mut lab = fleet.worker_with_env(
+        &coordinator,
+        "lab",
+        &["--labels", "site=lab", "--host-mcp"],
+        &[("HOSTED_KEY", "worker-secret")],
+    );
+    wait_until(
+        "the lab worker to host keyed",
+        Duration::from_secs(60),
+        offered,
+    );
+    // `${HOSTED_KEY}` was read on the worker: the coordinator's value never left it.
+    assert_eq!(
+        std::fs::read_to_string(state.path().join("who")).unwrap(),
+        "worker-secret"
+    );
+    let helper: u32 = std::fs::read_to_string(state.path().join("helper"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let servers = children_running(lab.pid(), "mcp-server-time");
+    assert_eq!(servers.len(), 1, "{servers:?}");
+    assert!(alive(helper));
+
+    // kill -9: the worker's guardian ends the server and what it started.
+    lab.kill();
+    wait_until(
+        "the dead worker's server and its helper to end",
+        Duration::from_secs(30),
+        || !alive(servers[0]) && !alive(helper),
+    );
 }

@@ -18,11 +18,26 @@ use tokio_util::sync::CancellationToken;
 
 use caduceus_common::result::{CallStatus, ToolReply, tool_error};
 use caduceus_mcp::session::{Connector, RemoteTool};
-use caduceus_mcp::{McpError, Server, ServerConfig, ToolSink};
+use caduceus_mcp::{McpError, Server, ServerConfig, ToolSink, Transport};
 use caduceus_proto::{HostProviders, HostedTool, HostedTools};
+
+/// Whether this worker runs the MCP servers its coordinator asks it to host,
+/// and how it marks their processes.
+#[derive(Debug, Clone, Default)]
+pub struct HostingPolicy {
+    /// `--host-mcp`: off by default. A server's settings come from the
+    /// coordinator and its command runs on this host as the worker's user,
+    /// outside any sandbox: the operator of the host opts in.
+    pub enabled: bool,
+    /// The worker's ledger tag (`CADUCEUS_LEDGER=<instance>`), given to
+    /// every stdio server, so that a worker killed outright does not leave
+    /// them running: its guardian, or the next worker's sweep, ends them.
+    pub tag: Option<(String, String)>,
+}
 
 /// The providers this worker runs and what each offers.
 pub struct Hosted {
+    policy: HostingPolicy,
     announcements: Arc<Announcements>,
     connector: Arc<dyn Connector>,
     /// Serializes `HostProviders` (each may wait for servers to start).
@@ -36,8 +51,9 @@ struct Running {
 }
 
 impl Hosted {
-    pub fn new(connector: Arc<dyn Connector>) -> Self {
+    pub fn new(connector: Arc<dyn Connector>, policy: HostingPolicy) -> Self {
         Hosted {
+            policy,
             announcements: Arc::new(Announcements::default()),
             connector,
             changing: tokio::sync::Mutex::new(()),
@@ -51,9 +67,25 @@ impl Hosted {
 
     /// Starts the providers not running yet (waiting for each one's first
     /// connection attempt), and stops those no longer listed or listed with
-    /// other settings. One whose settings cannot be read is refused (logged).
+    /// other settings (waiting for their processes to end). One whose
+    /// settings cannot be read, or name a variable this worker's environment
+    /// lacks, is refused (logged). Without `--host-mcp` nothing is started.
     pub async fn host(&self, providers: HostProviders) {
         let _one_at_a_time = self.changing.lock().await;
+        if !self.policy.enabled {
+            if !providers.providers.is_empty() {
+                let names: Vec<&str> = providers
+                    .providers
+                    .iter()
+                    .map(|p| p.name.as_str())
+                    .collect();
+                tracing::warn!(
+                    providers = %names.join(", "),
+                    "the coordinator asks this worker to host MCP servers; refused: this worker was not started with --host-mcp (worker.host_mcp)"
+                );
+            }
+            return;
+        }
         let wanted: BTreeMap<String, String> = providers
             .providers
             .into_iter()
@@ -78,10 +110,12 @@ impl Hosted {
                 .map(|r| r.server)
                 .collect()
         };
-        for server in stopped {
+        for server in &stopped {
             tracing::info!(provider = %server.name(), "no longer hosted here (or its settings changed): stopping it");
             server.stop();
         }
+        // Its process is gone before another copy (new settings) starts.
+        stop_and_wait(&stopped).await;
         let mut starting = Vec::new();
         {
             let running = self.running();
@@ -90,7 +124,12 @@ impl Hosted {
                     continue;
                 }
                 match serde_json::from_str::<ServerConfig>(config_json) {
-                    Ok(config) if config.name == *name => starting.push(config),
+                    Ok(config) if config.name == *name => match self.prepare(&config) {
+                        Ok(config) => starting.push(config),
+                        Err(err) => {
+                            tracing::warn!(provider = %name, "hosted provider refused: {err}");
+                        }
+                    },
                     Ok(_) | Err(_) => {
                         tracing::warn!(provider = %name, "hosted provider refused: its settings are not an MCP server's");
                     }
@@ -117,6 +156,19 @@ impl Hosted {
                 },
             );
         }
+    }
+
+    /// The settings as this host runs them: `${VAR}` read from the worker's
+    /// environment (the coordinator sends them unread), a stdio server
+    /// marked with the ledger's tag.
+    fn prepare(&self, config: &ServerConfig) -> Result<ServerConfig, McpError> {
+        let mut config = config.resolve_variables(&caduceus_common::process_env::var)?;
+        if let (Transport::Stdio { env, .. }, Some((key, value))) =
+            (&mut config.transport, &self.policy.tag)
+        {
+            env.insert(key.clone(), value.clone());
+        }
+        Ok(config)
     }
 
     /// Runs `tool` (the registry's name) of `provider`; cancelled, it
@@ -161,13 +213,32 @@ impl Hosted {
         self.announcements.take_pending()
     }
 
-    /// Stops every provider (the worker is stopping): their processes end.
-    pub fn stop_all(&self) {
-        for (_, running) in self.running().drain() {
-            running.server.stop();
+    /// Stops every provider (the worker is stopping) and waits for their
+    /// processes to end.
+    pub async fn stop_all(&self) {
+        let servers: Vec<Arc<Server>> = self.running().drain().map(|(_, r)| r.server).collect();
+        for server in &servers {
+            server.stop();
         }
+        stop_and_wait(&servers).await;
     }
 }
+
+/// Waits for stopped servers' supervisors to finish (their processes
+/// ended and reaped), at most [`STOP_WAIT`]: the ledger's guardian is the
+/// layer behind a server that does not end.
+async fn stop_and_wait(servers: &[Arc<Server>]) {
+    let all = futures::future::join_all(servers.iter().map(|s| s.stopped()));
+    if tokio::time::timeout(STOP_WAIT, all).await.is_err() {
+        tracing::warn!(
+            "hosted MCP servers did not all stop within {}s",
+            STOP_WAIT.as_secs()
+        );
+    }
+}
+
+/// How long stopping hosted servers may take.
+const STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// What each provider offers, as last announced, and which announcements
 /// the link has not sent yet. The providers' supervisors write it (as their

@@ -81,6 +81,9 @@ pub struct WorkerConfig {
     pub backend_probe_interval: Duration,
     /// The browser toolset (offered when Chromium is found).
     pub browser: browser::BrowserSettings,
+    /// Run the MCP servers the coordinator asks this worker to host
+    /// (`--host-mcp`; off: they are refused, logged).
+    pub host_mcp: bool,
 }
 
 impl Default for WorkerConfig {
@@ -105,6 +108,7 @@ impl Default for WorkerConfig {
             reap_interval: Duration::from_secs(60),
             backend_probe_interval: Duration::from_secs(15),
             browser: browser::BrowserSettings::default(),
+            host_mcp: false,
         }
     }
 }
@@ -136,7 +140,9 @@ impl Worker {
         let options = backends::BackendOptions {
             worker: config.name.clone(),
             worker_instance: instance_id.clone(),
-            host_processes: config.browser.program.is_some(),
+            // Chromium and hosted MCP servers run on the host, outside the
+            // environments: the ledger's guardian ends them with the worker.
+            host_processes: config.browser.program.is_some() || config.host_mcp,
             ..config.backend_options.clone()
         };
         let (backends, refused) =
@@ -151,6 +157,10 @@ impl Worker {
             },
             backends.ledger().cloned(),
         ));
+        let hosting = hosted::HostingPolicy {
+            enabled: config.host_mcp,
+            tag: backends.ledger().map(|l| l.tag()),
+        };
         let (hub, notices) = NoticeHub::new();
         let envs = EnvManager::new(
             backends,
@@ -175,7 +185,7 @@ impl Worker {
             notices: tokio::sync::Mutex::new(notices),
             metrics: metrics::WorkerMetrics::new(),
             browsers,
-            hosted: hosted::Hosted::new(Arc::new(caduceus_mcp::sdk::RmcpConnector)),
+            hosted: hosted::Hosted::new(Arc::new(caduceus_mcp::sdk::RmcpConnector), hosting),
         })
     }
 
@@ -684,7 +694,7 @@ impl Worker {
     /// Ends every environment and warm-pool sandbox (worker shutdown).
     pub async fn shutdown(&self) {
         self.cancel_all();
-        self.hosted.stop_all();
+        self.hosted.stop_all().await;
         // Its own layer: a browser whose environment is already gone (or
         // whose end fails) is closed here all the same.
         self.browsers.close_all().await;
