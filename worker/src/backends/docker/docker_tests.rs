@@ -121,6 +121,7 @@ fn container_body_is_hardened_like_hermes() {
         EngineSupport {
             storage_opt: false,
             resources: false,
+            file_server: true,
         },
         90,
     );
@@ -144,7 +145,53 @@ fn engine_refusals_name_the_feature() {
         ),
         Some(Refused::Resources)
     );
+    assert_eq!(
+        refused_feature(
+            "invalid mount config for type \"bind\": bind source path does not exist: /usr/local/bin/caduceus"
+        ),
+        Some(Refused::FileServer)
+    );
     assert_eq!(refused_feature("No such image: x"), None);
+}
+
+#[test]
+fn the_file_server_is_mounted_read_only_unless_the_engine_refused_it() {
+    let settings = DockerSettings {
+        file_server: Some("/opt/caduceus/bin/caduceus".into()),
+        ..DockerSettings::default()
+    };
+    let body = container_body(
+        &settings,
+        HashMap::new(),
+        None,
+        EngineSupport::default(),
+        90,
+    );
+    let mounts = body.host_config.unwrap().mounts.unwrap();
+    assert_eq!(mounts.len(), 1);
+    assert_eq!(
+        mounts[0].source.as_deref(),
+        Some("/opt/caduceus/bin/caduceus")
+    );
+    assert_eq!(
+        mounts[0].target.as_deref(),
+        Some(super::spec::FILE_SERVER_PATH)
+    );
+    assert_eq!(mounts[0].read_only, Some(true));
+    let refused = EngineSupport {
+        file_server: false,
+        ..EngineSupport::default()
+    };
+    let body = container_body(&settings, HashMap::new(), None, refused, 90);
+    assert_eq!(body.host_config.unwrap().mounts, None);
+    let body = container_body(
+        &DockerSettings::default(),
+        HashMap::new(),
+        None,
+        EngineSupport::default(),
+        90,
+    );
+    assert_eq!(body.host_config.unwrap().mounts, None);
 }
 
 #[test]
