@@ -573,11 +573,6 @@ impl FakeModal {
         self.log.lock().map(|l| l.clone()).unwrap_or_default()
     }
 
-    /// Its process id (to SIGSTOP it).
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
     /// The worker variables that point a Modal client at the stand-in.
     pub fn env(&self) -> Vec<(String, String)> {
         vec![

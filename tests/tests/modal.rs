@@ -391,36 +391,3 @@ fn modal_credentials_reach_no_log_output_or_sandbox() {
         }
     }
 }
-
-/// The stand-in frozen (SIGSTOP) under a live environment: a command with a
-/// 5 s timeout comes back from the worker (exit 124) with an error naming
-/// Modal's task router as what is not answering, instead of waiting on
-/// signals whose control execs get no answer (or the coordinator's
-/// deadline); after SIGCONT the task works again.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_frozen_modal_fails_calls_clearly_and_they_work_after() {
-    use caduceus_tests::conformance::{BackendUnderTest, Stand};
-    let backend = BackendUnderTest::modal_with("");
-    let stand = Stand::start(backend.clone()).await;
-    let mut control = stand.control().await;
-    let before = control.terminal("md-frozen", "echo before", None).await;
-    assert_eq!(before["output"], "before", "{before}");
-    let fake = backend.fake_modal().unwrap();
-    caduceus_tests::signal(fake.pid(), "STOP");
-    let during = control.terminal("md-frozen", "echo during", Some(5)).await;
-    caduceus_tests::signal(fake.pid(), "CONT");
-    assert_eq!(during["exit_code"], 124, "{during}");
-    let error = during["error"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no error in {during}"));
-    assert!(
-        error.contains("Modal: the task router of sandbox") && error.contains("not answering"),
-        "{during}"
-    );
-    stand
-        .wait_for_backend(std::time::Duration::from_secs(60))
-        .await;
-    let after = control.terminal("md-frozen", "echo after", None).await;
-    assert_eq!(after["output"], "after", "{after}");
-    assert!(after["error"].is_null(), "{after}");
-}
