@@ -287,6 +287,43 @@ async fn run(
         .unwrap()
 }
 
+/// A file server the engine cannot mount (its host has no such path: a
+/// remote engine, a worker in a container) is refused by the engine, not
+/// created there as an empty directory; the provider learns it, makes the
+/// container without it, and the file tools run their scripts instead.
+#[tokio::test]
+async fn a_file_server_the_engine_cannot_mount_leaves_file_tools_working() {
+    let Some(base) = provider().await else {
+        return;
+    };
+    let missing = format!("/nonexistent-{}/caduceus", std::process::id());
+    let provider = DockerProvider::new(
+        DockerSettings {
+            file_server: Some(missing.clone()),
+            ..base.settings.clone()
+        },
+        LeasePolicy::new(Duration::from_secs(3), Duration::from_secs(1)),
+    );
+    let sandbox = provider.create(&request("unit-no-server")).await.unwrap();
+    assert!(!provider.support.lock().unwrap().file_server);
+    assert!(
+        !std::path::Path::new(&missing).exists(),
+        "the engine made {missing}"
+    );
+    let files = sandbox.files();
+    files
+        .write_atomic("/tmp/by-script.txt", b"scripted\n")
+        .await
+        .unwrap();
+    let read = files
+        .read_range("/tmp/by-script.txt", 0, None)
+        .await
+        .unwrap()
+        .expect("the file exists");
+    assert_eq!(read.data, b"scripted\n");
+    sandbox.destroy().await.unwrap();
+}
+
 #[tokio::test]
 async fn shell_runs_in_the_container_and_keeps_state() {
     let Some(provider) = provider().await else {
