@@ -376,6 +376,8 @@ impl TerminalSection {
             cwd: self.docker_cwd.clone().unwrap_or(defaults.cwd),
             pids_limit: self.container_pids.unwrap_or(defaults.pids_limit),
             host: self.docker_host.clone(),
+            // The worker's own binary, filled in where backends are made.
+            file_server: None,
         }
     }
 

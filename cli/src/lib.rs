@@ -882,7 +882,7 @@ fn backend_options(config: &Config) -> caduceus_worker::backends::BackendOptions
         }),
         local_user: None,
         local_confinement: None,
-        local_file_server: file_server::program(),
+        file_server: file_server::program(),
         worker: String::new(),
         worker_instance: String::new(),
         // `Worker::new` decides (it knows whether it has Chromium).

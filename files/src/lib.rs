@@ -35,5 +35,7 @@ pub use fs::{
 pub use lines::{LinePage, LineWindow};
 pub use local::LocalFs;
 pub use search::{SearchHits, SearchQuery};
-pub use tools::{FileToolContext, FileToolsConfig, patch, read_file, search_files, write_file};
+pub use tools::{
+    FileToolContext, FileToolsConfig, WriteRefusal, patch, read_file, search_files, write_file,
+};
 pub use tracker::ReadTracker;

@@ -524,3 +524,61 @@ async fn modal_backend() {
         run_suite(backend).await;
     }
 }
+
+/// A Docker environment's file tools go to one file server in its container
+/// (the worker's binary, mounted read-only) instead of a `docker exec` per
+/// primitive; a server killed from inside the sandbox is started again by
+/// the next call, which still gets its one answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn docker_file_tools_are_served_inside_the_container() {
+    let Some(backend) = BackendUnderTest::docker().ready_or_skip() else {
+        return;
+    };
+    let stand = Stand::start(backend).await;
+    let mut control = stand.control().await;
+    let task = "conf-docker-served";
+    let servers =
+        "ps -eo args | grep -c '^/usr/local/libexec/caduceus-file-server __file-server' || true";
+    let wrote = control
+        .call(
+            task,
+            "write_file",
+            &json!({"path": "/tmp/served.txt", "content": "one\ntwo\n"}),
+        )
+        .await;
+    assert!(wrote.get("error").is_none_or(Value::is_null), "{wrote}");
+    let read = control
+        .call(task, "read_file", &json!({"path": "/tmp/served.txt"}))
+        .await;
+    assert_eq!(read["content"], "1|one\n2|two", "{read}");
+    let running = control.terminal(task, servers, None).await;
+    assert_eq!(
+        output(&running),
+        "1",
+        "one file server per container: {running}"
+    );
+    let killed = control
+        .terminal(
+            task,
+            "pkill -9 -f caduceus-file-server; sleep 0.2; echo done",
+            None,
+        )
+        .await;
+    assert_eq!(output(&killed), "done", "{killed}");
+    // Other arguments than the first read: a repeat would be answered from
+    // the session's read cache, not by the file system.
+    let read = control
+        .call(
+            task,
+            "read_file",
+            &json!({"path": "/tmp/served.txt", "offset": 2}),
+        )
+        .await;
+    assert_eq!(read["content"], "2|two", "after kill -9: {read}");
+    let again = control.terminal(task, servers, None).await;
+    assert_eq!(
+        output(&again),
+        "1",
+        "the next call started a new server: {again}"
+    );
+}

@@ -656,6 +656,28 @@ fn text_to_speech_writes_a_wav_in_the_environment() {
         "not a WAV"
     );
 
+    // output_path is a write the model chose: the file tools' guards hold
+    // (a credential file is refused and left alone).
+    let denied = fleet.call(
+        &c,
+        "text_to_speech",
+        &json!({"text": "overwrite", "output_path": "~/.ssh/authorized_keys"}),
+        "tts",
+    );
+    assert_eq!(denied["success"], false, "{denied}");
+    let error = denied["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("Write denied") && error.contains("protected system/credential file"),
+        "{denied}"
+    );
+    let keys = fleet.call(
+        &c,
+        "terminal",
+        &json!({"command": "test -e ~/.ssh/authorized_keys && echo present || echo absent"}),
+        "tts",
+    );
+    assert_eq!(keys["output"], "absent", "{keys}");
+
     let empty = fleet.call(&c, "text_to_speech", &json!({"text": "  "}), "tts");
     assert_eq!(
         empty,

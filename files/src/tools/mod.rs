@@ -18,7 +18,7 @@ pub use write::write_file;
 
 use crate::fs::FileSystem;
 use crate::paths;
-use crate::safety::SafetyAnchors;
+use crate::safety::{self, SafetyAnchors};
 use crate::tracker::ReadTracker;
 
 /// Limits and anchors of the file tools (hermes' defaults).
@@ -99,6 +99,33 @@ impl<'a> FileToolContext<'a> {
         candidates
     }
 
+    /// The write guards every tool that writes a path the model chose goes
+    /// through (`write_file`, and `text_to_speech`'s `output_path`): system
+    /// paths, the caduceus config, credential files and the write safe
+    /// root. `Ok` is the resolved path to write, with its candidates (the
+    /// lexical path and the symlink-resolved one).
+    pub async fn check_write(&self, path: &str) -> Result<(String, Vec<String>), WriteRefusal> {
+        let resolved = self.resolve(path);
+        let candidates = self.candidates(&resolved).await;
+        let anchors = Anchors::of(self);
+        if let Some(message) =
+            safety::sensitive_write_error(path, &as_strs(&candidates), anchors.get())
+        {
+            return Err(WriteRefusal::Sensitive(message));
+        }
+        let safe_roots = self.safe_roots().await;
+        match safety::write_denied_error(
+            &resolved,
+            &as_strs(&candidates),
+            anchors.get(),
+            &safe_roots,
+            "Write",
+        ) {
+            Some(message) => Err(WriteRefusal::Denied(message)),
+            None => Ok((resolved, candidates)),
+        }
+    }
+
     /// Safe roots, resolved the same way as the paths compared to them.
     async fn safe_roots(&self) -> Vec<String> {
         let Some(spec) = &self.config.write_safe_root else {
@@ -118,6 +145,24 @@ impl<'a> FileToolContext<'a> {
             }
         }
         roots
+    }
+}
+
+/// Why [`FileToolContext::check_write`] refused a path (hermes answers the
+/// two guards in different shapes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WriteRefusal {
+    /// A system path or the caduceus config (`_check_sensitive_path`).
+    Sensitive(String),
+    /// A credential file or outside the write safe root (`get_write_denied_error`).
+    Denied(String),
+}
+
+impl WriteRefusal {
+    pub fn message(&self) -> &str {
+        match self {
+            WriteRefusal::Sensitive(message) | WriteRefusal::Denied(message) => message,
+        }
     }
 }
 

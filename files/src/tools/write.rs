@@ -6,13 +6,12 @@ use serde_json::{Map, Value, json};
 use caduceus_common::result::ToolReply;
 
 use super::{
-    Anchors, FileToolContext, as_strs, error_json, failed_json, outside_cwd_warning, reply,
+    FileToolContext, WriteRefusal, error_json, failed_json, outside_cwd_warning, reply,
     stale_warning,
 };
 use crate::fs::FsError;
 use crate::lint;
 use crate::paths;
-use crate::safety;
 use crate::text::{self, FileStyle};
 use crate::tools::read::UNCHANGED_MESSAGE;
 
@@ -60,28 +59,16 @@ pub async fn write_file(ctx: &FileToolContext<'_>, args: &Map<String, Value>) ->
         }
     };
 
-    let resolved = ctx.resolve(path);
-    let candidates = ctx.candidates(&resolved).await;
-    let anchors = Anchors::of(ctx);
-    if let Some(message) = safety::sensitive_write_error(path, &as_strs(&candidates), anchors.get())
-    {
-        return error_json(message);
-    }
     if is_internal_display_text(content) {
         return error_json(
             "Refusing to write internal read_file display text as file content. Strip read_file line-number prefixes or reconstruct the intended file contents before writing.",
         );
     }
-    let safe_roots = ctx.safe_roots().await;
-    if let Some(message) = safety::write_denied_error(
-        &resolved,
-        &as_strs(&candidates),
-        anchors.get(),
-        &safe_roots,
-        "Write",
-    ) {
-        return failed(&message, &resolved);
-    }
+    let (resolved, candidates) = match ctx.check_write(path).await {
+        Ok(checked) => checked,
+        Err(WriteRefusal::Sensitive(message)) => return error_json(message),
+        Err(WriteRefusal::Denied(message)) => return failed(&message, &ctx.resolve(path)),
+    };
     let extension = paths::extension(&resolved);
     if lint::is_gated(&extension)
         && let Err(message) = lint::check(&extension, content)

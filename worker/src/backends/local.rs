@@ -17,7 +17,6 @@ use std::process::Stdio;
 use std::sync::{Arc, Weak};
 
 use async_trait::async_trait;
-use caduceus_files::served::{self, Connection, Dial, ServedFs};
 use caduceus_files::{FileSystem, LocalFs};
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
@@ -26,7 +25,7 @@ use tokio::process::{Child, Command};
 
 use super::isolation::{Confinement, Namespaces};
 use super::ledger::HostLedger;
-use crate::backends::shell_fs::ShellFs;
+use crate::backends::served_files;
 use crate::sandbox::{
     ProcessHandle, SIGNAL_TREE_SCRIPT, SYSTEM_PATH, Sandbox, SandboxError, SpawnSpec,
     SpawnedProcess, StopSignal,
@@ -104,13 +103,7 @@ impl LocalSandbox {
             let me: Weak<dyn Sandbox> = me.clone();
             let mut sandbox = LocalSandbox::new(id, cwd).with_ledger(ledger);
             if user.is_some() || confinement.is_some() {
-                let by_script: Arc<dyn FileSystem> = Arc::new(ShellFs::new(me.clone()));
-                sandbox.files = match file_server {
-                    Some(program) => {
-                        Arc::new(ServedFs::new(file_server_dial(me, program), by_script))
-                    }
-                    None => by_script,
-                };
+                sandbox.files = served_files::files(me, file_server);
             }
             if let Some(user) = &user {
                 sandbox.home = user.home.clone();
@@ -141,40 +134,6 @@ impl LocalSandbox {
         self.ledger = ledger;
         self
     }
-}
-
-/// Starts `program` as the sandbox's file server, the way its commands are
-/// started (same user, same namespaces, no inherited environment).
-fn file_server_dial(sandbox: Weak<dyn Sandbox>, program: String) -> Dial {
-    Arc::new(move || {
-        let sandbox = sandbox.clone();
-        let program = program.clone();
-        Box::pin(async move {
-            let sandbox = sandbox
-                .upgrade()
-                .ok_or_else(|| "the sandbox is gone".to_owned())?;
-            let process = sandbox
-                .spawn(SpawnSpec {
-                    program,
-                    args: vec![served::FILE_SERVER_ARG.to_owned()],
-                    cwd: None,
-                    env: vec![
-                        ("PATH".to_owned(), SYSTEM_PATH.to_owned()),
-                        ("LC_ALL".to_owned(), "C".to_owned()),
-                    ],
-                })
-                .await
-                .map_err(|e| e.to_string())?;
-            let mut connection = Connection {
-                reader: process.output,
-                writer: process.stdin,
-                // Kills the server with the connection (kill on drop).
-                guard: Box::new(process.handle),
-            };
-            served::handshake(&mut connection, std::time::Duration::from_secs(10)).await?;
-            Ok(connection)
-        })
-    })
 }
 
 /// The host's temporary directory (`TMPDIR`, `TMP`, `TEMP`, else `/tmp`),

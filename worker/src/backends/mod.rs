@@ -13,6 +13,7 @@ pub mod local;
 pub mod modal;
 pub mod pool;
 pub mod preamble;
+pub mod served_files;
 pub mod shell_fs;
 pub mod singularity;
 pub mod ssh;
@@ -95,10 +96,12 @@ pub struct BackendOptions {
     pub local_user: Option<local::SandboxUser>,
     /// `terminal.local_isolation`, probed: `None` unconfined.
     pub local_confinement: Option<isolation::Confinement>,
-    /// The program that serves a sandbox user's file tools
-    /// (`<it> __file-server`): the worker's own binary when it has the
-    /// entry point; `None`: a shell script per primitive.
-    pub local_file_server: Option<String>,
+    /// The program that serves a sandbox's file tools (`<it>
+    /// __file-server`): the worker's own binary when it has the entry point.
+    /// Local sandboxes of another user run it as that user; Docker
+    /// containers of an engine on this host get it mounted read-only.
+    /// `None`: a shell script per primitive.
+    pub file_server: Option<String>,
     /// This worker's name and process instance id (pool entries' labels);
     /// `Worker::new` fills them in.
     pub worker: String,
@@ -215,10 +218,13 @@ impl Backends {
                     user: options.local_user.clone(),
                     confinement: options.local_confinement.clone(),
                     ledger: ledger.clone(),
-                    file_server: options.local_file_server.clone(),
+                    file_server: options.file_server.clone(),
                 })),
                 "docker" => providers.push(Arc::new(docker::DockerProvider::new(
-                    options.docker.clone(),
+                    docker::settings::DockerSettings {
+                        file_server: options.file_server.clone(),
+                        ..options.docker.clone()
+                    },
                     options.lease,
                 ))),
                 "ssh" => match &options.ssh {

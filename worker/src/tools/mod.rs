@@ -113,7 +113,7 @@ pub async fn run(settings: &ToolSettings, mut call: ToolCall) -> ToolReply {
             .await
         }
         web::TOOL => web::run(&settings.web, &call.env, &call.args).await,
-        speech::TOOL => speech::run(&settings.speech, &call.env, &call.args).await,
+        speech::TOOL => speech::run(&settings.speech, &settings.files, &call.env, &call.args).await,
         image::TOOL => image::run(&settings.web, &call.env, &call.args).await,
         other => ToolReply::error(format!("Tool '{other}' is not served by this worker")),
     };

@@ -9,6 +9,7 @@ use serde_json::{Map, Value, json};
 use tokio::io::AsyncWriteExt;
 
 use caduceus_common::result::{ToolReply, tool_error_with};
+use caduceus_files::{FileToolContext, FileToolsConfig};
 
 use crate::env::Environment;
 
@@ -61,6 +62,7 @@ fn failure(message: String) -> ToolReply {
 
 pub async fn run(
     settings: &SpeechSettings,
+    files: &FileToolsConfig,
     env: &Environment,
     args: &Map<String, Value>,
 ) -> ToolReply {
@@ -75,7 +77,20 @@ pub async fn run(
         );
     };
     let text: String = text.chars().take(MAX_TEXT_CHARS).collect();
-    let path = output_path(env, args.get("output_path").and_then(Value::as_str));
+    let path = match args
+        .get("output_path")
+        .and_then(Value::as_str)
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+    {
+        // A path the model chose is a write like `write_file`'s: the same
+        // guards (credential files, system paths, the write safe root).
+        Some(asked) => match checked_output_path(files, env, asked).await {
+            Ok(path) => path,
+            Err(message) => return failure(message),
+        },
+        None => default_output_path(env),
+    };
     let audio = match synthesize(program, &settings.scratch_dir, &text).await {
         Ok(audio) => audio,
         Err(err) => return failure(format!("TTS generation failed (espeak-ng): {err}")),
@@ -94,26 +109,39 @@ pub async fn run(
     }))
 }
 
-/// The model's path resolved in the environment (`~`, relative to the
-/// shell's cwd), or `<tmp>/caduceus-audio/tts_<ms>.wav`.
-fn output_path(env: &Environment, asked: Option<&str>) -> String {
-    match asked.map(str::trim).filter(|p| !p.is_empty()) {
-        Some(asked) => caduceus_files::paths::canonical_path(
-            &env.shell.cwd(),
-            asked,
-            Some(&env.sandbox.home_dir()),
-        ),
-        None => {
-            let ms = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_millis())
-                .unwrap_or_default();
-            format!(
-                "{}/caduceus-audio/tts_{ms}.wav",
-                env.sandbox.temp_dir().trim_end_matches('/')
-            )
-        }
-    }
+/// The model's `output_path` resolved in the environment (`~`, relative to
+/// the shell's cwd), or the file tools' refusal of it.
+async fn checked_output_path(
+    files: &FileToolsConfig,
+    env: &Environment,
+    asked: &str,
+) -> Result<String, String> {
+    let fs = env.sandbox.files();
+    let cwd = env.shell.cwd();
+    let home = env.sandbox.home_dir();
+    let ctx = FileToolContext {
+        fs: fs.as_ref(),
+        cwd: &cwd,
+        home: Some(&home),
+        tracker: &env.reads,
+        config: files,
+    };
+    ctx.check_write(asked)
+        .await
+        .map(|(resolved, _)| resolved)
+        .map_err(|refusal| refusal.message().to_owned())
+}
+
+/// `<tmp>/caduceus-audio/tts_<ms>.wav`.
+fn default_output_path(env: &Environment) -> String {
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or_default();
+    format!(
+        "{}/caduceus-audio/tts_{ms}.wav",
+        env.sandbox.temp_dir().trim_end_matches('/')
+    )
 }
 
 /// Runs espeak-ng with the text on stdin (never as an argument, where a

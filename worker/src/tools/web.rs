@@ -264,6 +264,12 @@ fn nesting_depth(html: &str) -> usize {
         "area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param",
         "source", "track", "wbr",
     ];
+    // A parser closes these when a sibling opens (`<p>a<p>b` is two
+    // paragraphs, not one inside the other): counting them would send pages
+    // that never close their paragraphs or items to the plain-text fallback.
+    const CLOSED_BY_SIBLING: [&str; 11] = [
+        "p", "li", "dt", "dd", "option", "optgroup", "tr", "td", "th", "rp", "rt",
+    ];
     let bytes = html.as_bytes();
     let (mut depth, mut deepest) = (0usize, 0usize);
     let mut i = 0;
@@ -288,7 +294,9 @@ fn nesting_depth(html: &str) -> usize {
             .position(|&b| b == b'>')
             .map_or(bytes.len(), |p| end + p);
         let self_closed = tag_end > 0 && bytes.get(tag_end - 1) == Some(&b'/');
-        if closing {
+        if CLOSED_BY_SIBLING.contains(&name.as_str()) {
+            // neither level counted
+        } else if closing {
             depth = depth.saturating_sub(1);
         } else if !self_closed && !VOID.contains(&name.as_str()) {
             depth += 1;

@@ -121,6 +121,7 @@ fn container_body_is_hardened_like_hermes() {
         EngineSupport {
             storage_opt: false,
             resources: false,
+            file_server: true,
         },
         90,
     );
@@ -144,7 +145,53 @@ fn engine_refusals_name_the_feature() {
         ),
         Some(Refused::Resources)
     );
+    assert_eq!(
+        refused_feature(
+            "invalid mount config for type \"bind\": bind source path does not exist: /usr/local/bin/caduceus"
+        ),
+        Some(Refused::FileServer)
+    );
     assert_eq!(refused_feature("No such image: x"), None);
+}
+
+#[test]
+fn the_file_server_is_mounted_read_only_unless_the_engine_refused_it() {
+    let settings = DockerSettings {
+        file_server: Some("/opt/caduceus/bin/caduceus".into()),
+        ..DockerSettings::default()
+    };
+    let body = container_body(
+        &settings,
+        HashMap::new(),
+        None,
+        EngineSupport::default(),
+        90,
+    );
+    let mounts = body.host_config.unwrap().mounts.unwrap();
+    assert_eq!(mounts.len(), 1);
+    assert_eq!(
+        mounts[0].source.as_deref(),
+        Some("/opt/caduceus/bin/caduceus")
+    );
+    assert_eq!(
+        mounts[0].target.as_deref(),
+        Some(super::spec::FILE_SERVER_PATH)
+    );
+    assert_eq!(mounts[0].read_only, Some(true));
+    let refused = EngineSupport {
+        file_server: false,
+        ..EngineSupport::default()
+    };
+    let body = container_body(&settings, HashMap::new(), None, refused, 90);
+    assert_eq!(body.host_config.unwrap().mounts, None);
+    let body = container_body(
+        &DockerSettings::default(),
+        HashMap::new(),
+        None,
+        EngineSupport::default(),
+        90,
+    );
+    assert_eq!(body.host_config.unwrap().mounts, None);
 }
 
 #[test]
@@ -238,6 +285,43 @@ async fn run(
         })
         .await
         .unwrap()
+}
+
+/// A file server the engine cannot mount (its host has no such path: a
+/// remote engine, a worker in a container) is refused by the engine, not
+/// created there as an empty directory; the provider learns it, makes the
+/// container without it, and the file tools run their scripts instead.
+#[tokio::test]
+async fn a_file_server_the_engine_cannot_mount_leaves_file_tools_working() {
+    let Some(base) = provider().await else {
+        return;
+    };
+    let missing = format!("/nonexistent-{}/caduceus", std::process::id());
+    let provider = DockerProvider::new(
+        DockerSettings {
+            file_server: Some(missing.clone()),
+            ..base.settings.clone()
+        },
+        LeasePolicy::new(Duration::from_secs(3), Duration::from_secs(1)),
+    );
+    let sandbox = provider.create(&request("unit-no-server")).await.unwrap();
+    assert!(!provider.support.lock().unwrap().file_server);
+    assert!(
+        !std::path::Path::new(&missing).exists(),
+        "the engine made {missing}"
+    );
+    let files = sandbox.files();
+    files
+        .write_atomic("/tmp/by-script.txt", b"scripted\n")
+        .await
+        .unwrap();
+    let read = files
+        .read_range("/tmp/by-script.txt", 0, None)
+        .await
+        .unwrap()
+        .expect("the file exists");
+    assert_eq!(read.data, b"scripted\n");
+    sandbox.destroy().await.unwrap();
 }
 
 #[tokio::test]

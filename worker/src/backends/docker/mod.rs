@@ -153,6 +153,12 @@ impl DockerProvider {
                             );
                             self.learn(|s| s.storage_opt = false);
                         }
+                        Some(Refused::FileServer) if support.file_server => {
+                            tracing::info!(
+                                "the Docker engine cannot mount this worker's file server ({message}); containers' file tools run a script per primitive"
+                            );
+                            self.learn(|s| s.file_server = false);
+                        }
                         Some(Refused::Resources) if support.resources => {
                             tracing::warn!(
                                 "the Docker engine refused CPU/memory limits ({message}); creating containers without them"
@@ -181,6 +187,8 @@ impl DockerProvider {
         } else {
             Vec::new()
         };
+        let served = settings.file_server.is_some()
+            && self.support.lock().map(|s| s.file_server).unwrap_or(false);
         let sandbox = DockerSandbox::new(
             docker.clone(),
             id,
@@ -188,6 +196,7 @@ impl DockerProvider {
             settings.cwd.clone(),
             settings.forward_env.clone(),
             persistent_paths,
+            served,
         );
         tracing::debug!(container = %sandbox.name(), image = %settings.image, "container started");
         Ok(sandbox)

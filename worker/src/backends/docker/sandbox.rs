@@ -18,7 +18,6 @@ use super::engine::{is_gone, server_error};
 use super::exec;
 use super::tar;
 use crate::backends::lease::{LeaseRecord, epoch_secs};
-use crate::backends::shell_fs::ShellFs;
 use crate::sandbox::{Sandbox, SandboxError, SpawnSpec, SpawnedProcess, StopSignal};
 
 /// Where the lease record lives inside the container (on its root file
@@ -70,13 +69,20 @@ impl DockerSandbox {
         cwd: String,
         forward_env: Vec<String>,
         persistent_paths: Vec<String>,
+        file_server_mounted: bool,
     ) -> Arc<Self> {
         let watch = Arc::new(Watch::default());
         let watcher = tokio::spawn(watch_container(docker.clone(), id.clone(), watch.clone()));
         Arc::new_cyclic(|me: &std::sync::Weak<DockerSandbox>| {
-            // The file tools run one small script per primitive through this
+            // The file tools go to the mounted file server, one exec for the
+            // environment's life; else (and if it cannot start: another libc
+            // in the image) one small script per primitive through this
             // sandbox's execs (the archive API does not see tmpfs mounts).
             let me: std::sync::Weak<dyn Sandbox> = me.clone();
+            let files = crate::backends::served_files::files(
+                me,
+                file_server_mounted.then(|| super::spec::FILE_SERVER_PATH.to_owned()),
+            );
             DockerSandbox {
                 docker,
                 id,
@@ -86,7 +92,7 @@ impl DockerSandbox {
                 persistent_paths,
                 watch,
                 watcher,
-                files: Arc::new(ShellFs::new(me)),
+                files,
             }
         })
     }

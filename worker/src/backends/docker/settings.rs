@@ -51,6 +51,12 @@ pub struct DockerSettings {
     /// `docker_host`: engine address (`unix:///…`, `tcp://…`); default
     /// `$DOCKER_HOST` or the local socket.
     pub host: Option<String>,
+    /// The host path of the program that serves file tools (`<it>
+    /// __file-server`), mounted read-only into every container at
+    /// [`super::spec::FILE_SERVER_PATH`]; the worker fills it in (its own
+    /// binary). `None`, or an engine that cannot mount it: a shell script per
+    /// primitive through `docker exec`.
+    pub file_server: Option<String>,
 }
 
 impl Default for DockerSettings {
@@ -69,6 +75,7 @@ impl Default for DockerSettings {
             cwd: "/root".to_owned(),
             pids_limit: 256,
             host: None,
+            file_server: None,
         }
     }
 }

@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 
-use bollard::models::{ContainerCreateBody, HostConfig};
+use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountType};
 
 use super::settings::DockerSettings;
 
@@ -21,6 +21,9 @@ pub struct EngineSupport {
     pub storage_opt: bool,
     /// CPU and memory limits (cgroups usable).
     pub resources: bool,
+    /// A bind mount of the worker's file server: an engine on another host
+    /// (or in another mount namespace) has no such path.
+    pub file_server: bool,
 }
 
 impl Default for EngineSupport {
@@ -28,6 +31,7 @@ impl Default for EngineSupport {
         EngineSupport {
             storage_opt: true,
             resources: true,
+            file_server: true,
         }
     }
 }
@@ -92,7 +96,23 @@ pub fn container_body(
             tmpfs.insert("/root".to_owned(), "rw,exec,size=1g".to_owned());
         }
     }
+    // `Mounts`, not `Binds`: a bind whose source is missing on the engine's
+    // host is refused instead of created there as an empty directory.
+    let mounts = settings
+        .file_server
+        .as_ref()
+        .filter(|_| support.file_server)
+        .map(|program| {
+            vec![Mount {
+                target: Some(FILE_SERVER_PATH.to_owned()),
+                source: Some(program.clone()),
+                typ: Some(MountType::BIND),
+                read_only: Some(true),
+                ..Mount::default()
+            }]
+        });
     let mut host = HostConfig {
+        mounts,
         init: Some(true),
         cap_drop: Some(vec!["ALL".to_owned()]),
         cap_add: Some(CAPS_KEPT.iter().map(|c| (*c).to_owned()).collect()),
@@ -148,10 +168,17 @@ pub fn container_body(
 pub enum Refused {
     StorageOpt,
     Resources,
+    FileServer,
 }
+
+/// Where containers see the worker's file server (a read-only bind mount).
+pub const FILE_SERVER_PATH: &str = "/usr/local/libexec/caduceus-file-server";
 
 pub fn refused_feature(message: &str) -> Option<Refused> {
     let m = message.to_ascii_lowercase();
+    if m.contains(FILE_SERVER_PATH) || m.contains("bind source path does not exist") {
+        return Some(Refused::FileServer);
+    }
     if m.contains("storage-opt") || m.contains("storage opt") || m.contains("storageopt") {
         return Some(Refused::StorageOpt);
     }

@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use base64::Engine as _;
@@ -119,6 +120,25 @@ pub fn retryable(code: Code) -> bool {
             | Code::Internal
             | Code::Unknown
     )
+}
+
+/// One attempt of a call whose retries share one deadline: the server is
+/// told the time left (`grpc-timeout`) and the client stops waiting then
+/// too, since a server that is stopped or wedged enforces nothing.
+async fn within<Req, Resp, Fut>(
+    until: Instant,
+    mut req: tonic::Request<Req>,
+    rpc: impl FnOnce(tonic::Request<Req>) -> Fut,
+) -> Result<tonic::Response<Resp>, tonic::Status>
+where
+    Fut: Future<Output = Result<tonic::Response<Resp>, tonic::Status>>,
+{
+    let left = until.saturating_duration_since(Instant::now());
+    req.set_timeout(left);
+    match tokio::time::timeout(left, rpc(req)).await {
+        Ok(answer) => answer,
+        Err(_) => Err(tonic::Status::deadline_exceeded("no answer in time")),
+    }
 }
 
 fn backoff(attempt: u32, first: Duration, cap: Duration) -> Duration {
@@ -291,7 +311,7 @@ impl Api {
     }
 
     /// One unary control-plane call, retried on transient codes with the
-    /// same idempotency key. `auth`: also send the auth token (every call
+    /// same idempotency key while `deadline` (the whole call's) lasts. `auth`: also send the auth token (every call
     /// but `AuthTokenGet` may; the V2 sandbox calls must).
     pub async fn call<Req, Resp, F, Fut>(
         &self,
@@ -312,6 +332,7 @@ impl Api {
             None
         };
         let key = uuid::Uuid::new_v4().to_string();
+        let until = Instant::now() + deadline;
         let mut attempt = 0;
         loop {
             let mut req = tonic::Request::new(request.clone());
@@ -320,12 +341,13 @@ impl Api {
                 .insert("x-idempotency-key", ascii(&key, "key")?);
             req.metadata_mut()
                 .insert("x-retry-attempt", ascii(&attempt.to_string(), "attempt")?);
-            req.set_timeout(deadline);
             let client = ModalClientClient::new(self.inner.channel.clone())
                 .max_decoding_message_size(64 << 20);
-            match rpc(client, req).await {
+            match within(until, req, |req| rpc(client, req)).await {
                 Ok(response) => return Ok(response.into_inner()),
-                Err(status) if retryable(status.code()) && attempt < RETRIES => {
+                Err(status)
+                    if retryable(status.code()) && attempt < RETRIES && Instant::now() < until =>
+                {
                     tracing::debug!(
                         "Modal {what}: {} ({}), retrying",
                         code_name(status.code()),
@@ -373,6 +395,8 @@ pub struct Router {
     url: String,
     channel: Channel,
     jwt: Arc<std::sync::Mutex<String>>,
+    /// See [`Router::mark_stalled`].
+    stalled: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for Router {
@@ -393,6 +417,7 @@ impl Router {
             url: access.url.clone(),
             channel: api.router_channel(&access.url)?,
             jwt: Arc::new(std::sync::Mutex::new(access.jwt.clone())),
+            stalled: Arc::new(AtomicBool::new(false)),
         })
     }
 
@@ -424,28 +449,38 @@ impl Router {
     }
 
     /// A request carrying the router's bearer token.
-    pub fn request<T>(
-        &self,
-        message: T,
-        deadline: Option<Duration>,
-    ) -> Result<tonic::Request<T>, ModalError> {
+    pub fn request<T>(&self, message: T) -> Result<tonic::Request<T>, ModalError> {
         let mut req = tonic::Request::new(message);
         req.metadata_mut().insert(
             "authorization",
             ascii(&format!("Bearer {}", self.jwt()), "the router token")?,
         );
-        if let Some(deadline) = deadline {
-            req.set_timeout(deadline);
-        }
         Ok(req)
+    }
+
+    /// A control exec got no answer in time: until the router answers
+    /// anything again, the next ones are given a short time only, so a
+    /// wedged router costs one full wait, not one per signal of a stop.
+    pub fn mark_stalled(&self) {
+        self.stalled.store(true, Ordering::SeqCst);
+    }
+
+    pub fn stalled(&self) -> bool {
+        self.stalled.load(Ordering::SeqCst)
+    }
+
+    /// The router answered (a reply or a chunk of output).
+    pub fn answered(&self) {
+        self.stalled.store(false, Ordering::SeqCst);
     }
 
     pub fn client(&self) -> TaskCommandRouterClient<Channel> {
         TaskCommandRouterClient::new(self.channel.clone()).max_decoding_message_size(64 << 20)
     }
 
-    /// One unary router call: retried on transient codes, and once after
-    /// fetching a fresh JWT on UNAUTHENTICATED.
+    /// One unary router call: retried on transient codes while `deadline`
+    /// (the whole call's) lasts, and once after fetching a fresh JWT on
+    /// UNAUTHENTICATED.
     pub async fn call<Req, Resp, F, Fut>(
         &self,
         request: Req,
@@ -457,17 +492,25 @@ impl Router {
         F: Fn(TaskCommandRouterClient<Channel>, tonic::Request<Req>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<Resp>, tonic::Status>>,
     {
+        let until = Instant::now() + deadline;
         let mut attempt = 0;
         let mut refreshed = false;
         loop {
-            let req = self.request(request.clone(), Some(deadline))?;
-            match rpc(self.client(), req).await {
-                Ok(response) => return Ok(response.into_inner()),
+            let req = self.request(request.clone())?;
+            match within(until, req, |req| rpc(self.client(), req)).await {
+                Ok(response) => {
+                    self.answered();
+                    return Ok(response.into_inner());
+                }
                 Err(status) if status.code() == Code::Unauthenticated && !refreshed => {
                     refreshed = true;
                     self.refresh().await?;
                 }
-                Err(status) if retryable(status.code()) && attempt < ROUTER_RETRIES => {
+                Err(status)
+                    if retryable(status.code())
+                        && attempt < ROUTER_RETRIES
+                        && Instant::now() < until =>
+                {
                     tokio::time::sleep(backoff(
                         attempt,
                         Duration::from_millis(10),

@@ -43,6 +43,13 @@ const START_TIMEOUT: Duration = Duration::from_secs(60);
 const STDIN_CHUNK: usize = 1 << 20;
 /// `TaskExecWait` blocks on the router; each try gets this long (the SDK's).
 const WAIT_TRY: Duration = Duration::from_secs(60);
+/// Longest a control exec ([`ModalSandbox::run`]) may take end to end.
+const CONTROL_TIMEOUT: Duration = Duration::from_secs(10);
+/// The same while the router is stalled (it did not finish the last one).
+const STALLED_CONTROL_TIMEOUT: Duration = Duration::from_secs(2);
+/// The variable that marks a spawned exec's processes (to find them when
+/// the pid never arrived).
+const EXEC_MARK: &str = "CADUCEUS_MODAL_EXEC";
 /// `SandboxWaitV2`'s own timeout per call of the watcher (the SDK's 10 s).
 const WATCH_WAIT: f32 = 10.0;
 
@@ -176,9 +183,31 @@ impl ModalSandbox {
         }
     }
 
-    /// Runs `args` to the end: exit code and stdout+stderr (short helpers).
+    /// Runs `args` to the end: exit code and stdout+stderr (short helpers:
+    /// signals, probes). Bounded by [`CONTROL_TIMEOUT`] (less while the
+    /// router is stalled): a router that stops answering must not hold the
+    /// call that needed the signal.
     pub async fn run(&self, args: Vec<String>) -> Result<(i32, Vec<u8>), SandboxError> {
-        let exec = Exec::start(&self.router, &self.task_id, args)
+        let limit = if self.router.stalled() {
+            STALLED_CONTROL_TIMEOUT
+        } else {
+            CONTROL_TIMEOUT
+        };
+        match tokio::time::timeout(limit, self.run_unbounded(args)).await {
+            Ok(done) => done,
+            Err(_) => {
+                self.router.mark_stalled();
+                Err(SandboxError::Other(format!(
+                    "Modal sandbox {}: its task router did not finish a control command within {}s",
+                    self.id,
+                    limit.as_secs()
+                )))
+            }
+        }
+    }
+
+    async fn run_unbounded(&self, args: Vec<String>) -> Result<(i32, Vec<u8>), SandboxError> {
+        let exec = Exec::start(&self.router, &self.task_id, args, None)
             .await
             .map_err(|e| self.classify(&e))?;
         let (tx, mut rx) = tokio::io::duplex(1 << 16);
@@ -217,8 +246,9 @@ impl Exec {
         router: &Router,
         task_id: &str,
         args: Vec<String>,
+        exec_id: Option<String>,
     ) -> Result<Arc<Exec>, ModalError> {
-        let exec_id = uuid::Uuid::new_v4().to_string();
+        let exec_id = exec_id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
         router
             .call(
                 tcr::TaskExecStartRequest {
@@ -227,6 +257,7 @@ impl Exec {
                     command_args: args,
                     stdout_config: tcr::TaskExecStdoutConfig::Pipe as i32,
                     stderr_config: tcr::TaskExecStderrConfig::Stdout as i32,
+                    env: [(EXEC_MARK.to_owned(), exec_id.clone())].into(),
                     ..Default::default()
                 },
                 Duration::from_secs(60),
@@ -246,15 +277,12 @@ impl Exec {
         let mut offset = 0u64;
         let mut failures = 0u32;
         loop {
-            let request = match self.router.request(
-                tcr::TaskExecStdioReadRequest {
-                    task_id: self.task_id.clone(),
-                    exec_id: self.exec_id.clone(),
-                    offset,
-                    file_descriptor: tcr::TaskExecStdioFileDescriptor::Stdout as i32,
-                },
-                None,
-            ) {
+            let request = match self.router.request(tcr::TaskExecStdioReadRequest {
+                task_id: self.task_id.clone(),
+                exec_id: self.exec_id.clone(),
+                offset,
+                file_descriptor: tcr::TaskExecStdioFileDescriptor::Stdout as i32,
+            }) {
                 Ok(request) => request,
                 Err(err) => {
                     tracing::warn!(exec = %self.exec_id, "output: {err}");
@@ -269,6 +297,7 @@ impl Exec {
                         match item {
                             Ok(chunk) => {
                                 failures = 0;
+                                self.router.answered();
                                 offset += chunk.data.len() as u64;
                                 // A reader that went away only stops the copy.
                                 let _ = output.write_all(&chunk.data).await;
@@ -397,15 +426,21 @@ impl Sandbox for ModalSandbox {
             )));
         }
         let cwd = spec.cwd.clone().unwrap_or_else(|| self.initial_cwd());
-        let exec = Exec::start(&self.router, &self.task_id, wrapper_args(&cwd, &spec))
-            .await
-            .map_err(|e| match self.classify(&e) {
-                SandboxError::Other(reason) => SandboxError::Spawn {
-                    program: spec.program.clone(),
-                    reason,
-                },
-                gone => gone,
-            })?;
+        let exec_id = uuid::Uuid::new_v4().to_string();
+        let exec = Exec::start(
+            &self.router,
+            &self.task_id,
+            wrapper_args(&cwd, &spec),
+            Some(exec_id.clone()),
+        )
+        .await
+        .map_err(|e| match self.classify(&e) {
+            SandboxError::Other(reason) => SandboxError::Spawn {
+                program: spec.program.clone(),
+                reason,
+            },
+            gone => gone,
+        })?;
         let (output_tx, mut output) = tokio::io::duplex(1 << 20);
         tokio::spawn(exec.clone().pump_output(output_tx));
         let (exit_tx, exit_rx) = watch::channel(None);
@@ -426,6 +461,13 @@ impl Sandbox for ModalSandbox {
                 )));
             }
             let code = *exit_rx.borrow();
+            if code.is_none() {
+                // No pid to signal, and an exec left running would start
+                // the program later, unseen: its processes go by their mark.
+                if let Err(err) = self.run(kill_marked(&exec_id)).await {
+                    tracing::warn!(exec = %exec_id, "stopping an exec that never reported its pid: {err}");
+                }
+            }
             return Err(SandboxError::Spawn {
                 program: spec.program.clone(),
                 reason: format!(
@@ -589,6 +631,16 @@ impl Sandbox for ModalSandbox {
     fn vanished(&self) -> bool {
         self.vanished.load(Ordering::SeqCst)
     }
+
+    fn unreachable(&self) -> Option<String> {
+        self.router.stalled().then(|| {
+            format!(
+                "Modal: the task router of sandbox {} is not answering ({})",
+                self.id,
+                self.router.url()
+            )
+        })
+    }
 }
 
 pub fn set_tag(tags: &mut Vec<(String, String)>, key: &str, value: &str) {
@@ -660,13 +712,27 @@ impl ProcessHandle for ModalProcess {
             "9".to_owned(),
             "1".to_owned(),
         ];
-        if let Ok(exec) = Exec::start(&self.sandbox_router, &self.task_id, args).await {
+        if let Ok(exec) = Exec::start(&self.sandbox_router, &self.task_id, args, None).await {
             let _ = exec.stdin_eof().await;
             let _ = tokio::time::timeout(Duration::from_secs(30), exec.wait()).await;
         }
         let _ =
             tokio::time::timeout(Duration::from_secs(5), self.exit.wait_for(Option::is_some)).await;
     }
+}
+
+/// SIGKILLs every process whose environment carries `exec_id`'s mark.
+pub fn kill_marked(exec_id: &str) -> Vec<String> {
+    vec![
+        "bash".to_owned(),
+        "-c".to_owned(),
+        format!(
+            "for e in /proc/[0-9]*/environ; do tr '\\0' '\\n' < \"$e\" 2>/dev/null | grep -qx \"$1=$2\" || continue; p=${{e#/proc/}}; kill -9 \"${{p%/environ}}\" 2>/dev/null; done; exit 0"
+        ),
+        "caduceus-kill-exec".to_owned(),
+        EXEC_MARK.to_owned(),
+        exec_id.to_owned(),
+    ]
 }
 
 /// Prints `$HOME` (the first exec of a new sandbox).
