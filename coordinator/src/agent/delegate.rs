@@ -11,9 +11,12 @@
 //! arrive later as a message (hermes 0.21 makes that the default; here it is
 //! asked for, since a model that forgets the results were coming is hermes
 //! #60342). `action=list|steer|stop` works on a session's background
-//! children. Every child is watched by the stall monitor (no progress for
-//! `stall_idle_seconds` between steps, `stall_in_tool_seconds` inside a tool
-//! call: interrupted and reported `stalled`).
+//! children; running background calls count against
+//! `max_concurrent_children` (hermes' units). Every child is watched by the
+//! stall monitor (no progress for `stall_idle_seconds` between steps,
+//! `stall_in_tool_seconds` inside a tool call: interrupted and reported
+//! `stalled`); `stall_grace_seconds` is the one time any interrupted child
+//! gets to unwind.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -48,7 +51,7 @@ pub const MIN_CHILD_TIMEOUT_SECS: f64 = 30.0;
 pub const DEFAULT_STALL_IDLE_SECS: f64 = 450.0;
 /// …or inside one tool call (slow commands are legitimate).
 pub const DEFAULT_STALL_IN_TOOL_SECS: f64 = 1200.0;
-/// How long an interrupted stalled child gets to unwind.
+/// How long an interrupted child gets to unwind.
 pub const DEFAULT_STALL_GRACE_SECS: f64 = 120.0;
 
 /// The `delegation:` section. Every field is optional; unknown fields
@@ -69,7 +72,8 @@ pub struct DelegationConfig {
     /// without progress, not its total run time); 0 or unset = none; floor
     /// 30 s (env `DELEGATION_CHILD_TIMEOUT_SECONDS` when unset here).
     pub child_timeout_seconds: Option<f64>,
-    /// The stall monitor's thresholds and grace (hermes: 450, 1200, 120).
+    /// The stall monitor's thresholds and grace (hermes: 450, 1200, 120);
+    /// the grace is every interrupted child's (stalled, timed out, parent ended).
     pub stall_idle_seconds: Option<f64>,
     pub stall_in_tool_seconds: Option<f64>,
     pub stall_grace_seconds: Option<f64>,

@@ -887,3 +887,42 @@ async fn background_delegations_count_against_max_concurrent_children() {
         .collect();
     assert_eq!(goals, ["job first", "job fifth"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_validated_answer_trimmed_for_the_parent_says_it_no_longer_parses() {
+    let schema = json!({"type": "object", "properties": {"lines": {"type": "array"}}, "required": ["lines"]});
+    let lines: Vec<String> = (0..400).map(|i| format!("line number {i}")).collect();
+    let answer = json!({ "lines": lines }).to_string();
+    let h = harness(
+        vec![
+            ScriptedResponse::tool_calls(vec![call(
+                "d",
+                "delegate_task",
+                json!({"goal": "job verbose", "output_schema": schema}),
+            )]),
+            ScriptedResponse::text(answer.clone()).for_conversation("verbose"),
+            ScriptedResponse::text("Read it."),
+        ],
+        true,
+        |s| {
+            s.delegation = Arc::new(DelegationConfig {
+                max_summary_chars: Some(2000),
+                ..DelegationConfig::default()
+            });
+        },
+    )
+    .await;
+    let events = run(&h, "A long contract", |_| {}).await;
+    assert_eq!(final_of(&events, &root(&events))["text"], "Read it.");
+    let entry = &result_of(&h, "A long contract", "d")["results"][0];
+    assert_eq!(entry["schema_valid"], true, "{entry}");
+    assert_eq!(entry["summary_truncated"], true, "{entry}");
+    let summary = entry["summary"].as_str().unwrap();
+    assert!(serde_json::from_str::<Value>(summary).is_err());
+    // (No worker holds the parent's environment here, so nothing was saved.)
+    assert_eq!(
+        entry["schema_note"],
+        output_schema::trimmed_note(None),
+        "{entry}"
+    );
+}

@@ -324,7 +324,7 @@ impl AgentLoop {
     }
 
     /// A parent that ends while background delegations are outstanding
-    /// (budget spent, model failure, cancelled, crashed children aside): its
+    /// (budget spent, model failure, cancelled): its
     /// running children are stopped, and each delegation's results — partial,
     /// status `interrupted` — are delivered into its transcript and reported
     /// as `delegation_finished` before its `final`; never silently dropped. A
@@ -630,6 +630,9 @@ async fn apply_summary_budget(hub: &HubInner, task_id: &str, entries: &mut [Chil
         let trimmed = delegate::trim_summary(summary, cap, spill.as_deref());
         entry.summary = Some(trimmed);
         entry.summary_truncated = Some(true);
+        if entry.schema_valid == Some(true) {
+            entry.schema_note = Some(crate::agent::output_schema::trimmed_note(spill.as_deref()));
+        }
         entry.summary_full_path = spill;
     }
 }

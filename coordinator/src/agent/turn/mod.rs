@@ -274,6 +274,9 @@ impl AgentLoop {
         for _ in 0..restored.api_calls {
             self.budget.consume();
         }
+        // The one correction turn is spent once: a resumed child that had it
+        // gets no second one.
+        self.schema_corrected = output_schema::corrected_in(&restored.messages);
         self.messages = restored.messages;
         self.api_calls = restored.api_calls;
         self.shared
