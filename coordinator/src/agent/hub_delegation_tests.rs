@@ -758,7 +758,7 @@ async fn a_parent_that_spends_its_budget_stops_its_background_children_and_recor
     // The child was stopped, and its delegation reported before the
     // parent's `final`, saying the parent had ended.
     assert_eq!(final_of(&events, &child)["status"], "interrupted");
-    let at = |want: &dyn Fn(&Ev) -> bool| events.iter().position(|e| want(e)).unwrap();
+    let at = |want: &dyn Fn(&Ev) -> bool| events.iter().position(want).unwrap();
     let finished = at(&|e| e.kind == "delegation_finished");
     assert!(finished < at(&|e| e.kind == "final" && e.session == root));
     assert_eq!(events[finished].json["parent_ended"], "max_iterations");

@@ -94,7 +94,7 @@ fn a_transcript_with_the_correction_turn_has_used_it() {
         ChatMessage::assistant(Some("prose".to_owned()), Vec::new()),
     ];
     assert!(!corrected_in(&before));
-    let mut after = before.clone();
+    let mut after = before;
     after.push(ChatMessage::user(correction(
         &["at '': missing".to_owned()],
     )));
