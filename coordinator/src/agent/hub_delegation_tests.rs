@@ -177,6 +177,13 @@ async fn a_background_child_is_listed_steered_and_its_next_turn_sees_the_steer()
     h.server.push(ScriptedResponse::text("All done."));
     gates.open("parent");
     watch.until("the steer", |e| e.kind == "steer_queued").await;
+    // The child ends only once the parent has answered, so its results wake
+    // the parent for the last turn (opened earlier, they could arrive first).
+    watch
+        .until("the parent's answer", |e| {
+            e.kind == "assistant_text" && e.json["text"] == "I will wait for the research."
+        })
+        .await;
     gates.open("child");
     let events = watch.rest().await;
     let root = root(&events);
