@@ -136,7 +136,12 @@ fn the_metadata_floor_holds_in_every_form() {
         let ip: IpAddr = text.parse().unwrap();
         assert_eq!(judge(&[ip], true), Err(Refusal::Metadata), "{text}");
     }
-    for text in ["169.253.255.255", "169.255.0.1", "fe80::a9fe:a9fe", "8.8.8.8"] {
+    for text in [
+        "169.253.255.255",
+        "169.255.0.1",
+        "fe80::a9fe:a9fe",
+        "8.8.8.8",
+    ] {
         let ip: IpAddr = text.parse().unwrap();
         assert_eq!(judge(&[ip], true), Ok(()), "{text}");
     }

@@ -862,9 +862,9 @@ impl BrowserSession {
                 {
                     let refused = self.refused.lock().ok().and_then(|mut l| l.take());
                     let host_of = |u: &str| {
-                        url::Url::parse(u)
-                            .ok()
-                            .and_then(|u| Some((u.host_str()?.to_owned(), u.port_or_known_default())))
+                        url::Url::parse(u).ok().and_then(|u| {
+                            Some((u.host_str()?.to_owned(), u.port_or_known_default()))
+                        })
                     };
                     return Err(BrowserError::Input(match refused {
                         // The page's own host, judged again when the proxy

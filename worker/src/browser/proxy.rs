@@ -136,11 +136,11 @@ async fn serve(
     let (Some(host), Some(port)) = (url.host_str(), url.port_or_known_default()) else {
         return client.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n").await;
     };
-    let mut upstream = match open(host, port, allow_private, url.as_str(), &refused).await {
-        Ok(upstream) => upstream,
-        // No answer at all: Chromium fails the navigation (an answer would
-        // be shown as the page), and the refusal slot says why.
-        Err(_) => return Ok(()),
+    // No answer at all when refused or unreachable: Chromium fails the
+    // navigation (an answer would be shown as the page), and the refusal
+    // slot says why.
+    let Ok(mut upstream) = open(host, port, allow_private, url.as_str(), &refused).await else {
+        return Ok(());
     };
     let mut path = url.path().to_owned();
     if let Some(query) = url.query() {

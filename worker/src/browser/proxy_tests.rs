@@ -20,7 +20,9 @@ async fn counting_server() -> (u16, Arc<AtomicUsize>, Arc<std::sync::Mutex<Strin
                 let n = socket.read(&mut buf).await.unwrap_or(0);
                 *s.lock().unwrap() = String::from_utf8_lossy(&buf[..n]).into_owned();
                 let _ = socket
-                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok")
+                    .write_all(
+                        b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok",
+                    )
                     .await;
             });
         }
@@ -52,7 +54,11 @@ async fn a_private_host_is_refused_at_connect_and_nothing_reaches_it() {
         .await;
         assert_eq!(answer, "", "{host}: a refused plain request gets no answer");
     }
-    assert_eq!(count.load(Ordering::SeqCst), 0, "no connection reached the server");
+    assert_eq!(
+        count.load(Ordering::SeqCst),
+        0,
+        "no connection reached the server"
+    );
     let last = refused.lock().unwrap().clone().unwrap();
     assert_eq!(last.1, guard::Refusal::Private);
 }
@@ -78,7 +84,9 @@ async fn metadata_is_refused_even_when_private_urls_are_allowed() {
 #[tokio::test]
 async fn an_allowed_plain_request_is_sent_once_to_the_judged_address_without_hop_headers() {
     let (port, count, seen) = counting_server().await;
-    let proxy = GuardedProxy::start(true, LastRefused::default()).await.unwrap();
+    let proxy = GuardedProxy::start(true, LastRefused::default())
+        .await
+        .unwrap();
     let answer = through(
         &proxy,
         &format!(
@@ -97,7 +105,9 @@ async fn an_allowed_plain_request_is_sent_once_to_the_judged_address_without_hop
 #[tokio::test]
 async fn an_allowed_tunnel_carries_bytes_both_ways() {
     let (port, count, seen) = counting_server().await;
-    let proxy = GuardedProxy::start(true, LastRefused::default()).await.unwrap();
+    let proxy = GuardedProxy::start(true, LastRefused::default())
+        .await
+        .unwrap();
     let answer = through(
         &proxy,
         &format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\nGET /t HTTP/1.1\r\n\r\n"),
@@ -113,7 +123,9 @@ async fn an_allowed_tunnel_carries_bytes_both_ways() {
 
 #[tokio::test]
 async fn a_client_that_never_finishes_its_head_or_floods_it_is_dropped() {
-    let proxy = GuardedProxy::start(true, LastRefused::default()).await.unwrap();
+    let proxy = GuardedProxy::start(true, LastRefused::default())
+        .await
+        .unwrap();
     let flood = "x".repeat(MAX_HEAD + 10);
     assert_eq!(through(&proxy, &flood).await, "");
     assert!(
