@@ -73,6 +73,13 @@ impl AgentLoop {
         };
         let background_asked = args.get("background").and_then(Value::as_bool) == Some(true);
         let background = background_asked && self.spec.depth == 0;
+        if background {
+            let running = self.background_running.load(Ordering::SeqCst);
+            let cap = config.max_concurrent_children();
+            if running >= cap {
+                return delegate::background_capacity_error(cap, tasks.len());
+            }
+        }
         let started = Instant::now();
         let child_model = match self.hub.child_model(&self.model) {
             Ok(model) => model,
@@ -239,6 +246,8 @@ impl AgentLoop {
             });
         }
         self.outstanding += 1;
+        let running = self.background_running.clone();
+        running.fetch_add(1, Ordering::SeqCst);
         let hub = self.hub.clone();
         let events = self.events.clone();
         let parent = self.spec.session_id.clone();
@@ -258,8 +267,11 @@ impl AgentLoop {
                 )
             });
             let mut entries: Vec<ChildEntry> = futures::future::join_all(futures).await;
+            running.fetch_sub(1, Ordering::SeqCst);
             apply_summary_budget(&hub, &task_id, &mut entries).await;
-            // The parent may have ended meanwhile (cancelled): nobody to tell.
+            // The parent settles its deliveries before it ends
+            // (`settle_background`); one that gave up waiting reported this
+            // delegation as abandoned.
             let _ = deliveries.send(Delivery {
                 delegation_id: id,
                 entries,
@@ -271,6 +283,12 @@ impl AgentLoop {
 
     /// A finished background delegation enters the conversation.
     pub(super) fn deliver(&mut self, delivery: Delivery) {
+        self.deliver_as(delivery, None);
+    }
+
+    /// `parent_end`: the parent had already ended (how) — the results are
+    /// recorded in its transcript for whoever reads it, with no turn after.
+    fn deliver_as(&mut self, delivery: Delivery, parent_end: Option<EndStatus>) {
         let Delivery {
             delegation_id,
             entries,
@@ -293,9 +311,65 @@ impl AgentLoop {
                 "delegation_id": delegation_id,
                 "count": entries.len(),
                 "statuses": entries.iter().map(|e| e.status).collect::<Vec<_>>(),
+                "parent_ended": parent_end.map(EndStatus::as_str),
             }),
         );
-        let text = delegate::background_message(&delegation_id, &entries, total);
+        let text = delegate::background_message(
+            &delegation_id,
+            &entries,
+            total,
+            parent_end.map(EndStatus::as_str),
+        );
+        self.push(ChatMessage::user(text), None);
+    }
+
+    /// A parent that ends while background delegations are outstanding
+    /// (budget spent, model failure, cancelled): its
+    /// running children are stopped, and each delegation's results — partial,
+    /// status `interrupted` — are delivered into its transcript and reported
+    /// as `delegation_finished` before its `final`; never silently dropped. A
+    /// delegation whose children do not unwind within the stall grace is
+    /// reported `abandoned` instead.
+    pub(super) async fn settle_background(&mut self, status: EndStatus) {
+        if self.outstanding == 0 {
+            return;
+        }
+        for child in self.background.iter().filter(|c| c.ended.is_none()) {
+            child.cancel.cancel();
+        }
+        let grace = self.hub.settings.delegation.stall_limits().grace;
+        let deadline = tokio::time::Instant::now() + grace;
+        while self.outstanding > 0 {
+            match tokio::time::timeout_at(deadline, self.deliveries.recv()).await {
+                Ok(Some(delivery)) => self.deliver_as(delivery, Some(status)),
+                Ok(None) | Err(_) => break,
+            }
+        }
+        if self.outstanding == 0 {
+            return;
+        }
+        let mut abandoned: Vec<&BackgroundChild> = self
+            .background
+            .iter()
+            .filter(|c| c.ended.is_none())
+            .collect();
+        abandoned.sort_by(|a, b| a.delegation_id.cmp(&b.delegation_id));
+        let ids: Vec<&str> = abandoned.iter().map(|c| c.subagent_id.as_str()).collect();
+        let delegations: BTreeSet<&str> =
+            abandoned.iter().map(|c| c.delegation_id.as_str()).collect();
+        let text = delegate::abandoned_message(&delegations, &ids, grace, status.as_str());
+        for delegation in &delegations {
+            self.emit(
+                events::DELEGATION_FINISHED,
+                &json!({
+                    "delegation_id": delegation,
+                    "abandoned": true,
+                    "subagent_ids": abandoned.iter().filter(|c| c.delegation_id == *delegation).map(|c| c.subagent_id.as_str()).collect::<Vec<_>>(),
+                    "parent_ended": status.as_str(),
+                }),
+            );
+        }
+        self.outstanding = 0;
         self.push(ChatMessage::user(text), None);
     }
 
@@ -556,6 +630,9 @@ async fn apply_summary_budget(hub: &HubInner, task_id: &str, entries: &mut [Chil
         let trimmed = delegate::trim_summary(summary, cap, spill.as_deref());
         entry.summary = Some(trimmed);
         entry.summary_truncated = Some(true);
+        if entry.schema_valid == Some(true) {
+            entry.schema_note = Some(crate::agent::output_schema::trimmed_note(spill.as_deref()));
+        }
         entry.summary_full_path = spill;
     }
 }
@@ -659,11 +736,7 @@ impl ChildWait {
                 continue;
             }
             cancel.cancel();
-            let grace = if capped {
-                CHILD_STOP_GRACE
-            } else {
-                limits.grace
-            };
+            let grace = limits.grace;
             let outcome = tokio::time::timeout(grace, report)
                 .await
                 .ok()
