@@ -598,6 +598,11 @@ pub struct AuditSection {
     pub max_bytes: u64,
     /// Rotated files kept (5).
     pub keep: usize,
+    /// Longest a written line waits for its `fsync`, in milliseconds (1000);
+    /// 0 syncs every batch of lines as it is written. Lines are in the file
+    /// as soon as they are written either way: this bounds what a machine
+    /// crash (not a coordinator crash) can lose.
+    pub sync_interval_ms: u64,
 }
 
 /// hermes' `code_execution` section. Its `mode` (project/strict) is read and
@@ -627,6 +632,10 @@ impl Default for AuditSection {
             enabled: true,
             max_bytes: caduceus_coordinator::audit::AuditConfig::DEFAULT_MAX_BYTES,
             keep: caduceus_coordinator::audit::AuditConfig::DEFAULT_KEEP,
+            sync_interval_ms: u64::try_from(
+                caduceus_coordinator::audit::AuditConfig::DEFAULT_SYNC_INTERVAL.as_millis(),
+            )
+            .unwrap_or(1000),
         }
     }
 }
@@ -638,6 +647,7 @@ impl AuditSection {
             .then(|| caduceus_coordinator::audit::AuditConfig {
                 max_bytes: self.max_bytes.max(1024),
                 keep: self.keep,
+                sync_interval: std::time::Duration::from_millis(self.sync_interval_ms),
                 ..caduceus_coordinator::audit::AuditConfig::in_home(&home_dir())
             })
     }

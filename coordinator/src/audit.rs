@@ -3,12 +3,16 @@
 //! `$CADUCEUS_HOME/audit.jsonl` (see the coordinator README, section "Audit
 //! log", for the fields).
 //!
-//! Lines are written by one dedicated thread: a caller only serialises its
-//! line and hands it over, so no tool call waits for the disk. The thread
-//! writes everything queued, then `fsync`s once for the batch, so a burst of
-//! calls costs one sync. When the file reaches `max_bytes` it is rotated:
-//! `audit.jsonl` → `audit.jsonl.1` → … → `audit.jsonl.<keep>` (the oldest is
-//! dropped).
+//! Lines are written by one dedicated thread: a caller only hands its event
+//! over (the thread masks, stamps and serialises it), so no tool call waits
+//! for the disk or pays for the line's text. The thread writes everything
+//! queued at once, so a line is in the file (and survives a `kill -9` of the
+//! coordinator) as soon as the thread has run; it `fsync`s at most once per
+//! `sync_interval`, so that a machine crash loses at most that much and a
+//! stream of calls does not pay a disk sync each (a sync per call cost more
+//! CPU than the call itself: see the coordinator README). When the file
+//! reaches `max_bytes` it is rotated: `audit.jsonl` → `audit.jsonl.1` → … →
+//! `audit.jsonl.<keep>` (the oldest is dropped).
 
 use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
@@ -16,10 +20,10 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use caduceus_common::redact::{RedactMode, redact};
 
@@ -34,17 +38,22 @@ pub struct AuditConfig {
     pub max_bytes: u64,
     /// Rotated files kept (`audit.keep`, 5).
     pub keep: usize,
+    /// Longest a written line waits for its `fsync` (`audit.sync_interval_ms`,
+    /// 1 s); zero syncs every batch as it is written.
+    pub sync_interval: Duration,
 }
 
 impl AuditConfig {
     pub const DEFAULT_MAX_BYTES: u64 = 16 * 1024 * 1024;
     pub const DEFAULT_KEEP: usize = 5;
+    pub const DEFAULT_SYNC_INTERVAL: Duration = Duration::from_secs(1);
 
     pub fn in_home(home: &Path) -> Self {
         AuditConfig {
             path: home.join("audit.jsonl"),
             max_bytes: Self::DEFAULT_MAX_BYTES,
             keep: Self::DEFAULT_KEEP,
+            sync_interval: Self::DEFAULT_SYNC_INTERVAL,
         }
     }
 }
@@ -78,7 +87,8 @@ pub struct ToolCallLine {
     pub session: Option<String>,
     pub task: String,
     pub tool: String,
-    /// Arguments after coercion, every string masked (`None`: they did not parse).
+    /// Arguments after coercion (`None`: they did not parse). Every string
+    /// in them is masked by the writer thread before the line is written.
     pub arguments: Option<Value>,
     /// The gate's verdict: `allowed`, `approved` (ran after an approval) or
     /// `refused` (see `status`); absent when the call ended before the gate.
@@ -125,7 +135,7 @@ pub struct TokenUseLine {
 }
 
 enum Message {
-    Line(String),
+    Line(SystemTime, AuditEvent),
     /// Answered once every line queued before it is on disk.
     Flush(Sender<()>),
 }
@@ -187,31 +197,26 @@ impl AuditLog {
         &self.path
     }
 
-    /// Queues one line (with the current time). Never blocks on the disk.
-    pub fn record(&self, event: &AuditEvent) {
-        let Ok(Value::Object(mut line)) = serde_json::to_value(event) else {
-            return;
-        };
-        let mut object = Map::new();
-        object.insert("time".to_owned(), Value::String(rfc3339(SystemTime::now())));
-        object.append(&mut line);
-        let text = Value::Object(object).to_string();
-        if self.sender.send(Message::Line(text)).is_err() {
+    /// Queues one line (with the current time). Never blocks on the disk,
+    /// and leaves masking and serialising to the writer thread.
+    pub fn record(&self, event: AuditEvent) {
+        if self
+            .sender
+            .send(Message::Line(SystemTime::now(), event))
+            .is_err()
+        {
             tracing::error!(path = %self.path.display(), "the audit writer stopped; a line was lost");
         }
     }
 
     /// A tool call at the pipeline's exit.
     pub fn tool_call(&self, ctx: &CallContext, done: &ToolResult, verdict: Option<&'static str>) {
-        self.record(&AuditEvent::ToolCall(ToolCallLine {
+        self.record(AuditEvent::ToolCall(ToolCallLine {
             token: ctx.caller.clone(),
             session: ctx.session_id.clone().filter(|s| !s.is_empty()),
             task: ctx.task_id.clone(),
             tool: done.tool.clone(),
-            arguments: done
-                .arguments
-                .as_ref()
-                .map(|args| masked(&Value::Object(args.clone()))),
+            arguments: done.arguments.clone().map(Value::Object),
             verdict,
             worker: done.worker.clone(),
             status: done.status,
@@ -231,7 +236,7 @@ impl AuditLog {
                 return;
             }
         }
-        self.record(&AuditEvent::TokenUse(line));
+        self.record(AuditEvent::TokenUse(line));
     }
 
     /// Waits until every line queued so far is written and synced.
@@ -240,21 +245,6 @@ impl AuditLog {
         if self.sender.send(Message::Flush(done)).is_ok() {
             let _ = wait.recv();
         }
-    }
-}
-
-/// `value` with every string masked as tool output is (known secrets,
-/// vendor keys, `password=…` assignments, private keys).
-pub fn masked(value: &Value) -> Value {
-    match value {
-        Value::String(text) => Value::String(redact(text, RedactMode::General).into_owned()),
-        Value::Array(items) => Value::Array(items.iter().map(masked).collect()),
-        Value::Object(map) => Value::Object(
-            map.iter()
-                .map(|(key, value)| (key.clone(), masked(value)))
-                .collect(),
-        ),
-        other => other.clone(),
     }
 }
 
@@ -270,48 +260,126 @@ fn open_append(path: &Path) -> std::io::Result<File> {
     options.open(path)
 }
 
-/// The writer thread: write what is queued, one `fsync` per batch, rotate.
+/// The text of one line: the time first, then the event's fields, every
+/// string of a call's arguments masked.
+fn line_text(time: SystemTime, mut event: AuditEvent) -> Option<String> {
+    if let AuditEvent::ToolCall(call) = &mut event {
+        call.arguments = call.arguments.take().map(masked);
+    }
+    #[derive(Serialize)]
+    struct Stamped {
+        time: String,
+        #[serde(flatten)]
+        event: AuditEvent,
+    }
+    serde_json::to_string(&Stamped {
+        time: rfc3339(time),
+        event,
+    })
+    .ok()
+}
+
+/// `value` with every string masked as tool output is (known secrets,
+/// vendor keys, `password=…` assignments, private keys), reusing its own
+/// allocations where nothing changes.
+fn masked(value: Value) -> Value {
+    match value {
+        Value::String(text) => match redact(&text, RedactMode::General) {
+            std::borrow::Cow::Borrowed(_) => Value::String(text),
+            std::borrow::Cow::Owned(masked) => Value::String(masked),
+        },
+        Value::Array(items) => Value::Array(items.into_iter().map(masked).collect()),
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .map(|(key, value)| (key, masked(value)))
+                .collect(),
+        ),
+        other => other,
+    }
+}
+
+/// The writer thread: writes what is queued as one batch, `fsync`s when the
+/// oldest unsynced line has waited `sync_interval` (or at once when it is
+/// zero, or when asked to flush), rotates.
 fn write_loop(mut file: File, config: &AuditConfig, receiver: &Receiver<Message>) {
     let mut size = file.metadata().map_or(0, |m| m.len());
-    while let Ok(first) = receiver.recv() {
+    // When the oldest line written but not yet synced was written.
+    let mut unsynced_since: Option<Instant> = None;
+    loop {
+        let first = match unsynced_since {
+            None => match receiver.recv() {
+                Ok(message) => message,
+                Err(_) => break,
+            },
+            Some(since) => {
+                let wait = config.sync_interval.saturating_sub(since.elapsed());
+                match receiver.recv_timeout(wait) {
+                    Ok(message) => message,
+                    Err(mpsc::RecvTimeoutError::Timeout) => {
+                        sync(&file, config);
+                        unsynced_since = None;
+                        continue;
+                    }
+                    Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                }
+            }
+        };
         let mut flushes = Vec::new();
         let mut batch = String::new();
         let mut next = Some(first);
         while let Some(message) = next {
             match message {
-                Message::Line(line) => {
-                    batch.push_str(&line);
-                    batch.push('\n');
+                Message::Line(time, event) => {
+                    if let Some(text) = line_text(time, event) {
+                        batch.push_str(&text);
+                        batch.push('\n');
+                    }
                 }
                 Message::Flush(done) => flushes.push(done),
             }
             next = receiver.try_recv().ok();
         }
         if !batch.is_empty() {
-            match file
-                .write_all(batch.as_bytes())
-                .and_then(|()| file.sync_data())
-            {
-                Ok(()) => size += batch.len() as u64,
+            match file.write_all(batch.as_bytes()) {
+                Ok(()) => {
+                    size += batch.len() as u64;
+                    unsynced_since.get_or_insert_with(Instant::now);
+                }
                 Err(err) => {
                     tracing::error!(path = %config.path.display(), %err, "cannot write the audit log")
                 }
             }
-            if size >= config.max_bytes {
-                match rotate(config) {
-                    Ok(fresh) => {
-                        file = fresh;
-                        size = 0;
-                    }
-                    Err(err) => {
-                        tracing::error!(path = %config.path.display(), %err, "cannot rotate the audit log")
-                    }
+        }
+        let due = unsynced_since
+            .is_some_and(|since| since.elapsed() >= config.sync_interval);
+        if unsynced_since.is_some() && (due || !flushes.is_empty() || size >= config.max_bytes) {
+            sync(&file, config);
+            unsynced_since = None;
+        }
+        if size >= config.max_bytes {
+            match rotate(config) {
+                Ok(fresh) => {
+                    file = fresh;
+                    size = 0;
+                }
+                Err(err) => {
+                    tracing::error!(path = %config.path.display(), %err, "cannot rotate the audit log")
                 }
             }
         }
         for done in flushes {
             let _ = done.send(());
         }
+    }
+    // Every handle is gone: what was written is synced before the thread ends.
+    if unsynced_since.is_some() {
+        sync(&file, config);
+    }
+}
+
+fn sync(file: &File, config: &AuditConfig) {
+    if let Err(err) = file.sync_data() {
+        tracing::error!(path = %config.path.display(), %err, "cannot sync the audit log");
     }
 }
 

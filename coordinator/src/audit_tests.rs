@@ -51,7 +51,7 @@ fn each_event_is_one_line_with_its_time_and_fields() {
         &done("terminal", Some(&args), Some("w1"), CallStatus::Ok),
         Some("allowed"),
     );
-    log.record(&AuditEvent::Approval(ApprovalLine {
+    log.record(AuditEvent::Approval(ApprovalLine {
         approval_id: "ap_1".to_owned(),
         answered_by: "ops".to_owned(),
         decision: "approve",
@@ -110,10 +110,11 @@ fn the_log_rotates_by_size_and_keeps_the_configured_number_of_files() {
         path: path.clone(),
         max_bytes: 300,
         keep: 2,
+        sync_interval: AuditConfig::DEFAULT_SYNC_INTERVAL,
     })
     .unwrap();
     for n in 0..40 {
-        log.record(&AuditEvent::TokenUse(TokenUseLine {
+        log.record(AuditEvent::TokenUse(TokenUseLine {
             token: Some(format!("token-{n}")),
             role: Some("client"),
             peer: "127.0.0.1:1".to_owned(),
@@ -200,4 +201,32 @@ fn times_are_rfc3339_utc() {
     assert_eq!(rfc3339(t), "2026-12-02T03:27:48.123Z");
     let leap = UNIX_EPOCH + Duration::from_secs(951_782_400);
     assert_eq!(rfc3339(leap), "2000-02-29T00:00:00.000Z");
+}
+
+#[test]
+fn a_line_is_in_the_file_before_its_sync_is_due() {
+    // A coordinator killed with SIGKILL loses no line the writer has run
+    // for: lines are written as they come, only their fsync waits.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    let log = AuditLog::open(AuditConfig {
+        sync_interval: Duration::from_secs(3600),
+        ..AuditConfig::in_home(dir.path())
+    })
+    .unwrap();
+    let args = json!({"command": "echo hi"});
+    log.tool_call(
+        &ctx(),
+        &done("terminal", Some(&args), Some("w1"), CallStatus::Ok),
+        None,
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while std::fs::read_to_string(&path).unwrap_or_default().is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the line was not written within 10 s without a flush"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(lines(&path)[0]["tool"], "terminal");
 }

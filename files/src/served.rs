@@ -12,8 +12,11 @@
 //! Wire: each message is a frame `[u32 header length][u32 blob length]
 //! [header: JSON][blob: raw bytes]`, big-endian. A request's header is a
 //! [`Request`], its blob the bytes to write or check; an answer's header is
-//! a `Result<Answer, FsError>`, its blob the bytes read. One request at a time
-//! per connection; the server ends at end of input.
+//! a `Result<Answer, FsError>`, its blob the bytes read (or a page's lines,
+//! raw). A frame goes out in one write (a blob over 64 KiB in a second) and
+//! both ends read through a buffer, so a round trip is one write and one read
+//! each way. One request at a time per connection; the server ends at end of
+//! input.
 
 use std::future::Future;
 use std::io;
@@ -29,7 +32,7 @@ use tokio::sync::Mutex;
 use crate::fs::{
     CheckRun, FileBytes, FileStat, FileSystem, FsError, LineRead, SyntaxChecker, WriteOutcome,
 };
-use crate::lines::LineWindow;
+use crate::lines::{LinePage, LineWindow};
 use crate::search::{SearchHits, SearchQuery};
 
 /// The argument that makes the caduceus binary a file server.
@@ -37,6 +40,8 @@ pub const FILE_SERVER_ARG: &str = "__file-server";
 
 /// Largest header accepted: a search answer of many hits is the biggest.
 const MAX_HEADER: u32 = 256 << 20;
+/// Read buffer of each end: a page of a file's lines fits in one read.
+const READ_BUFFER: usize = 64 << 10;
 /// The longest a primitive may take before the server is presumed hung
 /// (stopped, or stuck on a dead network mount) and is replaced.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
@@ -99,7 +104,16 @@ pub enum Answer {
     Stat(Option<FileStat>),
     /// The blob is the bytes read.
     ReadRange(Option<FileStat>),
+    /// Every [`LineRead`] but a page.
     ReadLines(LineRead),
+    /// A [`LineRead::Page`]: its lines are the blob, one after the other,
+    /// `line_bytes` long each (raw UTF-8 rather than JSON strings, which cost
+    /// escaping on one side and unescaping on the other for every byte).
+    Page {
+        stat: FileStat,
+        total_lines: usize,
+        line_bytes: Vec<usize>,
+    },
     Written(WriteOutcome),
     Done,
     ListDir(Option<Vec<String>>),
@@ -110,26 +124,31 @@ pub enum Answer {
 
 type Reply = Result<Answer, FsError>;
 
+/// Blobs up to this size travel in the same write as their header: one
+/// system call (and one wake-up of the reader) per message.
+const COALESCE_BLOB: usize = 64 << 10;
+
 async fn write_frame<W: AsyncWrite + Unpin + ?Sized>(
     writer: &mut W,
     header: &[u8],
     blob: &[u8],
 ) -> io::Result<()> {
     let too_big = || io::Error::new(io::ErrorKind::InvalidInput, "frame over 4 GiB");
-    let mut lengths = [0u8; 8];
-    lengths[..4].copy_from_slice(
-        &u32::try_from(header.len())
-            .map_err(|_| too_big())?
-            .to_be_bytes(),
-    );
-    lengths[4..].copy_from_slice(
-        &u32::try_from(blob.len())
-            .map_err(|_| too_big())?
-            .to_be_bytes(),
-    );
-    writer.write_all(&lengths).await?;
-    writer.write_all(header).await?;
-    writer.write_all(blob).await?;
+    let header_len = u32::try_from(header.len()).map_err(|_| too_big())?;
+    let blob_len = u32::try_from(blob.len()).map_err(|_| too_big())?;
+    let inline = blob.len() <= COALESCE_BLOB;
+    let mut frame =
+        Vec::with_capacity(8 + header.len() + if inline { blob.len() } else { 0 });
+    frame.extend_from_slice(&header_len.to_be_bytes());
+    frame.extend_from_slice(&blob_len.to_be_bytes());
+    frame.extend_from_slice(header);
+    if inline {
+        frame.extend_from_slice(blob);
+    }
+    writer.write_all(&frame).await?;
+    if !inline {
+        writer.write_all(blob).await?;
+    }
     writer.flush().await
 }
 
@@ -160,11 +179,13 @@ async fn read_frame<R: AsyncRead + Unpin + ?Sized>(
 }
 
 /// Answers requests from `reader` with `fs` until end of input.
-pub async fn serve<R, W>(fs: &dyn FileSystem, mut reader: R, mut writer: W) -> io::Result<()>
+pub async fn serve<R, W>(fs: &dyn FileSystem, reader: R, mut writer: W) -> io::Result<()>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
+    // A frame is read in several pieces: buffered, they cost one read(2).
+    let mut reader = tokio::io::BufReader::with_capacity(READ_BUFFER, reader);
     while let Some((header, blob)) = read_frame(&mut reader).await? {
         let (reply, data) = match serde_json::from_slice::<Request>(&header) {
             Ok(request) => answer(fs, request, blob).await,
@@ -196,7 +217,22 @@ async fn answer(fs: &dyn FileSystem, request: Request, blob: Vec<u8>) -> (Reply,
             };
         }
         Request::ReadLines { path, window } => {
-            fs.read_lines(&path, &window).await.map(Answer::ReadLines)
+            return match fs.read_lines(&path, &window).await {
+                Ok(LineRead::Page(page)) => {
+                    let line_bytes = page.lines.iter().map(String::len).collect();
+                    let mut data = Vec::with_capacity(page.lines.iter().map(String::len).sum());
+                    for line in &page.lines {
+                        data.extend_from_slice(line.as_bytes());
+                    }
+                    let answer = Answer::Page {
+                        stat: page.stat,
+                        total_lines: page.total_lines,
+                        line_bytes,
+                    };
+                    (Ok(answer), data)
+                }
+                other => (other.map(Answer::ReadLines), Vec::new()),
+            };
         }
         Request::WriteAtomic { path } => fs.write_atomic(&path, &blob).await.map(Answer::Written),
         Request::Remove { path } => fs.remove(&path).await.map(|()| Answer::Done),
@@ -325,7 +361,13 @@ impl ServedFs {
             attempts -= 1;
             if matches!(*state, State::Idle) {
                 match (self.dial)().await {
-                    Ok(connection) => *state = State::Connected(connection),
+                    Ok(mut connection) => {
+                        connection.reader = Box::pin(tokio::io::BufReader::with_capacity(
+                            READ_BUFFER,
+                            connection.reader,
+                        ));
+                        *state = State::Connected(connection);
+                    }
                     Err(reason) => {
                         tracing::warn!(%reason, "no file server in this sandbox; its file tools run a shell script per primitive");
                         *state = State::Unavailable;
@@ -369,6 +411,26 @@ impl ServedFs {
             }
             tracing::debug!(%failure, "starting a new file server");
         }
+    }
+}
+
+/// The lines of a [`Answer::Page`] blob.
+fn split_lines(data: &[u8], line_bytes: &[usize]) -> Result<Vec<String>, FsError> {
+    let nonsense = || FsError::Backend("the file server sent a page that does not add up".to_owned());
+    let mut lines = Vec::with_capacity(line_bytes.len());
+    let mut rest = data;
+    for &len in line_bytes {
+        if len > rest.len() {
+            return Err(nonsense());
+        }
+        let (line, tail) = rest.split_at(len);
+        lines.push(String::from_utf8(line.to_vec()).map_err(|_| nonsense())?);
+        rest = tail;
+    }
+    if rest.is_empty() {
+        Ok(lines)
+    } else {
+        Err(nonsense())
     }
 }
 
@@ -419,6 +481,18 @@ impl FileSystem for ServedFs {
         match self.call(&request, &[]).await {
             None => self.fallback.read_lines(path, window).await,
             Some(Ok((Answer::ReadLines(read), _))) => Ok(read),
+            Some(Ok((
+                Answer::Page {
+                    stat,
+                    total_lines,
+                    line_bytes,
+                },
+                data,
+            ))) => Ok(LineRead::Page(LinePage {
+                stat,
+                lines: split_lines(&data, &line_bytes)?,
+                total_lines,
+            })),
             Some(Ok((other, _))) => Err(unexpected(&other)),
             Some(Err(err)) => Err(err),
         }

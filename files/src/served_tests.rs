@@ -272,3 +272,54 @@ async fn the_server_answers_a_bad_request_and_refuses_a_huge_frame() {
     let ended = task.await.unwrap();
     assert_eq!(ended.unwrap_err().kind(), io::ErrorKind::InvalidData);
 }
+
+#[tokio::test]
+async fn a_page_of_lines_comes_back_as_the_local_file_system_reads_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let served = ServedFs::new(
+        local_dial(Arc::new(Servers::default()), None),
+        no_fallback(),
+    );
+    let local = LocalFs::new();
+    // Empty lines, multi-byte characters, quotes and control characters
+    // JSON would escape, a CRLF line, and more than one write's worth of bytes.
+    let mut text = String::from("\u{feff}first \"quoted\" \\ back\tslash\r\n\n");
+    for n in 0..3000 {
+        text.push_str(&format!("line {n}: ünïcödé ✓ {}\n", "x".repeat(n % 90)));
+    }
+    text.push_str("last line without newline");
+    let file = path(&dir, "big.txt");
+    std::fs::write(&file, &text).unwrap();
+    for (offset, limit) in [(1, 5000), (1, 1), (2999, 10), (4000, 10)] {
+        let window = LineWindow {
+            offset,
+            limit,
+            max_line_bytes: 60,
+            detect_binary: true,
+            unless_unchanged: None,
+        };
+        assert_eq!(
+            served.read_lines(&file, &window).await.unwrap(),
+            local.read_lines(&file, &window).await.unwrap(),
+            "offset {offset}, limit {limit}"
+        );
+    }
+}
+
+#[test]
+fn a_page_whose_lengths_do_not_add_up_is_an_error() {
+    assert_eq!(
+        split_lines(b"abcdef", &[2, 4]).unwrap(),
+        vec!["ab".to_owned(), "cdef".to_owned()]
+    );
+    for (data, lengths) in [
+        (&b"abc"[..], &[2usize][..]),
+        (b"abc", &[2, 2]),
+        (b"\xff\xfe", &[2]),
+    ] {
+        assert!(
+            matches!(split_lines(data, lengths), Err(FsError::Backend(_))),
+            "{data:?} {lengths:?}"
+        );
+    }
+}

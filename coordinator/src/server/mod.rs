@@ -371,7 +371,7 @@ impl Control for ControlService {
             .await
             .map_err(|err| Status::internal(format!("the answer was lost: {err}")))?;
         if let Some(audit) = self.coordinator.audit() {
-            audit.record(&AuditEvent::Approval(approval_line(
+            audit.record(AuditEvent::Approval(approval_line(
                 id.trim(),
                 answered_by,
                 requested,
