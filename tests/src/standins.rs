@@ -453,9 +453,28 @@ impl FakeDaytona {
 }
 
 impl Drop for FakeDaytona {
+    /// The stand-in, then every process of its sandboxes (one directory
+    /// each, named by the id their `DAYTONA_SANDBOX_ID` carries): a test
+    /// that failed or panicked, or a stand-in that was SIGSTOPped, leaves
+    /// nothing running.
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        kill_sandboxes_of(self.dir.path(), "DAYTONA_SANDBOX_ID");
+    }
+}
+
+/// SIGKILLs the processes of every sandbox a stand-in keeps under `dir`
+/// (a directory per sandbox id; its processes carry `<variable>=<id>`).
+fn kill_sandboxes_of(dir: &std::path::Path, variable: &str) {
+    let marks: Vec<Vec<u8>> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| format!("{variable}={}", e.file_name().to_string_lossy()).into_bytes())
+        .collect();
+    if !marks.is_empty() {
+        kill_processes_with_env(|var| marks.iter().any(|m| m == var));
     }
 }
 
@@ -638,13 +657,7 @@ impl Drop for FakeModal {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let marks: Vec<Vec<u8>> = std::fs::read_dir(self.dir.path())
-            .into_iter()
-            .flatten()
-            .flatten()
-            .map(|e| format!("MODAL_SANDBOX_ID={}", e.file_name().to_string_lossy()).into_bytes())
-            .collect();
-        kill_processes_with_env(|var| marks.iter().any(|m| m == var));
+        kill_sandboxes_of(self.dir.path(), "MODAL_SANDBOX_ID");
     }
 }
 

@@ -193,6 +193,23 @@ mod native {
         .await;
     }
 
+    /// A stand-in dropped with sandboxes running (a test that failed, or
+    /// one that SIGSTOPped it) takes their processes with it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_dropped_stand_in_leaves_no_sandbox_process() {
+        let fake = FakeModal::start();
+        let provider = ModalProvider::new(settings(&fake, FakeModal::TOKEN_SECRET));
+        let sandbox = provider.create(&request("t-drop")).await.unwrap();
+        let _sleeper = sandbox.spawn(bash("sleep 300")).await.unwrap();
+        let id = sandbox.id().to_owned();
+        assert!(!fake.processes_of(&id).is_empty());
+        caduceus_tests::signal(fake.pid(), "STOP");
+        let needle = format!("MODAL_SANDBOX_ID={id}");
+        drop(fake);
+        let left = caduceus_tests::standins::processes_with_env(|v| v == needle.as_bytes());
+        assert!(left.is_empty(), "left running: {left:?}");
+    }
+
     /// A sandbox whose Modal `timeout` passes ends on the stand-in's side;
     /// the backend notices (vanished), and a sandbox nobody holds whose lease
     /// passed is terminated by the sweep.
