@@ -701,7 +701,7 @@ fn background_children_are_listed_steered_and_stopped_and_a_stopped_childs_proce
         })
         .expect("the results were delivered");
     let text = delivered["content"].as_str().unwrap();
-    let results: Value = serde_json::from_str(text.split_once('\n').unwrap().1).unwrap();
+    let results = caduceus_coordinator::agent::delegate::background_results(text).unwrap();
     let entries = results["results"].as_array().unwrap();
     assert_eq!(entries[0]["status"], "completed");
     assert_eq!(entries[0]["summary"], "steered: looked at pricing");

@@ -487,3 +487,92 @@ fn the_next_worker_sweeps_the_browser_of_a_dead_one() {
         || chromium_under(&tmp).is_empty() && profiles_under(&tmp).is_empty(),
     );
 }
+
+/// This machine's name, when it resolves to loopback (it does through
+/// /etc/hosts on most hosts and containers): a name Chromium would have to
+/// resolve itself without the worker's proxy.
+fn loopback_host_name() -> Option<String> {
+    use std::net::ToSocketAddrs;
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
+    let name = name.trim().to_owned();
+    let loopback = (name.as_str(), 80)
+        .to_socket_addrs()
+        .ok()?
+        .all(|a| a.ip().is_loopback());
+    loopback.then_some(name)
+}
+
+/// Chromium is started with a resolver that answers nothing and with proxy
+/// variables pointing at a dead port (a wrapper adds both), and still loads
+/// a page by name with its image: every connection went through the
+/// worker's proxy, which resolved and judged the name and connected to the
+/// address it judged. Without the proxy Chromium resolves the host again
+/// itself after the check (DNS rebinding) and this navigation fails.
+#[tokio::test]
+async fn chromium_connects_only_where_the_worker_judged_and_ignores_proxy_variables() {
+    if !have_chromium() {
+        return;
+    }
+    let mut name = None;
+    if !caduceus_tests::require(
+        "a host name resolving to loopback",
+        "an /etc/hosts entry for this machine's name",
+        || {
+            name = loopback_host_name();
+            name.is_some()
+        },
+    ) {
+        return;
+    }
+    let name = name.unwrap();
+    let site = serve();
+    let profiles = tempfile::tempdir().unwrap();
+    let wrapper = profiles.path().join("chromium-wrapper");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nexport http_proxy=http://127.0.0.1:9 https_proxy=http://127.0.0.1:9 all_proxy=http://127.0.0.1:9\nexec {} \"$@\" '--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1'\n",
+            find_chromium().unwrap()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let browsers = Arc::new(Browsers::new(
+        BrowserSettings {
+            program: Some(wrapper.display().to_string()),
+            profile_root: profiles.path().to_owned(),
+            owner: "test".to_owned(),
+            inactivity_timeout: Duration::from_secs(120),
+            allow_private_urls: true,
+        },
+        None,
+    ));
+    let url = site.base.replace("127.0.0.1", &name);
+    let nav = run(&browsers, "browser_navigate", json!({"url": url})).await;
+    assert_eq!(nav["success"], true, "{nav}");
+    assert_eq!(nav["title"], "First", "{nav}");
+    let asked = site.requests.lock().unwrap().clone();
+    assert!(asked.iter().any(|p| p == "/pixel.png"), "{asked:?}");
+
+    // The same name is refused when private addresses are not allowed,
+    // whatever Chromium's resolver would have said.
+    browsers.close_all().await;
+    let strict = Arc::new(Browsers::new(
+        BrowserSettings {
+            program: Some(wrapper.display().to_string()),
+            profile_root: profiles.path().to_owned(),
+            owner: "test".to_owned(),
+            inactivity_timeout: Duration::from_secs(120),
+            allow_private_urls: false,
+        },
+        None,
+    ));
+    let refused = run(&strict, "browser_navigate", json!({"url": url})).await;
+    assert_eq!(
+        refused,
+        json!({"success": false, "error": "Blocked: URL targets a private or internal address"})
+    );
+    strict.close_all().await;
+    assert!(profiles_under(profiles.path()).is_empty());
+}

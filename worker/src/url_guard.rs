@@ -35,8 +35,15 @@ pub enum Refusal {
     Unresolved(String),
 }
 
-/// Names of metadata services that resolve to link-local addresses on their clouds.
-const METADATA_HOSTS: &[&str] = &["metadata.google.internal", "metadata.goog", "metadata"];
+/// Names of metadata services that resolve to link-local addresses on
+/// their clouds (GCP, AWS's `instance-data`); refused before any lookup.
+const METADATA_HOSTS: &[&str] = &[
+    "metadata.google.internal",
+    "metadata.goog",
+    "metadata",
+    "instance-data",
+    "instance-data.ec2.internal",
+];
 
 /// Judges `url` for the browser, which also opens `about:`, `data:` and
 /// `blob:` pages; `Ok` when it may be opened.
@@ -90,6 +97,27 @@ async fn resolve(name: &str, port: u16) -> Result<Vec<SocketAddr>, Refusal> {
     }
 }
 
+/// Resolves `host` (a URL host: a name, an IPv4 address in any spelling a
+/// URL allows, or a bracketed IPv6 address) and judges every answer: the
+/// addresses to connect to, which are then the only ones that may be
+/// connected to (the browser's proxy connects to these and nothing else,
+/// so a second DNS answer never reaches a socket).
+pub async fn resolve_judged(
+    host: &str,
+    port: u16,
+    allow_private: bool,
+) -> Result<Vec<SocketAddr>, Refusal> {
+    let parsed = url::Host::parse(host).map_err(|_| Refusal::Unresolved(host.to_owned()))?;
+    let found = match parsed {
+        url::Host::Ipv4(ip) => vec![SocketAddr::new(IpAddr::V4(ip), port)],
+        url::Host::Ipv6(ip) => vec![SocketAddr::new(IpAddr::V6(ip), port)],
+        url::Host::Domain(name) => resolve(&name, port).await?,
+    };
+    let ips: Vec<IpAddr> = found.iter().map(SocketAddr::ip).collect();
+    judge(&ips, allow_private)?;
+    Ok(found)
+}
+
 /// Refuses the set when any address is a metadata endpoint, or (unless
 /// allowed) private: one private answer among public ones is enough for a
 /// client to connect to it.
@@ -103,52 +131,85 @@ pub fn judge(addresses: &[IpAddr], allow_private: bool) -> Result<(), Refusal> {
     Ok(())
 }
 
-/// The AWS/GCP/Azure (169.254.169.254), ECS (169.254.170.2), Alibaba
-/// (100.100.100.200) and AWS IPv6 (fd00:ec2::254) metadata addresses.
+/// The always-refused floor: all of IPv4 link-local 169.254.0.0/16 (AWS,
+/// GCP, Azure, OCI at .169.254, ECS at .170.2, and whatever a cloud puts
+/// next to them: nothing public lives there), Alibaba's 100.100.100.200,
+/// OCI's legacy 192.0.0.192 and AWS's IPv6 fd00:ec2::254 — also when the
+/// IPv4 address is carried inside an IPv6 one ([`embedded_v4`]).
 fn is_metadata(ip: &IpAddr) -> bool {
-    match canonical(*ip) {
-        IpAddr::V4(v4) => [
-            Ipv4Addr::new(169, 254, 169, 254),
-            Ipv4Addr::new(169, 254, 170, 2),
-            Ipv4Addr::new(100, 100, 100, 200),
-        ]
-        .contains(&v4),
-        IpAddr::V6(v6) => v6 == Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254),
+    let v4_is_metadata = |v4: Ipv4Addr| {
+        v4.is_link_local()
+            || v4 == Ipv4Addr::new(100, 100, 100, 200)
+            || v4 == Ipv4Addr::new(192, 0, 0, 192)
+    };
+    match ip {
+        IpAddr::V4(v4) => v4_is_metadata(*v4),
+        IpAddr::V6(v6) => {
+            *v6 == Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254)
+                || embedded_v4(v6).into_iter().any(v4_is_metadata)
+        }
     }
 }
 
-/// An IPv4 address wrapped in IPv6 (`::ffff:127.0.0.1`) is judged as IPv4.
-fn canonical(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-        v4 => v4,
+/// The IPv4 addresses an IPv6 address carries and that a host or relay on
+/// the path may turn it into: IPv4-mapped `::ffff:a.b.c.d`, IPv4-compatible
+/// `::a.b.c.d`, SIIT `::ffff:0:a.b.c.d`, NAT64 `64:ff9b::a.b.c.d`, 6to4
+/// `2002:aabb:ccdd::` and Teredo `2001:0:server:…:client^ffff`. Each is
+/// judged as the IPv4 address it leads to.
+fn embedded_v4(v6: &Ipv6Addr) -> Vec<Ipv4Addr> {
+    let s = v6.segments();
+    let v4 = |hi: u16, lo: u16| Ipv4Addr::from((u32::from(hi) << 16) | u32::from(lo));
+    match s {
+        [0, 0, 0, 0, 0, 0xffff, hi, lo]
+        | [0, 0, 0, 0, 0xffff, 0, hi, lo]
+        | [0x64, 0xff9b, 0, 0, 0, 0, hi, lo] => vec![v4(hi, lo)],
+        // `::` and `::1` are judged as IPv6 (unspecified, loopback).
+        [0, 0, 0, 0, 0, 0, hi, lo] if (hi, lo) > (0, 1) => vec![v4(hi, lo)],
+        [0x2002, hi, lo, ..] => vec![v4(hi, lo)],
+        [0x2001, 0, server_hi, server_lo, _, _, hi, lo] => {
+            vec![v4(server_hi, server_lo), v4(!hi, !lo)]
+        }
+        _ => Vec::new(),
     }
 }
 
 /// Not a public unicast address.
 pub fn is_private(ip: &IpAddr) -> bool {
-    match canonical(*ip) {
-        IpAddr::V4(v4) => {
-            let [a, b, ..] = v4.octets();
-            v4.is_loopback()
-                || v4.is_private()
-                || v4.is_link_local()
-                || v4.is_unspecified()
-                || v4.is_broadcast()
-                || v4.is_multicast()
-                || a == 0
-                // CGNAT 100.64.0.0/10 and benchmarking 198.18.0.0/15
-                || (a == 100 && (64..128).contains(&b))
-                || (a == 198 && (b == 18 || b == 19))
-        }
+    let v4_is_private = |v4: Ipv4Addr| {
+        let [a, b, c, _] = v4.octets();
+        v4.is_loopback()
+            || v4.is_private()
+            || v4.is_link_local()
+            || v4.is_unspecified()
+            || v4.is_broadcast()
+            || v4.is_multicast()
+            || v4.is_documentation()
+            || a == 0
+            // reserved 240.0.0.0/4
+            || a >= 240
+            // CGNAT 100.64.0.0/10 and benchmarking 198.18.0.0/15
+            || (a == 100 && (64..128).contains(&b))
+            || (a == 198 && (b == 18 || b == 19))
+            // IETF protocol assignments 192.0.0.0/24 (DS-Lite, NAT64 discovery, OCI)
+            || (a == 192 && b == 0 && c == 0)
+    };
+    match ip {
+        IpAddr::V4(v4) => v4_is_private(*v4),
         IpAddr::V6(v6) => {
-            let first = v6.segments()[0];
+            let [first, second, third, ..] = v6.segments();
             v6.is_loopback()
                 || v6.is_unspecified()
                 || v6.is_multicast()
-                // unique local fc00::/7, link-local fe80::/10
+                // unique local fc00::/7, link-local fe80::/10, site-local fec0::/10
                 || (first & 0xfe00) == 0xfc00
                 || (first & 0xffc0) == 0xfe80
+                || (first & 0xffc0) == 0xfec0
+                // NAT64 local-use 64:ff9b:1::/48 (its IPv4 may sit anywhere in it)
+                || (first == 0x64 && second == 0xff9b && third == 1)
+                // discard-only 100::/64, documentation 2001:db8::/32
+                || (first == 0x100 && v6.segments()[1..4] == [0, 0, 0])
+                || (first == 0x2001 && second == 0xdb8)
+                || embedded_v4(v6).into_iter().any(v4_is_private)
         }
     }
 }

@@ -8,7 +8,6 @@ async fn private_addresses_are_refused_unless_allowed() {
         "http://172.16.0.1/",
         "http://192.168.1.1/",
         "http://100.64.0.1/",
-        "http://169.254.1.1/",
         "http://0.0.0.0/",
         "http://[::1]/",
         "http://[fe80::1]/",
@@ -30,8 +29,121 @@ async fn metadata_endpoints_are_refused_even_when_private_urls_are_allowed() {
         "http://169.254.170.2/v2/credentials",
         "http://[fd00:ec2::254]/",
         "http://metadata.google.internal/computeMetadata/v1/",
+        "http://metadata.google.internal./computeMetadata/v1/",
+        "http://instance-data/latest/",
+        // all of 169.254/16, not only the well-known hosts
+        "http://169.254.1.1/",
+        "http://169.254.0.1/",
+        // the other spellings of 169.254.169.254 a URL parser accepts
+        "http://2852039166/",
+        "http://0xa9fea9fe/",
+        "http://0251.0376.0251.0376/",
+        "http://169.254.43518/",
+        // ... and the IPv6 forms that lead to it
+        "http://[::ffff:a9fe:a9fe]/",
+        "http://[::169.254.169.254]/",
+        "http://[::ffff:0:169.254.169.254]/",
+        "http://[64:ff9b::169.254.169.254]/",
+        "http://[2002:a9fe:a9fe::1]/",
+        "http://[2001:0:a9fe:a9fe::1]/",
+        "http://100.100.100.200/latest/meta-data/",
+        "http://192.0.0.192/",
     ] {
         assert_eq!(check(url, true).await, Err(Refusal::Metadata), "{url}");
+    }
+}
+
+/// Every IPv6 form that carries a private IPv4 address is as private as it.
+#[test]
+fn ipv6_forms_of_private_addresses_are_private() {
+    let table: &[(&str, bool)] = &[
+        // (address, private)
+        ("::ffff:127.0.0.1", true),
+        ("::127.0.0.1", true),
+        ("::ffff:0:10.0.0.1", true),
+        ("64:ff9b::7f00:1", true),
+        ("64:ff9b::10.1.2.3", true),
+        ("64:ff9b::8.8.8.8", false),
+        ("64:ff9b:1::8.8.8.8", true),
+        ("2002:7f00:1::", true),
+        ("2002:c0a8:101::1", true),
+        ("2002:808:808::1", false),
+        // Teredo: the client's IPv4 is stored inverted (127.0.0.1 -> 80ff:fffe)
+        ("2001:0:4136:e378:8000:63bf:80ff:fffe", true),
+        ("2001:0:7f00:1::", true),
+        ("2001:0:4136:e378:8000:63bf:f7f7:f7f7", false),
+        ("fec0::1", true),
+        ("feff::1", true),
+        ("fe80::1", true),
+        ("fc00::1", true),
+        ("fd12:3456::1", true),
+        ("100::1", true),
+        ("2001:db8::1", true),
+        ("::", true),
+        ("::1", true),
+        ("ff02::1", true),
+        ("2606:4700::1111", false),
+        ("2a00:1450:4001::200e", false),
+    ];
+    for (text, private) in table {
+        let ip: IpAddr = text.parse().unwrap();
+        assert_eq!(is_private(&ip), *private, "{text}");
+    }
+    let v4: &[(&str, bool)] = &[
+        ("127.0.0.1", true),
+        ("127.255.255.254", true),
+        ("10.0.0.1", true),
+        ("172.31.255.255", true),
+        ("172.32.0.1", false),
+        ("192.168.0.1", true),
+        ("100.64.0.1", true),
+        ("100.127.255.255", true),
+        ("100.128.0.1", false),
+        ("198.18.0.1", true),
+        ("192.0.0.8", true),
+        ("192.0.2.1", true),
+        ("203.0.113.9", true),
+        ("240.0.0.1", true),
+        ("255.255.255.255", true),
+        ("224.0.0.1", true),
+        ("0.1.2.3", true),
+        ("8.8.8.8", false),
+        ("93.184.216.34", false),
+    ];
+    for (text, private) in v4 {
+        let ip: IpAddr = text.parse().unwrap();
+        assert_eq!(is_private(&ip), *private, "{text}");
+    }
+}
+
+#[test]
+fn the_metadata_floor_holds_in_every_form() {
+    for text in [
+        "169.254.169.254",
+        "169.254.0.0",
+        "169.254.255.255",
+        "169.254.170.2",
+        "100.100.100.200",
+        "192.0.0.192",
+        "fd00:ec2::254",
+        "::ffff:169.254.169.254",
+        "::169.254.169.254",
+        "64:ff9b::a9fe:a9fe",
+        "2002:a9fe:a9fe::",
+        "2001:0:a9fe:a9fe::",
+        "2001:0:4136:e378:8000:63bf:5601:5601",
+    ] {
+        let ip: IpAddr = text.parse().unwrap();
+        assert_eq!(judge(&[ip], true), Err(Refusal::Metadata), "{text}");
+    }
+    for text in [
+        "169.253.255.255",
+        "169.255.0.1",
+        "fe80::a9fe:a9fe",
+        "8.8.8.8",
+    ] {
+        let ip: IpAddr = text.parse().unwrap();
+        assert_eq!(judge(&[ip], true), Ok(()), "{text}");
     }
 }
 
@@ -40,6 +152,8 @@ async fn public_addresses_and_inert_schemes_pass() {
     for url in [
         "http://93.184.216.34/",
         "https://[2606:2800:220:1::1]/",
+        "http://[64:ff9b::5db8:d822]/",
+        "http://[2002:5db8:d822::1]/",
         "about:blank",
         "data:text/html,<p>x</p>",
     ] {

@@ -11,9 +11,12 @@
 //! arrive later as a message (hermes 0.21 makes that the default; here it is
 //! asked for, since a model that forgets the results were coming is hermes
 //! #60342). `action=list|steer|stop` works on a session's background
-//! children. Every child is watched by the stall monitor (no progress for
-//! `stall_idle_seconds` between steps, `stall_in_tool_seconds` inside a tool
-//! call: interrupted and reported `stalled`).
+//! children; running background calls count against
+//! `max_concurrent_children` (hermes' units). Every child is watched by the
+//! stall monitor (no progress for `stall_idle_seconds` between steps,
+//! `stall_in_tool_seconds` inside a tool call: interrupted and reported
+//! `stalled`); `stall_grace_seconds` is the one time any interrupted child
+//! gets to unwind.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -48,7 +51,7 @@ pub const MIN_CHILD_TIMEOUT_SECS: f64 = 30.0;
 pub const DEFAULT_STALL_IDLE_SECS: f64 = 450.0;
 /// …or inside one tool call (slow commands are legitimate).
 pub const DEFAULT_STALL_IN_TOOL_SECS: f64 = 1200.0;
-/// How long an interrupted stalled child gets to unwind.
+/// How long an interrupted child gets to unwind.
 pub const DEFAULT_STALL_GRACE_SECS: f64 = 120.0;
 
 /// The `delegation:` section. Every field is optional; unknown fields
@@ -69,7 +72,8 @@ pub struct DelegationConfig {
     /// without progress, not its total run time); 0 or unset = none; floor
     /// 30 s (env `DELEGATION_CHILD_TIMEOUT_SECONDS` when unset here).
     pub child_timeout_seconds: Option<f64>,
-    /// The stall monitor's thresholds and grace (hermes: 450, 1200, 120).
+    /// The stall monitor's thresholds and grace (hermes: 450, 1200, 120);
+    /// the grace is every interrupted child's (stalled, timed out, parent ended).
     pub stall_idle_seconds: Option<f64>,
     pub stall_in_tool_seconds: Option<f64>,
     pub stall_grace_seconds: Option<f64>,
@@ -614,21 +618,73 @@ pub fn dispatched_json(
     }))
 }
 
-/// The message that delivers a finished background delegation to its parent.
+/// The message that delivers a finished background delegation to its
+/// parent: our header, then the results as untrusted content (what the
+/// subagents wrote is their text, not the user's). `parent_end`: the parent
+/// had already ended this way, so this only records them.
 pub fn background_message(
     delegation_id: &str,
     entries: &[ChildEntry],
     total_duration: Duration,
+    parent_end: Option<&str>,
 ) -> String {
     let results = json!({
         "delegation_id": delegation_id,
         "results": entries,
         "total_duration_seconds": round2(total_duration.as_secs_f64()),
     });
+    let header = match parent_end {
+        None => format!(
+            "[Background delegation {delegation_id} finished: {} subagent(s). Their results:]",
+            entries.len()
+        ),
+        Some(status) => format!(
+            "[Background delegation {delegation_id} was stopped because this session ended ({status}): {} subagent(s). Their results:]",
+            entries.len()
+        ),
+    };
     format!(
-        "[Background delegation {delegation_id} finished: {} subagent(s). Their results:]\n{results}",
-        entries.len()
+        "{header}\n{}",
+        crate::agent::messages::untrusted_block("delegate_task", &results.to_string())
     )
+}
+
+/// The JSON inside a [`background_message`] (tests, readers of transcripts).
+pub fn background_results(message: &str) -> Option<Value> {
+    let body = message.split_once("\n\n")?.1;
+    let json = body.rsplit_once("\n</untrusted_tool_result>")?.0;
+    serde_json::from_str(json).ok()
+}
+
+/// What is recorded when background children did not unwind within the
+/// grace after their parent ended.
+pub fn abandoned_message(
+    delegations: &std::collections::BTreeSet<&str>,
+    subagent_ids: &[&str],
+    grace: Duration,
+    parent_end: &str,
+) -> String {
+    let names: Vec<&str> = delegations.iter().copied().collect();
+    format!(
+        "[Background delegation(s) {} abandoned: this session ended ({parent_end}) and subagent(s) {} did not stop within {}s; their results are lost.]",
+        names.join(", "),
+        subagent_ids.join(", "),
+        python_float(grace.as_secs_f64()),
+    )
+}
+
+/// hermes' refusal of a background dispatch when `cap` background units
+/// already run (`tools/async_delegation.py`; the single-task and batch texts).
+pub fn background_capacity_error(cap: usize, tasks: usize) -> ToolReply {
+    if tasks > 1 {
+        ToolReply::error(format!(
+            "Async delegation capacity reached ({cap} running). Wait for one to finish (its result will re-enter the chat), or raise delegation.max_concurrent_children in config.yaml to allow more concurrent background units."
+        ))
+    } else {
+        ToolReply::error(format!(
+            "Async delegation capacity reached ({cap} running). Wait for one to finish (its result will re-enter the chat), or run this task synchronously (background=false). Raise delegation.max_concurrent_children in config.yaml to allow more concurrent background subagents."
+        ))
+    }
 }
 
 /// hermes' note on a summary whose child ended before reading a steer.

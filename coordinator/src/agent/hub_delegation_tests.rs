@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use tokio::sync::Notify;
 
 use super::*;
-use crate::agent::{DelegationConfig, output_schema};
+use crate::agent::{DelegationConfig, delegate, output_schema};
 
 /// Blocks until the test opens the gate its `name` argument names (or the
 /// call is cancelled: the loop abandons it).
@@ -177,6 +177,13 @@ async fn a_background_child_is_listed_steered_and_its_next_turn_sees_the_steer()
     h.server.push(ScriptedResponse::text("All done."));
     gates.open("parent");
     watch.until("the steer", |e| e.kind == "steer_queued").await;
+    // The child ends only once the parent has answered, so its results wake
+    // the parent for the last turn (opened earlier, they could arrive first).
+    watch
+        .until("the parent's answer", |e| {
+            e.kind == "assistant_text" && e.json["text"] == "I will wait for the research."
+        })
+        .await;
     gates.open("child");
     let events = watch.rest().await;
     let root = root(&events);
@@ -234,11 +241,11 @@ async fn a_background_child_is_listed_steered_and_its_next_turn_sees_the_steer()
     let message = delivered.last().unwrap();
     assert!(
         message.starts_with(&format!(
-            "[Background delegation {delegation} finished: 1 subagent(s). Their results:]\n"
+            "[Background delegation {delegation} finished: 1 subagent(s). Their results:]\n<untrusted_tool_result source=\"delegate_task\">\n"
         )),
         "{message}"
     );
-    let results: Value = serde_json::from_str(message.split_once('\n').unwrap().1).unwrap();
+    let results = delegate::background_results(message).unwrap();
     assert_eq!(results["results"][0]["status"], "completed");
     assert_eq!(results["results"][0]["summary"], "pricing looked at");
     assert!(results["results"][0].get("missed_steer").is_none());
@@ -572,4 +579,415 @@ async fn an_output_schema_that_is_not_one_is_refused_before_any_child_starts() {
         error.starts_with("output_schema is not a usable JSON Schema: "),
         "{error}"
     );
+}
+
+/// Stands in for the worker's `process` tool: records every call and
+/// answers a kill as killed.
+#[derive(Default)]
+struct Kills(Mutex<Vec<(String, Value)>>);
+
+#[async_trait]
+impl LocalTool for Kills {
+    async fn call(&self, ctx: &CallContext, args: Map<String, Value>) -> ToolReply {
+        let process = args.get("session_id").cloned().unwrap_or(Value::Null);
+        self.0
+            .lock()
+            .unwrap()
+            .push((ctx.task_id.clone(), Value::Object(args)));
+        ToolReply::new(
+            CallStatus::Ok,
+            json!({"status": "killed", "session_id": process}).to_string(),
+        )
+    }
+}
+
+async fn with_kills(h: &Harness) -> Arc<Kills> {
+    let kills = Arc::new(Kills::default());
+    h.coordinator
+        .registry()
+        .register(
+            ToolEntry::new(
+                "process",
+                "terminal",
+                schema("process", json!({"action": {"type": "string"}})),
+                Handler::Local(kills.clone()),
+            ),
+            false,
+        )
+        .await
+        .unwrap();
+    kills
+}
+
+/// Panics on the first request of a conversation (first user message
+/// containing `needle`) that carries a tool result: after its first call.
+struct PanicsAfterCall {
+    inner: OpenAiClient,
+    needle: &'static str,
+}
+
+#[async_trait]
+impl ChatModel for PanicsAfterCall {
+    async fn complete(
+        &self,
+        request: &ChatRequest,
+        events: EventSink<'_>,
+    ) -> Result<AssistantTurn, LlmError> {
+        let mine = request
+            .first_user_text()
+            .unwrap_or_default()
+            .contains(self.needle);
+        if mine
+            && request
+                .messages
+                .iter()
+                .any(|m| m.role == caduceus_llm::Role::Tool)
+        {
+            panic!("model exploded after a call");
+        }
+        self.inner.complete(request, events).await
+    }
+
+    fn describe(&self) -> String {
+        "panics-after-call".into()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_child_whose_loop_panics_has_its_background_processes_killed() {
+    let h = harness(
+        vec![
+            ScriptedResponse::tool_calls(vec![call(
+                "d",
+                "delegate_task",
+                json!({"goal": "explode after starting a build"}),
+            )]),
+            ScriptedResponse::tool_calls(vec![call(
+                "t",
+                "terminal",
+                json!({"command": "make", "background": true}),
+            )])
+            .for_conversation("explode"),
+            ScriptedResponse::text("The child crashed; carrying on."),
+        ],
+        true,
+        |_| {},
+    )
+    .await;
+    let kills = with_kills(&h).await;
+    let config = h.coordinator.sessions().settings().llm.clone();
+    let model: Arc<dyn ChatModel> = Arc::new(PanicsAfterCall {
+        inner: OpenAiClient::new(config).unwrap(),
+        needle: "explode",
+    });
+    let stream = h
+        .coordinator
+        .sessions()
+        .start_with_model(
+            StartRequest {
+                prompt: "One job".into(),
+                ..StartRequest::default()
+            },
+            model,
+            "panics".into(),
+        )
+        .await
+        .unwrap();
+    let events = collect(stream).await;
+    let root = root(&events);
+    assert_eq!(
+        final_of(&events, &root)["text"],
+        "The child crashed; carrying on."
+    );
+    let finished = events.iter().find(|e| e.kind == "child_finished").unwrap();
+    let child = finished.json["child_session_id"].as_str().unwrap();
+    assert_eq!(final_of(&events, child)["status"], "crashed");
+    // The process the child started was killed in the child's environment,
+    // as for a child that ends normally, and its entry says so.
+    let calls = kills.0.lock().unwrap().clone();
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert_eq!(calls[0].0, finished.json["task_id"].as_str().unwrap());
+    assert_eq!(
+        calls[0].1,
+        json!({"action": "kill", "session_id": "proc_build"})
+    );
+    assert!(
+        events.iter().any(|e| e.kind == "processes_killed"
+            && e.session == child
+            && e.json["process_ids"] == json!(["proc_build"])),
+        "{events:#?}"
+    );
+    let entry = &result_of(&h, "One job", "d")["results"][0];
+    assert_eq!(entry["status"], "error");
+    assert_eq!(
+        entry["orphaned_processes"],
+        json!(["proc_build"]),
+        "{entry}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_parent_that_spends_its_budget_stops_its_background_children_and_records_their_results() {
+    let h = harness(
+        vec![
+            ScriptedResponse::tool_calls(vec![call(
+                "d",
+                "delegate_task",
+                json!({"goal": "job slowpoke", "background": true}),
+            )]),
+            // Never opened: only the parent's end stops it.
+            ScriptedResponse::tool_calls(vec![call("c1", "hold", json!({"name": "never"}))])
+                .for_conversation("slowpoke"),
+            ScriptedResponse::tool_calls(vec![call("e", "echo", json!({"n": 1}))]),
+            ScriptedResponse::text("Out of budget; here is what I have."),
+        ],
+        true,
+        |_| {},
+    )
+    .await;
+    let _gates = with_gates(&h).await;
+    let mut watch = Watch {
+        stream: start(&h, "Spend the budget", |r| r.max_iterations = 2).await,
+        seen: Vec::new(),
+    };
+    let started = watch
+        .until("child_started", |e| e.kind == "child_started")
+        .await;
+    let child = started.json["child_session_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let events = watch.rest().await;
+    let root = root(&events);
+    let last = final_of(&events, &root);
+    assert_eq!(last["status"], "max_iterations");
+    assert_eq!(last["text"], "Out of budget; here is what I have.");
+    // The child was stopped, and its delegation reported before the
+    // parent's `final`, saying the parent had ended.
+    assert_eq!(final_of(&events, &child)["status"], "interrupted");
+    let at = |want: &dyn Fn(&Ev) -> bool| events.iter().position(want).unwrap();
+    let finished = at(&|e| e.kind == "delegation_finished");
+    assert!(finished < at(&|e| e.kind == "final" && e.session == root));
+    assert_eq!(events[finished].json["parent_ended"], "max_iterations");
+    assert_eq!(events[finished].json["statuses"], json!(["interrupted"]));
+    // The results are in the parent's recorded transcript, wrapped.
+    h.coordinator.sessions().flush().await;
+    let transcript = store::read_transcript(&h.db, &root).unwrap();
+    let message = transcript.last().unwrap();
+    assert_eq!(message.role, "user");
+    let text = message.content.as_deref().unwrap();
+    assert!(
+        text.contains("was stopped because this session ended (max_iterations): 1 subagent(s)"),
+        "{text}"
+    );
+    let results = delegate::background_results(text).unwrap();
+    assert_eq!(results["results"][0]["status"], "interrupted");
+    assert_eq!(results["results"][0]["session_id"], child.as_str());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_parent_whose_model_fails_records_its_background_childrens_results() {
+    let h = harness(
+        vec![
+            ScriptedResponse::tool_calls(vec![call(
+                "d",
+                "delegate_task",
+                json!({"goal": "job orphan", "background": true}),
+            )]),
+            ScriptedResponse::tool_calls(vec![call("c1", "hold", json!({"name": "never"}))])
+                .for_conversation("orphan"),
+            ScriptedResponse::error(400, "the model is gone"),
+        ],
+        true,
+        |_| {},
+    )
+    .await;
+    let _gates = with_gates(&h).await;
+    let events = run(&h, "Fail with a child out", |_| {}).await;
+    let root = root(&events);
+    assert_eq!(final_of(&events, &root)["status"], "failed");
+    let finished = events
+        .iter()
+        .find(|e| e.kind == "delegation_finished")
+        .expect("the background delegation was reported");
+    assert_eq!(finished.json["parent_ended"], "failed");
+    assert_eq!(finished.json["statuses"], json!(["interrupted"]));
+    h.coordinator.sessions().flush().await;
+    let transcript = store::read_transcript(&h.db, &root).unwrap();
+    let text = transcript.last().unwrap().content.clone().unwrap();
+    assert!(text.contains("this session ended (failed)"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn background_delegations_count_against_max_concurrent_children() {
+    let h = harness(
+        vec![
+            ScriptedResponse::tool_calls(vec![call(
+                "d1",
+                "delegate_task",
+                json!({"goal": "job first", "background": true}),
+            )]),
+            ScriptedResponse::tool_calls(vec![call("c1", "hold", json!({"name": "first"}))])
+                .for_conversation("first"),
+            ScriptedResponse::text("first done").for_conversation("first"),
+            ScriptedResponse::tool_calls(vec![call(
+                "d2",
+                "delegate_task",
+                json!({"goal": "job second", "background": true}),
+            )]),
+            ScriptedResponse::tool_calls(vec![call(
+                "d3",
+                "delegate_task",
+                json!({"tasks": [{"goal": "job third"}, {"goal": "job fourth"}], "background": true}),
+            )]),
+            ScriptedResponse::text("Waiting for the first."),
+        ],
+        true,
+        |s| {
+            s.delegation = Arc::new(DelegationConfig {
+                max_concurrent_children: Some(1),
+                ..DelegationConfig::default()
+            });
+        },
+    )
+    .await;
+    let gates = with_gates(&h).await;
+    let prompt = "One at a time";
+    let mut watch = Watch {
+        stream: start(&h, prompt, |_| {}).await,
+        seen: Vec::new(),
+    };
+    watch
+        .until("the parent's turn after the refusals", |e| {
+            e.kind == "assistant_text" && e.json["text"] == "Waiting for the first."
+        })
+        .await;
+    // Capacity frees when the first delegation finishes: a new one runs.
+    h.server.push(ScriptedResponse::tool_calls(vec![call(
+        "d4",
+        "delegate_task",
+        json!({"goal": "job fifth", "background": true}),
+    )]));
+    h.server
+        .push(ScriptedResponse::text("fifth done").for_conversation("fifth"));
+    h.server
+        .push(ScriptedResponse::text("Waiting for the fifth."));
+    h.server.push(ScriptedResponse::text("All done."));
+    gates.open("first");
+    let events = watch.rest().await;
+    let root = root(&events);
+    assert_eq!(final_of(&events, &root)["text"], "All done.");
+    assert_eq!(
+        result_of(&h, prompt, "d2")["error"],
+        "Async delegation capacity reached (1 running). Wait for one to finish (its result will re-enter the chat), or run this task synchronously (background=false). Raise delegation.max_concurrent_children in config.yaml to allow more concurrent background subagents."
+    );
+    // A batch larger than the cap is refused for its size first, as hermes does.
+    assert_eq!(
+        result_of(&h, prompt, "d3")["error"],
+        "Too many tasks: 2 provided, but max_concurrent_children is 1. Either reduce the task count, split into multiple delegate_task calls, or increase delegation.max_concurrent_children in config.yaml."
+    );
+    assert_eq!(result_of(&h, prompt, "d4")["status"], "dispatched");
+    let goals: Vec<&str> = events
+        .iter()
+        .filter(|e| e.kind == "child_started")
+        .map(|e| e.json["goal"].as_str().unwrap())
+        .collect();
+    assert_eq!(goals, ["job first", "job fifth"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_validated_answer_trimmed_for_the_parent_says_it_no_longer_parses() {
+    let schema = json!({"type": "object", "properties": {"lines": {"type": "array"}}, "required": ["lines"]});
+    let lines: Vec<String> = (0..400).map(|i| format!("line number {i}")).collect();
+    let answer = json!({ "lines": lines }).to_string();
+    let h = harness(
+        vec![
+            ScriptedResponse::tool_calls(vec![call(
+                "d",
+                "delegate_task",
+                json!({"goal": "job verbose", "output_schema": schema}),
+            )]),
+            ScriptedResponse::text(answer.clone()).for_conversation("verbose"),
+            ScriptedResponse::text("Read it."),
+        ],
+        true,
+        |s| {
+            s.delegation = Arc::new(DelegationConfig {
+                max_summary_chars: Some(2000),
+                ..DelegationConfig::default()
+            });
+        },
+    )
+    .await;
+    let events = run(&h, "A long contract", |_| {}).await;
+    assert_eq!(final_of(&events, &root(&events))["text"], "Read it.");
+    let entry = &result_of(&h, "A long contract", "d")["results"][0];
+    assert_eq!(entry["schema_valid"], true, "{entry}");
+    assert_eq!(entry["summary_truncated"], true, "{entry}");
+    let summary = entry["summary"].as_str().unwrap();
+    assert!(serde_json::from_str::<Value>(summary).is_err());
+    // (No worker holds the parent's environment here, so nothing was saved.)
+    assert_eq!(
+        entry["schema_note"],
+        output_schema::trimmed_note(None),
+        "{entry}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cancelled_parent_records_its_stopped_background_children() {
+    let h = harness(
+        vec![
+            ScriptedResponse::tool_calls(vec![call(
+                "d",
+                "delegate_task",
+                json!({"goal": "job abandoned", "background": true}),
+            )]),
+            ScriptedResponse::tool_calls(vec![call("c1", "hold", json!({"name": "never"}))])
+                .for_conversation("abandoned"),
+            ScriptedResponse::tool_calls(vec![call("p1", "hold", json!({"name": "parent"}))]),
+        ],
+        true,
+        |_| {},
+    )
+    .await;
+    let _gates = with_gates(&h).await;
+    let mut watch = Watch {
+        stream: start(&h, "Cancel me", |_| {}).await,
+        seen: Vec::new(),
+    };
+    let started = watch
+        .until("child_started", |e| e.kind == "child_started")
+        .await;
+    let child = started.json["child_session_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    watch
+        .until("the child's hold", |e| {
+            e.kind == "tool_started" && e.session == child
+        })
+        .await;
+    // (The two holds start in either order.)
+    let is_parent_hold = |e: &Ev| e.kind == "tool_started" && e.json["call_id"] == "p1";
+    if !watch.seen.iter().any(is_parent_hold) {
+        watch.until("the parent's hold", is_parent_hold).await;
+    }
+    // The client's Ctrl-C: the session is cancelled while its child runs.
+    let parent = watch.seen[0].session.clone();
+    assert!(h.coordinator.sessions().cancel(&parent));
+    let events = watch.rest().await;
+    let root = root(&events);
+    assert_eq!(final_of(&events, &root)["status"], "interrupted");
+    assert_eq!(final_of(&events, &child)["status"], "interrupted");
+    let finished = events
+        .iter()
+        .find(|e| e.kind == "delegation_finished")
+        .expect("the stopped delegation was reported");
+    assert_eq!(finished.json["parent_ended"], "interrupted");
+    h.coordinator.sessions().flush().await;
+    let transcript = store::read_transcript(&h.db, &root).unwrap();
+    let text = transcript.last().unwrap().content.clone().unwrap();
+    let results = delegate::background_results(&text).unwrap();
+    assert_eq!(results["results"][0]["status"], "interrupted");
 }

@@ -86,7 +86,7 @@ impl OutputSchema {
                 }
                 SchemaCheck {
                     valid: false,
-                    errors,
+                    errors: bounded(errors),
                 }
             }
         }
@@ -125,13 +125,62 @@ pub fn contract(schema: &Value) -> String {
     )
 }
 
+/// How the correction turn begins: a session's transcript holding one has
+/// used its correction (read back when a restarted session resumes).
+pub const CORRECTION_PREFIX: &str = "Your final answer does not satisfy the output contract (the JSON Schema in your instructions).";
+
+/// At most this many validation errors are kept (a large answer against a
+/// strict schema can fail in thousands of places)…
+pub const MAX_ERRORS: usize = 20;
+/// …each at most this many characters (an error may quote the value).
+pub const MAX_ERROR_CHARS: usize = 500;
+
 /// The one correction turn: the errors verbatim, the schema not re-pasted.
 pub fn correction(errors: &[String]) -> String {
     let listed: Vec<String> = errors.iter().map(|e| format!("- {e}")).collect();
     format!(
-        "Your final answer does not satisfy the output contract (the JSON Schema in your instructions). Validation errors:\n{}\nReply again with ONLY the corrected JSON value — no prose, no code fence.",
+        "{CORRECTION_PREFIX} Validation errors:\n{}\nReply again with ONLY the corrected JSON value — no prose, no code fence.",
         listed.join("\n")
     )
+}
+
+/// Whether a transcript shows the correction turn already given.
+pub fn corrected_in(messages: &[caduceus_llm::ChatMessage]) -> bool {
+    messages
+        .iter()
+        .any(|m| m.role == caduceus_llm::Role::User && m.text().starts_with(CORRECTION_PREFIX))
+}
+
+/// The errors as kept: the first [`MAX_ERRORS`], each cut to
+/// [`MAX_ERROR_CHARS`], and a last line saying how many more there were.
+fn bounded(errors: Vec<String>) -> Vec<String> {
+    let total = errors.len();
+    let mut kept: Vec<String> = errors
+        .into_iter()
+        .take(MAX_ERRORS)
+        .map(|e| {
+            if e.chars().count() > MAX_ERROR_CHARS {
+                format!("{}…", e.chars().take(MAX_ERROR_CHARS).collect::<String>())
+            } else {
+                e
+            }
+        })
+        .collect();
+    if total > MAX_ERRORS {
+        kept.push(format!("… and {} more error(s)", total - MAX_ERRORS));
+    }
+    kept
+}
+
+/// hermes-style note on a validated answer that had to be trimmed for the
+/// parent's context: the summary no longer parses, the file holds it whole.
+pub fn trimmed_note(full_path: Option<&str>) -> String {
+    match full_path {
+        Some(path) => format!(
+            "The answer validated against output_schema but was longer than delegation.max_summary_chars, so the summary above is trimmed and is not valid JSON; the complete validated JSON is in {path} (read_file)."
+        ),
+        None => "The answer validated against output_schema but was longer than delegation.max_summary_chars, so the summary above is trimmed and is not valid JSON; the complete text could not be saved.".to_owned(),
+    }
 }
 
 #[cfg(test)]

@@ -62,3 +62,41 @@ fn the_correction_lists_the_errors_without_the_schema() {
     assert!(text.contains("- at '': missing properties 'failing'"));
     assert!(!text.contains("\"type\""));
 }
+
+#[test]
+fn a_huge_miss_keeps_a_bounded_list_of_errors() {
+    let schema = schema();
+    let items: Vec<u32> = (0..1000).collect();
+    let answer = json!({"healthy": items}).to_string();
+    let check = schema.check(&answer);
+    assert!(!check.valid);
+    assert_eq!(check.errors.len(), MAX_ERRORS + 1, "{:?}", check.errors);
+    let last = check.errors.last().unwrap();
+    assert!(
+        last.starts_with("… and ") && last.ends_with(" more error(s)"),
+        "{last}"
+    );
+    assert!(
+        check
+            .errors
+            .iter()
+            .all(|e| e.chars().count() <= MAX_ERROR_CHARS + 1)
+    );
+    assert!(correction(&check.errors).chars().count() < 20_000);
+}
+
+#[test]
+fn a_transcript_with_the_correction_turn_has_used_it() {
+    use caduceus_llm::ChatMessage;
+    let before = vec![
+        ChatMessage::system("s"),
+        ChatMessage::user("the goal"),
+        ChatMessage::assistant(Some("prose".to_owned()), Vec::new()),
+    ];
+    assert!(!corrected_in(&before));
+    let mut after = before;
+    after.push(ChatMessage::user(correction(
+        &["at '': missing".to_owned()],
+    )));
+    assert!(corrected_in(&after));
+}

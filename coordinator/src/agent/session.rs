@@ -30,8 +30,8 @@ use super::hub::HubInner;
 use super::resume::Restored;
 use super::store::SessionEnd;
 use super::turn::AgentLoop;
-use crate::call::ToolFilter;
-use crate::dispatch::{SessionEvent, SessionEventKind};
+use crate::call::{CallContext, ToolFilter};
+use crate::dispatch::{CallRequest, RawArguments, SessionEvent, SessionEventKind};
 
 /// Everything that defines one session.
 #[derive(Debug, Clone)]
@@ -144,6 +144,9 @@ pub(crate) struct SessionShared {
     /// touch: streamed chunks are many).
     phase: tokio::sync::Notify,
     steer: Mutex<SteerBox>,
+    /// Background processes the session started (held here, not in the
+    /// loop, so a loop that panics still has its processes ended).
+    processes: Mutex<Vec<String>>,
 }
 
 /// Steers queued by the parent. Queuing and closing take the same lock, so
@@ -164,6 +167,7 @@ impl Default for SessionShared {
             delegating: AtomicBool::new(false),
             phase: tokio::sync::Notify::new(),
             steer: Mutex::new(SteerBox::default()),
+            processes: Mutex::new(Vec::new()),
         }
     }
 }
@@ -217,6 +221,19 @@ impl SessionShared {
 
     pub fn in_tool(&self) -> bool {
         self.tools_running.load(Ordering::Relaxed) > 0
+    }
+
+    /// A background process the session started.
+    pub fn process_started(&self, process: String) {
+        self.processes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(process);
+    }
+
+    /// The background processes started so far (emptied: each is ended once).
+    pub fn take_processes(&self) -> Vec<String> {
+        std::mem::take(&mut *self.processes.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// Queues a steer; `false` when the session has already ended.
@@ -450,10 +467,65 @@ async fn crashed(state: &SessionState, panic: &str) -> SessionOutcome {
         workers: BTreeSet::new(),
         missed_steer: state.shared.close_steering(),
         schema: None,
-        killed_processes: Vec::new(),
+        killed_processes: end_child_processes(
+            &state.hub,
+            &state.spec,
+            &state.events,
+            &state.shared,
+        )
+        .await,
     };
     conclude(&state.hub, &state.spec, &state.events, &outcome, "error").await;
     outcome
+}
+
+/// A child's background processes die with it (hermes 0.21), however it
+/// ended — a loop that panicked included: each one still running is killed
+/// through the pipeline (the worker's `process` tool, in the child's
+/// environment — which its parent may share, so only the child's own go).
+/// Returns the ids of those it killed.
+pub(crate) async fn end_child_processes(
+    hub: &HubInner,
+    spec: &SessionSpec,
+    stream: &EventStream,
+    shared: &SessionShared,
+) -> Vec<String> {
+    let processes = shared.take_processes();
+    if spec.parent_id.is_none() {
+        return Vec::new();
+    }
+    let mut killed = Vec::new();
+    for process in processes {
+        let request = CallRequest {
+            tool: "process".to_owned(),
+            arguments: RawArguments::Value(json!({"action": "kill", "session_id": process})),
+            ctx: CallContext {
+                task_id: spec.task_id.clone(),
+                session_id: Some(spec.session_id.clone()),
+                tool_call_id: None,
+                from_agent_loop: true,
+                // The runtime's call, not the model's: not bound by its toolsets.
+                filter: ToolFilter::default(),
+                caller: spec.caller.clone(),
+                trace: None,
+            },
+        };
+        let result = hub.dispatcher.call(request).await.render();
+        let status = serde_json::from_str::<serde_json::Value>(&result)
+            .ok()
+            .and_then(|r| r.get("status").and_then(|s| s.as_str()).map(str::to_owned));
+        if status.as_deref() == Some("killed") {
+            killed.push(process);
+        }
+    }
+    if !killed.is_empty() {
+        stream.emit(
+            &spec.session_id,
+            events::PROCESSES_KILLED,
+            &json!({"process_ids": killed}),
+        );
+    }
+    killed
 }
 
 /// Ends a session the way its readers rely on, however it ended: the

@@ -16,6 +16,8 @@
 
 use crate::url_guard as guard;
 
+mod proxy;
+
 use std::collections::HashMap;
 use std::process::Stdio;
 use std::sync::Arc;
@@ -255,12 +257,30 @@ fn remote_object_text(object: &Value) -> String {
     }
 }
 
-/// The last request the gate refused: its URL and why.
+/// Proxy settings Chromium would otherwise read from the environment
+/// (`--proxy-server` wins over them; removed so that nothing suggests otherwise).
+const PROXY_ENV: &[&str] = &[
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+    "no_proxy",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "NO_PROXY",
+    "auto_proxy",
+];
+
+/// The last request the gate or the proxy refused: its URL and why.
 type LastRefused = Arc<std::sync::Mutex<Option<(String, guard::Refusal)>>>;
 
 /// Every request of the page (documents, redirects, subresources, `fetch`)
-/// waits here until its address is judged: a refused one never leaves the
-/// browser. Ends when the pipe does.
+/// waits here until its address is judged, so that a refusal is a clear
+/// error before anything is sent. It is not what enforces the judgement:
+/// Chromium would resolve the host again itself (DNS rebinding), and
+/// popups, workers and WebSockets are not paused here; the proxy
+/// ([`proxy`]) judges every connection and connects to the judged address.
+/// Ends when the pipe does.
 async fn request_gate(
     cdp: std::sync::Weak<Cdp>,
     page: String,
@@ -328,7 +348,9 @@ async fn request_gate(
 pub struct BrowserSession {
     child: Mutex<Option<Child>>,
     cdp: Arc<Cdp>,
-    /// What the request gate refused last (for the navigation's error).
+    /// The browser's only route out ([`proxy`]); stopped on close.
+    proxy: std::sync::Mutex<Option<proxy::GuardedProxy>>,
+    /// What the request gate or the proxy refused last (for the navigation's error).
     refused: LastRefused,
     page: String,
     /// `@eN` → backend DOM node id; stable for the session (a node keeps its ref).
@@ -373,6 +395,10 @@ impl BrowserSession {
             ledger.record_dir(&profile.display().to_string());
         }
         std::fs::create_dir_all(&profile).map_err(spawn_err)?;
+        let refused = LastRefused::default();
+        let proxy = proxy::GuardedProxy::start(allow_private, refused.clone())
+            .await
+            .map_err(spawn_err)?;
         // The shell moves our pipes onto fds 3 and 4, where Chromium's pipe
         // mode expects them (no unsafe pre_exec needed), and `setsid` (it
         // does not fork: sh is no group leader) gives Chromium and its
@@ -390,6 +416,10 @@ impl BrowserSession {
             .arg("--headless=new")
             .arg("--remote-debugging-pipe")
             .arg(format!("--user-data-dir={}", profile.display()))
+            // Every connection through the worker's judge, loopback included
+            // (Chromium bypasses proxies for loopback unless told not to).
+            .arg(proxy.server_arg())
+            .arg("--proxy-bypass-list=<-loopback>")
             .args([
                 "--no-sandbox",
                 "--disable-gpu",
@@ -407,6 +437,9 @@ impl BrowserSession {
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .kill_on_drop(true);
+        for var in PROXY_ENV {
+            command.env_remove(var);
+        }
         let mut child = command.spawn().map_err(spawn_err)?;
         let pid = child.id();
         let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
@@ -453,7 +486,6 @@ impl BrowserSession {
             .as_str()
             .ok_or(BrowserError::Closed)?
             .to_owned();
-        let refused = LastRefused::default();
         tokio::spawn(request_gate(
             Arc::downgrade(&cdp),
             page.clone(),
@@ -474,6 +506,7 @@ impl BrowserSession {
         Ok(Arc::new(BrowserSession {
             child: Mutex::new(Some(child)),
             cdp,
+            proxy: std::sync::Mutex::new(Some(proxy)),
             refused,
             page,
             refs: std::sync::Mutex::default(),
@@ -512,6 +545,9 @@ impl BrowserSession {
             if leads_session && let Some(pid) = self.pid {
                 kill_session(pid).await;
             }
+        }
+        if let Ok(mut proxy) = self.proxy.lock() {
+            proxy.take();
         }
         let _ = std::fs::remove_dir_all(&self.profile);
     }
@@ -825,8 +861,18 @@ impl BrowserSession {
                     && !error.is_empty()
                 {
                     let refused = self.refused.lock().ok().and_then(|mut l| l.take());
+                    let host_of = |u: &str| {
+                        url::Url::parse(u).ok().and_then(|u| {
+                            Some((u.host_str()?.to_owned(), u.port_or_known_default()))
+                        })
+                    };
                     return Err(BrowserError::Input(match refused {
-                        // The URL passed, so the gate stopped a redirect.
+                        // The page's own host, judged again when the proxy
+                        // connected (its DNS answer changed since the check).
+                        Some((target, refusal)) if host_of(&target) == host_of(&url) => {
+                            format!("{refusal} (when connecting)")
+                        }
+                        // Otherwise the URL passed, so a redirect was stopped.
                         Some((_, guard::Refusal::Metadata)) => {
                             "Blocked: redirect landed on a cloud metadata endpoint".to_owned()
                         }

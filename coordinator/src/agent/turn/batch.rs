@@ -340,7 +340,7 @@ impl AgentLoop {
                 && started
                 && let Some(process) = result.get("session_id").and_then(Value::as_str)
             {
-                self.started_processes.push(process.to_owned());
+                self.shared.process_started(process.to_owned());
             }
             if call.name == "terminal"
                 && result.get("notify_on_complete").and_then(Value::as_bool) == Some(true)

@@ -65,6 +65,7 @@ use super::planner::{MAX_PARALLEL_CALLS, PlanCall, plan_batch};
 use super::resume::{Next, Recovered, Restored};
 use super::session::{
     EndStatus, SessionArgs, SessionMsg, SessionOutcome, SessionShared, SessionSpec, conclude,
+    end_child_processes,
 };
 use super::store::{ResumeSpec, SessionRow};
 use super::todo::TodoStore;
@@ -92,8 +93,6 @@ const MAX_INVALID_TURNS: u32 = 3;
 const EVENT_ARGUMENTS_MAX_CHARS: usize = 4000;
 /// Characters of a result shown in `tool_finished`.
 const EVENT_RESULT_PREVIEW_CHARS: usize = 240;
-/// How long a timed-out child gets to wind down before it is given up on.
-const CHILD_STOP_GRACE: Duration = Duration::from_secs(10);
 
 /// How the conversation ended, before the bookkeeping.
 struct Ending {
@@ -198,9 +197,6 @@ pub(crate) struct AgentLoop {
     workers: BTreeSet<String>,
     /// Background processes started with notify_on_complete, not yet finished.
     awaited_processes: HashSet<String>,
-    /// Every background process this session started (a child's are killed
-    /// when it ends).
-    started_processes: Vec<String>,
     invalid_turns: u32,
     questions: u32,
     started: Instant,
@@ -212,6 +208,9 @@ pub(crate) struct AgentLoop {
     background: Vec<BackgroundChild>,
     /// Background delegations not yet delivered.
     outstanding: usize,
+    /// Background delegations whose children still run (hermes' capacity
+    /// counts these units against `max_concurrent_children`).
+    background_running: Arc<std::sync::atomic::AtomicUsize>,
     deliveries_tx: mpsc::UnboundedSender<Delivery>,
     deliveries: mpsc::UnboundedReceiver<Delivery>,
     /// With an `output_schema`: the last check of a final answer, and
@@ -248,7 +247,6 @@ impl AgentLoop {
             trace: Vec::new(),
             workers: BTreeSet::new(),
             awaited_processes: HashSet::new(),
-            started_processes: Vec::new(),
             invalid_turns: 0,
             questions: 0,
             started: Instant::now(),
@@ -256,6 +254,7 @@ impl AgentLoop {
             recovered: HashMap::new(),
             background: Vec::new(),
             outstanding: 0,
+            background_running: Arc::default(),
             deliveries_tx,
             deliveries,
             schema_check: None,
@@ -275,6 +274,9 @@ impl AgentLoop {
         for _ in 0..restored.api_calls {
             self.budget.consume();
         }
+        // The one correction turn is spent once: a resumed child that had it
+        // gets no second one.
+        self.schema_corrected = output_schema::corrected_in(&restored.messages);
         self.messages = restored.messages;
         self.api_calls = restored.api_calls;
         self.shared
@@ -344,11 +346,22 @@ impl AgentLoop {
         self.hub
             .wait_for_workers(&self.spec.task_id, &self.spec.cancel)
             .await;
+        self.recover_background().await;
         match next {
             Next::Finished {
                 text,
                 max_iterations: false,
-            } => return Ending::completed(text),
+            } => {
+                // It had answered and was waiting for its background
+                // children: it waits again, and their results start a turn.
+                if self.outstanding > 0 && self.wait_for_notices().await {
+                    return self.converse().await;
+                }
+                if self.cancelled() {
+                    return Ending::interrupted();
+                }
+                return Ending::completed(text);
+            }
             Next::Finished { text, .. } => {
                 return Ending {
                     status: EndStatus::MaxIterations,
@@ -743,45 +756,10 @@ impl AgentLoop {
         }
     }
 
-    /// A child's background processes die with it (hermes 0.21): each one
-    /// still running is killed through the pipeline (the worker's `process`
-    /// tool, in the child's environment — which its parent may share, so
-    /// only the child's own go). Returns the ids of those it killed.
-    async fn end_child_processes(&self) -> Vec<String> {
-        if self.spec.parent_id.is_none() {
-            return Vec::new();
-        }
-        let mut killed = Vec::new();
-        for process in &self.started_processes {
-            let request = CallRequest {
-                tool: "process".to_owned(),
-                arguments: RawArguments::Value(json!({"action": "kill", "session_id": process})),
-                ctx: CallContext {
-                    task_id: self.spec.task_id.clone(),
-                    session_id: Some(self.spec.session_id.clone()),
-                    tool_call_id: None,
-                    from_agent_loop: true,
-                    // The runtime's call, not the model's: not bound by its toolsets.
-                    filter: ToolFilter::default(),
-                    caller: self.spec.caller.clone(),
-                    trace: None,
-                },
-            };
-            let result = self.hub.dispatcher.call(request).await.render();
-            let status = batch::result_object(&result)
-                .and_then(|r| r.get("status").and_then(Value::as_str).map(str::to_owned));
-            if status.as_deref() == Some("killed") {
-                killed.push(process.clone());
-            }
-        }
-        if !killed.is_empty() {
-            self.emit(events::PROCESSES_KILLED, &json!({"process_ids": killed}));
-        }
-        killed
-    }
-
-    async fn finish(self, ending: Ending) -> SessionOutcome {
-        let killed_processes = self.end_child_processes().await;
+    async fn finish(mut self, ending: Ending) -> SessionOutcome {
+        self.settle_background(ending.status).await;
+        let killed_processes =
+            end_child_processes(&self.hub, &self.spec, &self.events, &self.shared).await;
         let outcome = SessionOutcome {
             status: ending.status,
             final_text: ending.text,
