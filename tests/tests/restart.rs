@@ -387,3 +387,121 @@ fn an_embedded_run_killed_mid_call_is_resumed_by_run_resume() {
         Some("completed")
     );
 }
+
+/// A background delegation across a SIGKILL of the coordinator: the parent
+/// had answered and was waiting for its background child, which was in a
+/// `sleep` on the worker. After the restart the parent takes the delegation
+/// back, the child resumes (told its call's outcome is unknown) and its
+/// results start the parent's next turn — nothing is lost silently.
+#[test]
+fn a_background_child_killed_with_the_coordinator_resumes_and_reports_to_its_parent() {
+    let fleet = Fleet::new();
+    let turns = [
+        json!({"content": "Handing the slow step to a background subagent.", "tool_calls": [tool_call("p1", "delegate_task", json!({"goal": "Run the slow step", "background": true}))]}),
+        json!({"content": "Waiting for the subagent."}),
+        json!({"content": "The background subagent reported back.", "expect_contains": "[Background delegation "}),
+        json!({"match": "slow step", "content": "Sleeping.", "tool_calls": [tool_call("s1", "terminal", json!({"command": "sleep 30 && echo slept"}))]}),
+        json!({"match": "slow step", "content": "The sleep's outcome is unknown.", "expect_contains": "its outcome is unknown"}),
+    ];
+    let path = fleet.home.path().join("background.jsonl");
+    std::fs::write(
+        &path,
+        turns.iter().map(|t| format!("{t}\n")).collect::<String>(),
+    )
+    .unwrap();
+    let model = format!("replay:{}", path.display());
+    let db = fleet.home.path().join("state.db");
+    let address = format!("127.0.0.1:{}", free_port());
+    let mut coordinator = serve_on(&fleet, &address);
+    let _worker = fleet.worker(&coordinator, "w1", &fleet.token, &[]);
+    fleet.wait_for_workers(&coordinator, &["w1"], Duration::from_secs(30));
+
+    let mut first = Client::start(
+        &fleet,
+        &coordinator.url(),
+        &["--model", &model, "Delegate the long-running work"],
+    );
+    let root = first.until("the root's start", |e| e["kind"] == "session_started")["session_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let started = first.until("the child's sleep", |e| {
+        e["kind"] == "tool_started" && e["data"]["tool"] == "terminal"
+    });
+    let child = started["session_id"].as_str().unwrap().to_owned();
+    wait_until("the sleep running on w1", Duration::from_secs(10), || {
+        fleet.status(&coordinator)["workers"][0]["running_calls"] == 1
+    });
+    // The parent has answered and waits for its child (recorded on disk).
+    wait_until(
+        "the parent's answer recorded",
+        Duration::from_secs(10),
+        || {
+            store::read_transcript(&db, &root)
+                .unwrap()
+                .last()
+                .is_some_and(|m| {
+                    m.role == "assistant"
+                        && m.content.as_deref() == Some("Waiting for the subagent.")
+                })
+        },
+    );
+
+    coordinator.kill();
+    drop(first);
+    let coordinator = serve_on(&fleet, &address);
+    let resumed = fleet
+        .command()
+        .args(["run", "--json", "--resume", &root])
+        .env("CADUCEUS_COORDINATOR", coordinator.url())
+        .env("CADUCEUS_TOKEN", &fleet.token)
+        .env("CADUCEUS_LOG", "error")
+        .output()
+        .unwrap();
+    let events = json_lines(&resumed.stdout);
+    assert!(
+        resumed.status.success(),
+        "run --resume failed: {}\n{events:#?}",
+        String::from_utf8_lossy(&resumed.stderr)
+    );
+    let find = |session: &str, kind: &str| {
+        events
+            .iter()
+            .find(|e| e["session_id"] == session && e["kind"] == kind)
+            .unwrap_or_else(|| panic!("no {kind} of {session}: {events:#?}"))
+    };
+    let taken = find(&root, "delegation_resumed");
+    assert_eq!(taken["data"]["subagent_ids"], json!([child]));
+    assert_eq!(taken["data"]["resumed"], 1);
+    assert_eq!(
+        find(&child, "session_resumed")["data"]["unknown_calls"],
+        json!(["s1"])
+    );
+    assert_eq!(find(&root, "child_finished")["data"]["status"], "completed");
+    assert_eq!(
+        find(&root, "delegation_finished")["data"]["statuses"],
+        json!(["completed"])
+    );
+    let last = events.last().unwrap();
+    assert_eq!(
+        (last["session_id"].as_str(), last["kind"].as_str()),
+        (Some(root.as_str()), Some("final"))
+    );
+    assert_eq!(last["data"]["status"], "completed");
+    assert_eq!(
+        last["data"]["text"],
+        "The background subagent reported back."
+    );
+    // The sleep never ran again, and no session is left `running`.
+    let sleeps = store::read_calls(&db, &child)
+        .unwrap()
+        .into_iter()
+        .filter(|c| c.tool == "terminal")
+        .count();
+    assert_eq!(sleeps, 1);
+    let sessions = store::read_sessions(&db).unwrap();
+    assert!(
+        sessions.iter().all(|s| s.state == "completed"),
+        "{sessions:#?}"
+    );
+}

@@ -33,6 +33,8 @@ pub const FINAL: &str = "final";
 pub const ERROR: &str = "error";
 /// A background delegation's results entered its parent's conversation.
 pub const DELEGATION_FINISHED: &str = "delegation_finished";
+/// After a restart, a resumed parent took its background delegation back.
+pub const DELEGATION_RESUMED: &str = "delegation_resumed";
 /// A parent queued a steer for one of its background children…
 pub const STEER_QUEUED: &str = "steer_queued";
 /// …and the child read it (before its next model request).

@@ -933,3 +933,61 @@ async fn a_validated_answer_trimmed_for_the_parent_says_it_no_longer_parses() {
         "{entry}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cancelled_parent_records_its_stopped_background_children() {
+    let h = harness(
+        vec![
+            ScriptedResponse::tool_calls(vec![call(
+                "d",
+                "delegate_task",
+                json!({"goal": "job abandoned", "background": true}),
+            )]),
+            ScriptedResponse::tool_calls(vec![call("c1", "hold", json!({"name": "never"}))])
+                .for_conversation("abandoned"),
+            ScriptedResponse::tool_calls(vec![call("p1", "hold", json!({"name": "parent"}))]),
+        ],
+        true,
+        |_| {},
+    )
+    .await;
+    let _gates = with_gates(&h).await;
+    let mut watch = Watch {
+        stream: start(&h, "Cancel me", |_| {}).await,
+        seen: Vec::new(),
+    };
+    let started = watch
+        .until("child_started", |e| e.kind == "child_started")
+        .await;
+    let child = started.json["child_session_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    watch
+        .until("the child's hold", |e| {
+            e.kind == "tool_started" && e.session == child
+        })
+        .await;
+    // (The two holds start in either order.)
+    let is_parent_hold = |e: &Ev| e.kind == "tool_started" && e.json["call_id"] == "p1";
+    if !watch.seen.iter().any(is_parent_hold) {
+        watch.until("the parent's hold", is_parent_hold).await;
+    }
+    // The client's Ctrl-C: the session is cancelled while its child runs.
+    let parent = watch.seen[0].session.clone();
+    assert!(h.coordinator.sessions().cancel(&parent));
+    let events = watch.rest().await;
+    let root = root(&events);
+    assert_eq!(final_of(&events, &root)["status"], "interrupted");
+    assert_eq!(final_of(&events, &child)["status"], "interrupted");
+    let finished = events
+        .iter()
+        .find(|e| e.kind == "delegation_finished")
+        .expect("the stopped delegation was reported");
+    assert_eq!(finished.json["parent_ended"], "interrupted");
+    h.coordinator.sessions().flush().await;
+    let transcript = store::read_transcript(&h.db, &root).unwrap();
+    let text = transcript.last().unwrap().content.clone().unwrap();
+    let results = delegate::background_results(&text).unwrap();
+    assert_eq!(results["results"][0]["status"], "interrupted");
+}

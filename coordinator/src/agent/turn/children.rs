@@ -5,7 +5,7 @@
 //! background children.
 
 use super::*;
-use crate::agent::delegate::StallPhase;
+use crate::agent::delegate::{Role, StallPhase};
 use crate::agent::resume;
 use crate::agent::session::start_session;
 use crate::agent::store::StoredSession;
@@ -220,11 +220,24 @@ impl AgentLoop {
         started: Instant,
     ) -> ToolReply {
         let delegation_id = format!("deleg_{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
-        let mut goals = Vec::with_capacity(waits.len());
-        let mut ids = Vec::with_capacity(waits.len());
+        let goals: Vec<String> = waits.iter().map(|w| w.task.goal.clone()).collect();
+        let ids: Vec<String> = waits.iter().map(|w| w.session_id.clone()).collect();
+        self.watch_background(&delegation_id, call_id, waits, limits, model_label, started);
+        delegate::dispatched_json(&delegation_id, &goals, &ids)
+    }
+
+    /// Tracks a background delegation's children (for `list`, `steer`,
+    /// `stop`) and starts the task that waits for them and posts the delivery.
+    fn watch_background(
+        &mut self,
+        delegation_id: &str,
+        call_id: &str,
+        waits: Vec<Waiting>,
+        limits: delegate::StallLimits,
+        model_label: String,
+        started: Instant,
+    ) {
         for waiting in &waits {
-            goals.push(waiting.task.goal.clone());
-            ids.push(waiting.session_id.clone());
             let shared = match &waiting.wait {
                 ChildWait::Running { shared, .. } => shared.clone(),
                 // Never running: nothing to steer.
@@ -236,7 +249,7 @@ impl AgentLoop {
             };
             self.background.push(BackgroundChild {
                 subagent_id: waiting.session_id.clone(),
-                delegation_id: delegation_id.clone(),
+                delegation_id: delegation_id.to_owned(),
                 task_index: waiting.task.index,
                 goal: waiting.task.goal.clone(),
                 started,
@@ -254,7 +267,7 @@ impl AgentLoop {
         let task_id = self.spec.task_id.clone();
         let call_id = call_id.to_owned();
         let deliveries = self.deliveries_tx.clone();
-        let id = delegation_id.clone();
+        let id = delegation_id.to_owned();
         tokio::spawn(async move {
             let futures = waits.into_iter().map(|waiting| {
                 wait_child(
@@ -278,7 +291,139 @@ impl AgentLoop {
                 total: started.elapsed(),
             });
         });
-        delegate::dispatched_json(&delegation_id, &goals, &ids)
+    }
+
+    /// After a restart: the background delegations this session dispatched
+    /// and never received (their `delegate_task` calls are recorded done, with
+    /// the handle as result) are taken back — children that were running
+    /// resume and report as before, children that ended report their stored
+    /// outcome, and a child that never got a record is reported as not
+    /// started. Their results arrive as they would have; the delegation is
+    /// listed again (`action=list`). Event `delegation_resumed` for each.
+    pub(super) async fn recover_background(&mut self) {
+        if self.spec.depth != 0 {
+            return;
+        }
+        let Some(store) = self.hub.store() else {
+            return;
+        };
+        let db = store.path().to_owned();
+        let calls = match crate::agent::store::read_calls(&db, &self.spec.session_id) {
+            Ok(calls) => calls,
+            Err(err) => {
+                tracing::warn!(session = %self.spec.session_id, "cannot read the calls to recover background delegations: {err}");
+                return;
+            }
+        };
+        let delivered: Vec<String> = self
+            .messages
+            .iter()
+            .filter(|m| m.role == caduceus_llm::Role::User)
+            .map(|m| m.text().into_owned())
+            .filter(|t| t.starts_with("[Background delegation"))
+            .collect();
+        let config = self.hub.settings.delegation.clone();
+        let limits = config.stall_limits();
+        let model_label = config
+            .model
+            .clone()
+            .filter(|m| !m.trim().is_empty())
+            .unwrap_or_else(|| self.spec.model_label.clone());
+        for call in calls
+            .iter()
+            .filter(|c| c.tool == "delegate_task" && c.state == "done")
+        {
+            let Some(handle) = call
+                .result
+                .as_deref()
+                .and_then(|r| serde_json::from_str::<Value>(r).ok())
+                .filter(|r| r["status"] == "dispatched")
+            else {
+                continue;
+            };
+            let Some(delegation_id) = handle["delegation_id"].as_str().map(str::to_owned) else {
+                continue;
+            };
+            let marker = format!("[Background delegation {delegation_id} ");
+            if delivered.iter().any(|t| t.starts_with(&marker)) {
+                continue;
+            }
+            let child_model = match self.hub.child_model(&self.model) {
+                Ok(model) => model,
+                Err(err) => {
+                    tracing::warn!(session = %self.spec.session_id, "cannot resume background children: {err}");
+                    continue;
+                }
+            };
+            let rows =
+                crate::agent::store::read_children(&db, &self.spec.session_id, &call.call_id)
+                    .unwrap_or_default();
+            let ids: Vec<String> = handle["subagent_ids"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|v| v.as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let mut waits = Vec::with_capacity(ids.len());
+            let mut resumed = 0;
+            for (index, id) in ids.iter().enumerate() {
+                let goal = handle["goals"][index]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
+                let row = rows.iter().find(|r| &r.id == id);
+                let task = ChildTask {
+                    index: row.and_then(|r| r.task_index).unwrap_or(index),
+                    goal,
+                    context: None,
+                    role: Role::parse(
+                        row.and_then(|r| r.spec.role.clone())
+                            .map(Value::String)
+                            .as_ref(),
+                    ),
+                    labels: std::collections::BTreeMap::new(),
+                    output_schema: row.and_then(|r| r.spec.output_schema.clone()),
+                };
+                let (cancel, wait, task_id) = match row {
+                    Some(row) => {
+                        let (cancel, wait) = self.adopt_child(row, &child_model).await;
+                        if matches!(wait, ChildWait::Running { .. }) {
+                            resumed += 1;
+                        }
+                        (cancel, wait, row.task_id.clone())
+                    }
+                    None => (
+                        self.spec.cancel.child_token(),
+                        ChildWait::NotStarted(
+                            "The coordinator restarted before this subagent started; it never ran."
+                                .to_owned(),
+                        ),
+                        String::new(),
+                    ),
+                };
+                waits.push(Waiting {
+                    task,
+                    session_id: id.clone(),
+                    task_id,
+                    cancel,
+                    wait,
+                });
+            }
+            self.emit(
+                events::DELEGATION_RESUMED,
+                &json!({"delegation_id": delegation_id, "subagent_ids": ids, "resumed": resumed}),
+            );
+            self.watch_background(
+                &delegation_id,
+                &call.call_id,
+                waits,
+                limits,
+                model_label.clone(),
+                Instant::now(),
+            );
+        }
     }
 
     /// A finished background delegation enters the conversation.

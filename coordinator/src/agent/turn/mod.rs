@@ -346,11 +346,22 @@ impl AgentLoop {
         self.hub
             .wait_for_workers(&self.spec.task_id, &self.spec.cancel)
             .await;
+        self.recover_background().await;
         match next {
             Next::Finished {
                 text,
                 max_iterations: false,
-            } => return Ending::completed(text),
+            } => {
+                // It had answered and was waiting for its background
+                // children: it waits again, and their results start a turn.
+                if self.outstanding > 0 && self.wait_for_notices().await {
+                    return self.converse().await;
+                }
+                if self.cancelled() {
+                    return Ending::interrupted();
+                }
+                return Ending::completed(text);
+            }
             Next::Finished { text, .. } => {
                 return Ending {
                     status: EndStatus::MaxIterations,
