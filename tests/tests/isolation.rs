@@ -318,7 +318,12 @@ fn a_strict_environments_outside_world_tools_refuse_instead_of_reaching_the_netw
     let coordinator = fleet.serve(&["--heartbeat-ms", "3000"]);
     let _w = worker(&fleet, &coordinator, "strict", "strict");
     fleet.wait_for_workers(&coordinator, &["strict"], Duration::from_secs(60));
-    let got = fleet.call(&coordinator, "web_extract", &json!({ "urls": [url] }), "strict");
+    let got = fleet.call(
+        &coordinator,
+        "web_extract",
+        &json!({ "urls": [url] }),
+        "strict",
+    );
     assert_eq!(
         got["error"],
         "web_extract is refused here: this environment has no network (terminal.local_isolation: strict), and the tool would reach the network from the worker on its behalf",

@@ -755,4 +755,3 @@ fn reaches_network(tool: &str, args: &Map<String, Value>) -> bool {
         other => browser::is_browser_tool(other),
     }
 }
-

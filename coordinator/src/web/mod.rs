@@ -67,7 +67,7 @@ pub async fn searxng(http: &reqwest::Client, base: &str, query: &str, limit: usi
     let response = match sent {
         Ok(response) => response,
         Err(err) => {
-            return json!({"success": false, "error": format!("Could not reach SearXNG at {shown}: {}", describe(err.without_url()))});
+            return json!({"success": false, "error": format!("Could not reach SearXNG at {shown}: {}", describe(&err.without_url()))});
         }
     };
     if !response.status().is_success() {
@@ -122,9 +122,9 @@ fn shown(url: &reqwest::Url) -> String {
     text
 }
 
-fn describe(err: reqwest::Error) -> String {
+fn describe(err: &reqwest::Error) -> String {
     let mut text = err.to_string();
-    let mut source = std::error::Error::source(&err);
+    let mut source = std::error::Error::source(err);
     while let Some(cause) = source {
         text.push_str(": ");
         text.push_str(&cause.to_string());

@@ -101,7 +101,9 @@ async fn the_instances_credentials_are_not_in_any_error() {
     .await;
     let error = got["error"].as_str().unwrap();
     assert!(
-        error.starts_with(&format!("Could not reach SearXNG at http://127.0.0.1:{port}: ")),
+        error.starts_with(&format!(
+            "Could not reach SearXNG at http://127.0.0.1:{port}: "
+        )),
         "{error}"
     );
     for secret in ["hunter2pass", "admin", "tok3n"] {

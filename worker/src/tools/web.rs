@@ -14,8 +14,8 @@ use sha2::{Digest, Sha256};
 use caduceus_common::result::ToolReply;
 
 use crate::env::Environment;
-use crate::url_guard::{self, FetchLimits};
 pub use crate::url_guard::carries_secret;
+use crate::url_guard::{self, FetchLimits};
 
 pub const TOOL: &str = "web_extract";
 
@@ -146,16 +146,11 @@ async fn extract_one(env: &Environment, url: &str, limits: FetchLimits, limit: u
         Ok(fetched) => fetched,
         Err(err) => return Page::failed(url.to_owned(), fetch_error_text(&err)),
     };
-    let (title, content) = match convert_off_the_runtime(
-        fetched.content_type,
-        fetched.charset,
-        fetched.body,
-    )
-    .await
-    {
-        Ok(found) => found,
-        Err(error) => return Page::failed(url.to_owned(), error),
-    };
+    let (title, content) =
+        match convert_off_the_runtime(fetched.content_type, fetched.charset, fetched.body).await {
+            Ok(found) => found,
+            Err(error) => return Page::failed(url.to_owned(), error),
+        };
     let clean = images_to_placeholders(&content);
     let content = truncate_with_footer(env, &clean, url, limit).await;
     Page {
@@ -206,16 +201,15 @@ async fn convert_off_the_runtime(
 /// bytes (the HTML standard's prescan window), else UTF-8; undecodable
 /// bytes become U+FFFD.
 fn decode(charset: Option<&str>, content_type: &str, body: &[u8]) -> String {
-    static META: LazyLock<Regex> = LazyLock::new(|| {
-        Regex::new(r#"(?i)<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9_:.-]+)"#)
-            .expect("valid regex")
+    static META: LazyLock<Option<Regex>> = LazyLock::new(|| {
+        Regex::new(r#"(?i)<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9_:.-]+)"#).ok()
     });
     let declared = charset.map(str::to_owned).or_else(|| {
         if !content_type.contains("html") && !content_type.is_empty() {
             return None;
         }
         let head = String::from_utf8_lossy(&body[..body.len().min(1024)]);
-        META.captures(&head).map(|c| c[1].to_owned())
+        META.as_ref()?.captures(&head).map(|c| c[1].to_owned())
     });
     let encoding = declared
         .and_then(|label| encoding_rs::Encoding::for_label(label.as_bytes()))
