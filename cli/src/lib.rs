@@ -636,6 +636,7 @@ pub(crate) fn coordinator_config(config: &Config, token: String) -> Result<Coord
     Ok(CoordinatorConfig {
         audit,
         placement: config.placement.config()?,
+        worker_grants: crate::config::worker_grants(config.worker_grants.as_ref())?,
         backend_choice: config.placement.backend_choice.clone(),
         token,
         terminal_backend: config.terminal.backend.clone(),
