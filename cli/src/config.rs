@@ -240,6 +240,10 @@ pub struct TerminalSection {
     /// neither: the organization's default snapshot. Credentials, the API
     /// URL and the target come from `DAYTONA_*` variables only.
     pub daytona_image: Option<String>,
+    /// How long a persistent Daytona sandbox is kept after it stopped
+    /// (`TERMINAL_DAYTONA_KEEP_SECONDS`, default 7 days): its
+    /// `autoDeleteInterval`, and what the sweep spares.
+    pub daytona_keep_seconds: u64,
     /// Registry image of Modal sandboxes (`TERMINAL_MODAL_IMAGE`), debian:bookworm-slim
     /// when unset. Credentials and the server URL come from `MODAL_*` variables or
     /// `~/.modal.toml`.
@@ -331,6 +335,7 @@ impl Default for TerminalSection {
             ssh_control_dir: None,
             daytona_snapshot: None,
             daytona_image: None,
+            daytona_keep_seconds: 7 * 24 * 3600,
             modal_image: None,
             modal_timeout_seconds: 3600,
             singularity_image: None,
@@ -833,6 +838,9 @@ impl Config {
         if let Some(v) = var("TERMINAL_CONTAINER_PERSISTENT") {
             t.container_persistent =
                 matches!(v.to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on");
+        }
+        if let Some(v) = var("TERMINAL_DAYTONA_KEEP_SECONDS").and_then(|v| v.parse().ok()) {
+            t.daytona_keep_seconds = v;
         }
         if let Some(v) = var("TERMINAL_SANDBOX_LEASE_SECONDS").and_then(|v| v.parse().ok()) {
             t.sandbox_lease_seconds = v;

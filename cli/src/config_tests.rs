@@ -220,3 +220,13 @@ fn worker_grants_read_labels_and_hosted_providers() {
     assert!(parse("worker_grants:\n  gpu:\n    lables: {}\n").is_err());
     assert!(crate::config::worker_grants(None).unwrap().is_none());
 }
+
+#[test]
+fn a_persistent_daytona_sandbox_is_kept_as_long_as_configured() {
+    let default: Config = serde_yaml::from_str("terminal:\n  backend: daytona\n").unwrap();
+    assert_eq!(default.terminal.daytona_keep_seconds, 7 * 24 * 3600);
+    let config: Config =
+        serde_yaml::from_str("terminal:\n  backend: daytona\n  daytona_keep_seconds: 7200\n")
+            .unwrap();
+    assert_eq!(config.terminal.daytona_keep_seconds, 7200);
+}

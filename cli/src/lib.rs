@@ -856,6 +856,7 @@ fn backend_options(config: &Config) -> caduceus_worker::backends::BackendOptions
         daytona.cwd = t.cwd.clone();
         daytona.lease = lease;
         daytona.persistent = t.container_persistent;
+        daytona.keep = Duration::from_secs(t.daytona_keep_seconds);
         daytona
     });
     let modal = caduceus_worker::backends::modal::ModalSettings::from_env(
