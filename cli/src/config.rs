@@ -45,6 +45,10 @@ pub struct Config {
     pub code_execution: CodeExecutionSection,
     /// Where new environments go (`labels`, `wait_seconds`, `backend_choice`).
     pub placement: PlacementSection,
+    /// Per worker token: the labels its workers may claim and the hosted
+    /// providers they may run (read by the coordinator; see
+    /// coordinator/README.md).
+    pub worker_grants: Option<BTreeMap<String, GrantSection>>,
     /// The browser toolset on workers (`inactivity_timeout`, `allow_private_urls`).
     pub browser: BrowserSection,
     /// hermes' `security:`; only `allow_private_urls` is read (by the
@@ -236,6 +240,10 @@ pub struct TerminalSection {
     /// neither: the organization's default snapshot. Credentials, the API
     /// URL and the target come from `DAYTONA_*` variables only.
     pub daytona_image: Option<String>,
+    /// How long a persistent Daytona sandbox is kept after it stopped
+    /// (`TERMINAL_DAYTONA_KEEP_SECONDS`, default 7 days): its
+    /// `autoDeleteInterval`, and what the sweep spares.
+    pub daytona_keep_seconds: u64,
     /// Registry image of Modal sandboxes (`TERMINAL_MODAL_IMAGE`), debian:bookworm-slim
     /// when unset. Credentials and the server URL come from `MODAL_*` variables or
     /// `~/.modal.toml`.
@@ -327,6 +335,7 @@ impl Default for TerminalSection {
             ssh_control_dir: None,
             daytona_snapshot: None,
             daytona_image: None,
+            daytona_keep_seconds: 7 * 24 * 3600,
             modal_image: None,
             modal_timeout_seconds: 3600,
             singularity_image: None,
@@ -484,6 +493,57 @@ impl PlacementSection {
             wait: Duration::from_secs_f64(wait),
         })
     }
+}
+
+/// One token's entry of `worker_grants:`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GrantSection {
+    /// label -> the value its workers may claim (`"*"`: any value).
+    pub labels: BTreeMap<String, String>,
+    /// The hosted providers (`mcp_servers` with `on:`) its workers may run:
+    /// a list of names, or `"*"` for all.
+    pub host: Option<serde_yaml::Value>,
+}
+
+/// The coordinator's grants from `worker_grants:`; `None` when the section
+/// is absent (then worker tokens claim any label and host nothing).
+pub fn worker_grants(
+    section: Option<&BTreeMap<String, GrantSection>>,
+) -> Result<Option<caduceus_coordinator::auth::WorkerGrants>> {
+    use caduceus_coordinator::auth::{Grant, HostGrant, WorkerGrants};
+    let Some(section) = section else {
+        return Ok(None);
+    };
+    let mut grants = BTreeMap::new();
+    for (token, entry) in section {
+        let host = match &entry.host {
+            None | Some(serde_yaml::Value::Null) => HostGrant::None,
+            Some(serde_yaml::Value::String(all)) if all == "*" => HostGrant::All,
+            Some(serde_yaml::Value::Sequence(names)) => HostGrant::Named(
+                names
+                    .iter()
+                    .map(|n| {
+                        n.as_str().map(str::to_owned).ok_or_else(|| {
+                            anyhow::anyhow!(
+                                "worker_grants.{token}.host must list provider names (strings)"
+                            )
+                        })
+                    })
+                    .collect::<Result<_>>()?,
+            ),
+            Some(_) => anyhow::bail!(
+                "worker_grants.{token}.host must be a list of provider names or \"*\""
+            ),
+        };
+        let labels = entry
+            .labels
+            .iter()
+            .map(|(k, v)| (k.clone(), (v != "*").then(|| v.clone())))
+            .collect();
+        grants.insert(token.clone(), Grant { labels, host });
+    }
+    Ok(Some(WorkerGrants(grants)))
 }
 
 /// `browser:` (hermes' keys; the others hermes has are ignored).
@@ -788,6 +848,9 @@ impl Config {
         if let Some(v) = var("TERMINAL_CONTAINER_PERSISTENT") {
             t.container_persistent =
                 matches!(v.to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on");
+        }
+        if let Some(v) = var("TERMINAL_DAYTONA_KEEP_SECONDS").and_then(|v| v.parse().ok()) {
+            t.daytona_keep_seconds = v;
         }
         if let Some(v) = var("TERMINAL_SANDBOX_LEASE_SECONDS").and_then(|v| v.parse().ok()) {
             t.sandbox_lease_seconds = v;

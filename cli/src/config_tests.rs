@@ -198,3 +198,35 @@ fn edit_approvals_are_off_unless_asked_for() {
     assert_eq!(config.approval_settings().edits, EditApprovals::Ask);
     assert!(parse("approvals:\n  edits: maybe\n").is_err());
 }
+
+#[test]
+fn worker_grants_read_labels_and_hosted_providers() {
+    use caduceus_coordinator::auth::HostGrant;
+    let config = parse(
+        "worker_grants:\n  gpu:\n    labels: {gpu: a100, zone: '*'}\n    host: [labtime]\n  all:\n    host: '*'\n",
+    )
+    .unwrap();
+    let grants = crate::config::worker_grants(config.worker_grants.as_ref())
+        .unwrap()
+        .unwrap();
+    let gpu = &grants.0["gpu"];
+    assert_eq!(gpu.labels["gpu"].as_deref(), Some("a100"));
+    assert_eq!(gpu.labels["zone"], None);
+    assert!(gpu.host.allows("labtime") && !gpu.host.allows("other"));
+    assert_eq!(grants.0["all"].host, HostGrant::All);
+    let bad = parse("worker_grants:\n  gpu:\n    host: 3\n").unwrap();
+    let err = crate::config::worker_grants(bad.worker_grants.as_ref()).unwrap_err();
+    assert!(err.to_string().contains("worker_grants.gpu.host"), "{err}");
+    assert!(parse("worker_grants:\n  gpu:\n    lables: {}\n").is_err());
+    assert!(crate::config::worker_grants(None).unwrap().is_none());
+}
+
+#[test]
+fn a_persistent_daytona_sandbox_is_kept_as_long_as_configured() {
+    let default: Config = serde_yaml::from_str("terminal:\n  backend: daytona\n").unwrap();
+    assert_eq!(default.terminal.daytona_keep_seconds, 7 * 24 * 3600);
+    let config: Config =
+        serde_yaml::from_str("terminal:\n  backend: daytona\n  daytona_keep_seconds: 7200\n")
+            .unwrap();
+    assert_eq!(config.terminal.daytona_keep_seconds, 7200);
+}

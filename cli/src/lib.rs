@@ -636,6 +636,7 @@ pub(crate) fn coordinator_config(config: &Config, token: String) -> Result<Coord
     Ok(CoordinatorConfig {
         audit,
         placement: config.placement.config()?,
+        worker_grants: crate::config::worker_grants(config.worker_grants.as_ref())?,
         backend_choice: config.placement.backend_choice.clone(),
         token,
         terminal_backend: config.terminal.backend.clone(),
@@ -855,6 +856,7 @@ fn backend_options(config: &Config) -> caduceus_worker::backends::BackendOptions
         daytona.cwd = t.cwd.clone();
         daytona.lease = lease;
         daytona.persistent = t.container_persistent;
+        daytona.keep = Duration::from_secs(t.daytona_keep_seconds);
         daytona
     });
     let modal = caduceus_worker::backends::modal::ModalSettings::from_env(

@@ -85,6 +85,9 @@ pub struct CoordinatorConfig {
     /// Tool providers (MCP servers with `on: {labels: …}`) that run on the
     /// workers carrying those labels.
     pub hosted: Vec<scheduler::hosted::HostedProviderConfig>,
+    /// `worker_grants:`: which labels and hosted providers each worker
+    /// token may claim (see `auth::grants`); `None`: not configured.
+    pub worker_grants: Option<auth::WorkerGrants>,
     /// The auxiliary vision model (`auxiliary.vision`); `vision_analyze` and
     /// `browser_vision` are offered only with one.
     pub vision: Option<dispatch::vision::VisionModel>,
@@ -111,6 +114,7 @@ impl Default for CoordinatorConfig {
             code_max_tool_calls: caduceus_common::execute_code::DEFAULT_MAX_TOOL_CALLS,
             cron_clock: Arc::new(cron::clock::SystemClock),
             hosted: Vec::new(),
+            worker_grants: None,
             vision: None,
         }
     }
@@ -549,10 +553,30 @@ impl Coordinator {
     /// reading its events until the stream ends.
     pub async fn attach_worker(
         &self,
-        mut events: WorkerEventStream,
+        events: WorkerEventStream,
         commands: CommandSender,
         peer: String,
     ) -> Result<String, Status> {
+        self.attach_worker_as(events, commands, peer, None).await
+    }
+
+    /// What a worker attaching as `caller` may claim (`None`: an in-process
+    /// worker, unrestricted), under this coordinator's `worker_grants`.
+    pub fn worker_grant(&self, caller: Option<&auth::Caller>) -> auth::WorkerGrant {
+        auth::WorkerGrant::for_caller(caller, self.config.worker_grants.as_ref())
+    }
+
+    /// Attaches a worker that presented `caller`'s credential: a hello
+    /// claiming labels beyond its grant is refused, and it is given only
+    /// the hosted providers its grant allows.
+    pub async fn attach_worker_as(
+        &self,
+        mut events: WorkerEventStream,
+        commands: CommandSender,
+        peer: String,
+        caller: Option<&auth::Caller>,
+    ) -> Result<String, Status> {
+        let grant = self.worker_grant(caller);
         let first = tokio::time::timeout(Duration::from_secs(10), events.next())
             .await
             .map_err(|_| Status::deadline_exceeded("no hello within 10s of attaching"))?;
@@ -572,9 +596,13 @@ impl Coordinator {
                 ));
             }
         };
+        if let Err(refusal) = grant.check_labels(&hello.labels) {
+            tracing::warn!(worker = %hello.name, %peer, token = %grant.token, "attach refused: {refusal}");
+            return Err(Status::permission_denied(refusal));
+        }
         let attached = self
             .scheduler
-            .attach(hello, peer, commands.clone())
+            .attach(hello, peer, commands.clone(), grant.host)
             .await
             .map_err(|err| match err {
                 AttachError::DuplicateName(_) => Status::already_exists(err.to_string()),

@@ -103,6 +103,17 @@ def main():
     assert short.returncode == 124, short.returncode
     assert time.monotonic() - started >= 1.5
 
+    step("idle timeout: a sandbox nothing runs in ends on its own, one that runs an exec does not")
+    idle = modal.Sandbox.create("sleep", "infinity", app=app, image=image, timeout=120, idle_timeout=2)
+    busy = modal.Sandbox.create("sleep", "infinity", app=app, image=image, timeout=120, idle_timeout=2)
+    long_exec = busy.exec("sleep", "4")
+    idle.wait(raise_on_termination=False)
+    assert idle.returncode is not None
+    assert busy.poll() is None, "a sandbox with a running exec ended as idle"
+    long_exec.wait()
+    busy.wait(raise_on_termination=False)
+    assert busy.returncode is not None
+
     step("an entrypoint that exits: its code is the sandbox's")
     done = modal.Sandbox.create("bash", "-c", "exit 5", app=app, image=image)
     done.wait(raise_on_termination=False)

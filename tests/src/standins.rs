@@ -453,9 +453,28 @@ impl FakeDaytona {
 }
 
 impl Drop for FakeDaytona {
+    /// The stand-in, then every process of its sandboxes (one directory
+    /// each, named by the id their `DAYTONA_SANDBOX_ID` carries): a test
+    /// that failed or panicked, or a stand-in that was SIGSTOPped, leaves
+    /// nothing running.
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        kill_sandboxes_of(self.dir.path(), "DAYTONA_SANDBOX_ID");
+    }
+}
+
+/// SIGKILLs the processes of every sandbox a stand-in keeps under `dir`
+/// (a directory per sandbox id; its processes carry `<variable>=<id>`).
+fn kill_sandboxes_of(dir: &std::path::Path, variable: &str) {
+    let marks: Vec<Vec<u8>> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| format!("{variable}={}", e.file_name().to_string_lossy()).into_bytes())
+        .collect();
+    if !marks.is_empty() {
+        kill_processes_with_env(|var| marks.iter().any(|m| m == var));
     }
 }
 
@@ -573,6 +592,11 @@ impl FakeModal {
         self.log.lock().map(|l| l.clone()).unwrap_or_default()
     }
 
+    /// Its process id (to SIGSTOP it).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// The worker variables that point a Modal client at the stand-in.
     pub fn env(&self) -> Vec<(String, String)> {
         vec![
@@ -586,10 +610,54 @@ impl FakeModal {
     }
 }
 
+impl FakeModal {
+    /// Live processes of sandbox `id` (they carry `MODAL_SANDBOX_ID`).
+    pub fn processes_of(&self, id: &str) -> Vec<i32> {
+        let needle = format!("MODAL_SANDBOX_ID={id}");
+        processes_with_env(|var| var == needle.as_bytes())
+    }
+}
+
+/// Pids of live processes (not zombies) with an environment variable that
+/// `matches` (`NAME=value` bytes).
+pub fn processes_with_env(matches: impl Fn(&[u8]) -> bool) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| {
+            let pid: i32 = entry.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+            let state = stat.rsplit_once(')')?.1.split_whitespace().next()?;
+            if state == "Z" {
+                return None;
+            }
+            let environ = std::fs::read(entry.path().join("environ")).ok()?;
+            environ.split(|b| *b == 0).any(&matches).then_some(pid)
+        })
+        .collect()
+}
+
+/// SIGKILLs every process with a variable that `matches`.
+pub fn kill_processes_with_env(matches: impl Fn(&[u8]) -> bool) {
+    for pid in processes_with_env(matches) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+}
+
 impl Drop for FakeModal {
+    /// The stand-in, then every process of its sandboxes (one directory
+    /// each, named by the id their `MODAL_SANDBOX_ID` carries): a test that
+    /// failed or panicked, or a stand-in that was SIGSTOPped, leaves
+    /// nothing running.
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        kill_sandboxes_of(self.dir.path(), "MODAL_SANDBOX_ID");
     }
 }
 

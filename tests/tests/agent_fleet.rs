@@ -795,3 +795,168 @@ fn a_stalled_child_is_reported_and_an_output_schema_miss_is_corrected_once() {
         "{last_user}"
     );
 }
+
+/// Break: the worker running a background child's command (and its
+/// parent's) is SIGSTOPped, and the parent's model then fails. The parent
+/// still ends — `final` arrives, nothing hangs — with the delegation's
+/// results in its recorded transcript; the worker, continued, serves again.
+#[test]
+fn a_stopped_worker_under_a_background_child_and_a_failing_parent_lose_no_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let never = dir.path().join("never");
+    let script = vec![
+        ScriptedResponse::tool_calls(vec![call(
+            "d",
+            "delegate_task",
+            json!({"goal": "job frozen", "background": true}),
+        )]),
+        ScriptedResponse::tool_calls(vec![call("c1", "terminal", json!({"command": "sleep 60"}))])
+            .for_conversation("frozen"),
+        ScriptedResponse::text("frozen: my worker stopped answering").for_conversation("frozen"),
+        ScriptedResponse::tool_calls(vec![call(
+            "p1",
+            "terminal",
+            json!({"command": wait_for_file(&never)}),
+        )]),
+        // Nothing more for the parent: its next request fails (400).
+    ];
+    let model = model(script);
+    let (fleet, coordinator, w1) = fleet_with_delegation(&model, "  stall_grace_seconds: 20\n");
+    let prompt = "Freeze the worker";
+    let mut run = LiveRun::start(&fleet, &coordinator, prompt);
+    let started = run.until("the child", |e| e["kind"] == "child_started");
+    let child = started["data"]["child_session_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let root = run.seen[0]["session_id"].as_str().unwrap().to_owned();
+    // Both commands are running on w1 (in either order).
+    let running = |seen: &[Value], session: &str| {
+        seen.iter()
+            .any(|e| e["kind"] == "tool_started" && e["session_id"] == session)
+    };
+    while !(running(&run.seen, &child) && running(&run.seen, &root)) {
+        run.until("a command", |e| e["kind"] == "tool_started");
+    }
+    caduceus_tests::signal(w1.pid(), "STOP");
+    let last = run.until("the parent's end", |e| {
+        e["kind"] == "final" && e["session_id"] == root.as_str()
+    });
+    caduceus_tests::signal(w1.pid(), "CONT");
+    assert_eq!(last["data"]["status"], "failed", "{:#?}", run.seen);
+    let db = fleet.home.path().join("state.db");
+    let transcript = caduceus_coordinator::agent::store::read_transcript(&db, &root).unwrap();
+    let delivered = transcript
+        .iter()
+        .filter_map(|m| m.content.as_deref())
+        .find(|t| t.starts_with("[Background delegation "))
+        .unwrap_or_else(|| panic!("no delegation in the transcript: {transcript:#?}"));
+    let results = caduceus_coordinator::agent::delegate::background_results(delivered).unwrap();
+    let status = results["results"][0]["status"].as_str().unwrap();
+    assert!(["completed", "interrupted"].contains(&status), "{results}");
+    assert!(
+        run.seen
+            .iter()
+            .any(|e| e["kind"] == "delegation_finished" && e["session_id"] == root.as_str()),
+        "{:#?}",
+        run.seen
+    );
+    // The continued worker serves calls again.
+    fleet.wait_for_workers(&coordinator, &["w1"], Duration::from_secs(30));
+}
+
+/// Break: the client is killed (Ctrl-C) while a background child runs with
+/// a background process of its own. The session is cancelled; the child is
+/// stopped, its process dies with it, and the delegation is recorded in the
+/// parent's transcript as stopped (status `interrupted`).
+#[test]
+fn a_client_killed_under_a_background_child_stops_it_kills_its_process_and_records_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let never = dir.path().join("never");
+    let marker = format!("sleep 4{}", std::process::id() % 100);
+    let script = vec![
+        ScriptedResponse::tool_calls(vec![call(
+            "d",
+            "delegate_task",
+            json!({"goal": "job orphaned", "background": true}),
+        )]),
+        ScriptedResponse::tool_calls(vec![
+            call(
+                "t1",
+                "terminal",
+                json!({"command": marker, "background": true}),
+            ),
+            call("t2", "terminal", json!({"command": wait_for_file(&never)})),
+        ])
+        .for_conversation("orphaned"),
+        ScriptedResponse::tool_calls(vec![call(
+            "p1",
+            "terminal",
+            json!({"command": wait_for_file(&never)}),
+        )]),
+    ];
+    let model = model(script);
+    let (fleet, coordinator, _w1) = fleet_with_delegation(&model, "");
+    let mut run = LiveRun::start(&fleet, &coordinator, "Go away mid-delegation");
+    let started = run.until("the child", |e| e["kind"] == "child_started");
+    let child = started["data"]["child_session_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let root = run.seen[0]["session_id"].as_str().unwrap().to_owned();
+    run.until("the child's waiting command", |e| {
+        e["kind"] == "tool_started"
+            && e["session_id"] == child.as_str()
+            && e["data"]["call_id"] == "t2"
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !caduceus_tests::process_alive_with(&marker) {
+        assert!(
+            Instant::now() < deadline,
+            "the background process never started"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(run); // kills the client
+
+    let db = fleet.home.path().join("state.db");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let idle = fleet.status(&coordinator)["sessions"]
+            .as_array()
+            .unwrap()
+            .is_empty();
+        if idle && !caduceus_tests::process_alive_with(&marker) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the sessions or the child's process outlived the client"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let sessions = caduceus_coordinator::agent::store::read_sessions(&db).unwrap();
+    for id in [&root, &child] {
+        let session = sessions.iter().find(|s| &s.id == id).unwrap();
+        assert_eq!(session.state, "interrupted", "{session:#?}");
+    }
+    let transcript = caduceus_coordinator::agent::store::read_transcript(&db, &root).unwrap();
+    let delivered = transcript
+        .iter()
+        .filter_map(|m| m.content.as_deref())
+        .find(|t| t.starts_with("[Background delegation "))
+        .unwrap_or_else(|| panic!("no delegation in the transcript: {transcript:#?}"));
+    assert!(
+        delivered.contains("was stopped because this session ended (interrupted)"),
+        "{delivered}"
+    );
+    let results = caduceus_coordinator::agent::delegate::background_results(delivered).unwrap();
+    assert_eq!(results["results"][0]["status"], "interrupted");
+    assert_eq!(
+        results["results"][0]["orphaned_processes"]
+            .as_array()
+            .map(Vec::len),
+        Some(1),
+        "{results}"
+    );
+}

@@ -576,3 +576,27 @@ async fn chromium_connects_only_where_the_worker_judged_and_ignores_proxy_variab
     strict.close_all().await;
     assert!(profiles_under(profiles.path()).is_empty());
 }
+
+/// A navigation whose URL carries a credential's shape is refused before
+/// the browser is asked (hermes' exfiltration check, as web_extract's).
+#[tokio::test]
+async fn a_navigation_carrying_a_credential_is_refused() {
+    if !have_chromium() {
+        return;
+    }
+    let site = serve();
+    let profiles = tempfile::tempdir().unwrap();
+    let browsers = browsers(profiles.path(), true);
+    let nav = run(
+        &browsers,
+        "browser_navigate",
+        json!({"url": format!("{}/?k=%73k-proj-abcdefghijklmnopqrstuvwxyz0123456789", site.base)}),
+    )
+    .await;
+    assert_eq!(
+        nav,
+        json!({"success": false, "error": "Blocked: URL contains what appears to be an API key or token. Secrets must not be sent in URLs."})
+    );
+    assert!(site.requests.lock().unwrap().is_empty());
+    browsers.close_all().await;
+}

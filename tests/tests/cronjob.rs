@@ -425,3 +425,71 @@ async fn a_jobs_environment_starts_in_its_workdir() {
     assert!(!gone.exists());
     node.stop().await;
 }
+
+/// A run cut off by a crash keeps its job's `workdir` when it resumes: the
+/// resumed session's environment starts there, as the first one would have.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_run_keeps_its_jobs_workdir() {
+    let home = tempfile::tempdir().unwrap();
+    let workdir = tempfile::tempdir().unwrap();
+    let stalled = ScriptedServer::start(vec![
+        ScriptedResponse::text("too late").after(Duration::from_secs(600)),
+    ])
+    .await
+    .unwrap();
+    let clock = Arc::new(ManualClock::new(1_796_230_800));
+    let node = Node::start(home.path(), &stalled, clock.clone()).await;
+    let created = node
+        .coordinator
+        .call_tool(ClientCall::new(
+            "cronjob",
+            RawArguments::Value(json!({"action": "create", "prompt": "Mark the directory.", "schedule": "every 1m", "workdir": workdir.path().display().to_string()})),
+            "",
+        ))
+        .await;
+    let created: Value = serde_json::from_str(&created.body).unwrap();
+    let id = created["job_id"].as_str().unwrap().to_owned();
+    node.coordinator.start_cron();
+    clock.advance(60);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while stalled.request_count() == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the run never asked the model"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    node.coordinator.sessions().flush().await;
+    let after = tempfile::tempdir().unwrap();
+    let db = after.path().join("state.db");
+    rusqlite_copy(&home.path().join("state.db"), &db);
+
+    let model = ScriptedServer::start(vec![
+        ScriptedResponse::tool_calls(vec![ToolCall::new(
+            "call-pwd",
+            "terminal",
+            json!({"command": "pwd; echo resumed > here.txt"}).to_string(),
+        )]),
+        ScriptedResponse::text("marked"),
+    ])
+    .await
+    .unwrap();
+    clock.advance(30);
+    let restarted = Node::start(after.path(), &model, clock.clone()).await;
+    restarted.coordinator.start_cron();
+    let runs = finished_runs(&db, &id, 1).await;
+    assert_eq!(runs.len(), 1, "{runs:#?}");
+    assert_eq!(runs[0].final_response.as_deref(), Some("marked"));
+    assert_eq!(
+        std::fs::read_to_string(workdir.path().join("here.txt")).unwrap(),
+        "resumed\n"
+    );
+    let calls = caduceus_coordinator::agent::store::read_calls(&db, &runs[0].session_id).unwrap();
+    let result: Value = serde_json::from_str(calls[0].result.as_deref().unwrap()).unwrap();
+    assert_eq!(
+        result["output"],
+        workdir.path().canonicalize().unwrap().display().to_string()
+    );
+    restarted.stop().await;
+    node.stop().await;
+}

@@ -25,7 +25,11 @@ fn the_official_sdk_drives_the_stand_in() {
         return;
     };
     let fake = FakeDaytona::start(60.0);
-    let out = Command::new(&python)
+    // Under a timeout: a stand-in that stops answering must fail the test,
+    // not hold it (coreutils' timeout; exit 124 when it fired).
+    let out = Command::new("timeout")
+        .args(["-k", "10", "600"])
+        .arg(&python)
         .args(["-W", "ignore", SDK_CHECK])
         .env("DAYTONA_API_URL", fake.api_url())
         .env("DAYTONA_API_KEY", FakeDaytona::API_KEY)

@@ -297,6 +297,50 @@ fn a_strict_environment_cannot_connect_to_a_listener_on_the_host() {
     }
 }
 
+/// The outside-world tools run in the worker, not in the sandbox: for an
+/// environment without network they refuse rather than reach the network
+/// on its behalf (private URLs are allowed here, so the refusal is not the
+/// URL judge's), and nothing reaches the host's listener.
+#[test]
+fn a_strict_environments_outside_world_tools_refuse_instead_of_reaching_the_network() {
+    if !namespaces_available() {
+        return;
+    }
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/", listener.local_addr().unwrap());
+    listener.set_nonblocking(true).unwrap();
+    let workspace = open_dir("outside-world");
+    let fleet = Fleet::new();
+    fleet.write_config(&format!(
+        "terminal:\n  cwd: {}\n  login_shell: false\nsecurity:\n  allow_private_urls: true\n",
+        workspace.display()
+    ));
+    let coordinator = fleet.serve(&["--heartbeat-ms", "3000"]);
+    let _w = worker(&fleet, &coordinator, "strict", "strict");
+    fleet.wait_for_workers(&coordinator, &["strict"], Duration::from_secs(60));
+    let got = fleet.call(
+        &coordinator,
+        "web_extract",
+        &json!({ "urls": [url] }),
+        "strict",
+    );
+    assert_eq!(
+        got["error"],
+        "web_extract is refused here: this environment has no network (terminal.local_isolation: strict), and the tool would reach the network from the worker on its behalf",
+        "{got}"
+    );
+    assert_eq!(got["success"], false, "{got}");
+    assert!(
+        listener.accept().is_err(),
+        "web_extract reached the host's listener"
+    );
+    // The shell still runs there: the refusal is the tool's alone.
+    assert_eq!(
+        run(&fleet, &coordinator, "strict", "echo still-here").trim(),
+        "still-here"
+    );
+}
+
 #[test]
 fn an_unknown_isolation_mode_is_refused_at_start() {
     let fleet = Fleet::new();
@@ -381,6 +425,18 @@ fn a_docker_environment_with_network_none_cannot_reach_the_host() {
         );
         if network == "none" {
             assert!(out.contains("no-connection"), "{out}");
+            // Nor do the worker's outside-world tools reach out for it.
+            let got = fleet.call(
+                &coordinator,
+                "web_extract",
+                &json!({ "urls": [format!("http://127.0.0.1:{port}/")] }),
+                network,
+            );
+            assert_eq!(
+                got["error"],
+                "web_extract is refused here: this environment has no network (docker_network: false), and the tool would reach the network from the worker on its behalf",
+                "{got}"
+            );
         }
     }
 }

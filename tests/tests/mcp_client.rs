@@ -866,3 +866,296 @@ fn a_worker_hosts_only_when_started_with_host_mcp_reads_the_variables_itself_and
         || !alive(servers[0]) && !alive(helper),
     );
 }
+
+/// Creates a scoped token with `role` named `name`; returns its secret.
+fn create_token(fleet: &Fleet, coordinator: &Proc, role: &str, name: &str) -> String {
+    let out = fleet.client(
+        coordinator,
+        &["tokens", "create", "--role", role, "--name", name],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// The model's definition of `tool` (`caduceus tools --json`).
+fn definition(fleet: &Fleet, coordinator: &Proc, tool: &str) -> Value {
+    let out = fleet.client(coordinator, &["tools", "--json"]);
+    assert!(out.status.success());
+    let defs: Value = serde_json::from_slice(&out.stdout).unwrap();
+    defs.as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["function"]["name"] == tool)
+        .cloned()
+        .unwrap_or_else(|| panic!("no {tool} in {defs}"))
+}
+
+#[test]
+fn a_worker_token_claims_only_the_labels_and_hosts_only_the_servers_the_coordinator_grants_it() {
+    if !python_has("mcp_server_time", "mcp-server-time") {
+        return;
+    }
+    let fleet = Fleet::new();
+    fleet.write_config(
+        "mcp_servers:\n  labtime:\n    command: mcp-server-time\n    args: [--local-timezone, UTC]\n    env:\n      LAB_API_KEY: canary-grant-7c41\n    on:\n      labels: {site: lab}\n\
+         worker_grants:\n  lab-hosts:\n    labels: {site: lab, rack: '*'}\n    host: [labtime]\n  lab-plain:\n    labels: {site: lab}\n",
+    );
+    let mut coordinator = fleet.serve(&[]);
+    let hosts_token = create_token(&fleet, &coordinator, "worker", "lab-hosts");
+    let plain_token = create_token(&fleet, &coordinator, "worker", "lab-plain");
+    let stranger_token = create_token(&fleet, &coordinator, "worker", "stranger");
+
+    // A token without a grant claiming a label: refused at attach, and
+    // the worker says why and stops (retrying would not help).
+    let mut stranger = fleet.worker(
+        &coordinator,
+        "stranger",
+        &stranger_token,
+        &["--labels", "site=lab", "--host-mcp"],
+    );
+    assert!(
+        stranger.wait_exit(Duration::from_secs(30)).is_some(),
+        "the refused worker exits"
+    );
+    let said = stranger.stderr_to_end();
+    assert!(
+        said.contains("the worker token 'stranger' may not claim the label site=lab"),
+        "{said}"
+    );
+    // A granted label with another value than granted: refused too.
+    let mut wrong_value = fleet.worker(
+        &coordinator,
+        "wrong-value",
+        &plain_token,
+        &["--labels", "site=office"],
+    );
+    assert!(wrong_value.wait_exit(Duration::from_secs(30)).is_some());
+    let said = wrong_value.stderr_to_end();
+    assert!(said.contains("it grants site=lab only"), "{said}");
+
+    // Granted the labels but not the server: it attaches and hosts nothing
+    // (the coordinator withholds the server's settings from it).
+    let plain = fleet.worker(
+        &coordinator,
+        "plain-lab",
+        &plain_token,
+        &["--labels", "site=lab", "--host-mcp"],
+    );
+    coordinator.wait_for_stderr(
+        "hosted provider withheld: the worker's token is not granted it",
+        Duration::from_secs(30),
+    );
+    fleet.wait_for_workers(&coordinator, &["plain-lab"], Duration::from_secs(30));
+    assert!(
+        !tool_names(&fleet, &coordinator, "")
+            .iter()
+            .any(|t| t.starts_with("mcp__labtime__")),
+        "nobody hosts labtime yet"
+    );
+
+    // Granted both: it hosts the server; the tools' descriptions say whose
+    // words they are; calls run there, not on the ungranted worker.
+    let host = fleet.worker(
+        &coordinator,
+        "lab-host",
+        &hosts_token,
+        &["--labels", "site=lab,rack=r7", "--host-mcp"],
+    );
+    wait_until("lab-host to host labtime", Duration::from_secs(60), || {
+        tool_names(&fleet, &coordinator, "").contains(&"mcp__labtime__get_current_time".to_owned())
+    });
+    let described = definition(&fleet, &coordinator, "mcp__labtime__get_current_time");
+    let description = described["function"]["description"].as_str().unwrap();
+    assert!(
+        description.starts_with("[from the MCP server 'labtime', run on a worker] "),
+        "{description}"
+    );
+    let now = fleet.call(
+        &coordinator,
+        "mcp__labtime__get_current_time",
+        &json!({"timezone": "UTC"}),
+        "g1",
+    );
+    assert!(now["result"].is_string(), "{now}");
+    assert_eq!(children_running(host.pid(), "mcp-server-time").len(), 1);
+    assert!(
+        children_running(plain.pid(), "mcp-server-time").is_empty(),
+        "the ungranted worker runs no server"
+    );
+    // The literal secret of the server's settings reached only the
+    // granted worker's server process.
+    for pid in children_running(plain.pid(), "") {
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        assert!(!String::from_utf8_lossy(&environ).contains("canary-grant-7c41"));
+    }
+}
+
+/// The state (`ready`, `suspect`, …) `caduceus status` gives the worker `name`.
+fn worker_state(fleet: &Fleet, coordinator: &Proc, name: &str) -> String {
+    fleet.status(coordinator)["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["name"] == name)
+        .map_or_else(
+            || "gone".to_owned(),
+            |w| w["state"].as_str().unwrap_or("").to_owned(),
+        )
+}
+
+#[test]
+fn calls_of_a_server_hosted_twice_spread_skip_a_stopped_host_and_end_once_when_their_host_is_killed()
+ {
+    let state = tempfile::tempdir().unwrap();
+    let log = state.path().join("calls.log");
+    let fleet = Fleet::new();
+    fleet.write_config(&format!(
+        "mcp_servers:\n  slow:\n    command: python3\n    args: ['{}', --with-wait, --log, '{}']\n    on:\n      labels: {{site: lab}}\n",
+        legacy_fixture().display(),
+        log.display()
+    ));
+    // Suspect after 2 s of silence, lost only after 120 s: the stopped host
+    // stays attached (and passed over) while it is stopped.
+    let coordinator = fleet.serve(&[
+        "--heartbeat-ms",
+        "500",
+        "--suspect-after-ms",
+        "2000",
+        "--lost-after-ms",
+        "120000",
+    ]);
+    let url = coordinator.url();
+    let mut one = fleet.worker(
+        &coordinator,
+        "host-one",
+        &fleet.token,
+        &["--labels", "site=lab", "--host-mcp"],
+    );
+    let mut two = fleet.worker(
+        &coordinator,
+        "host-two",
+        &fleet.token,
+        &["--labels", "site=lab", "--host-mcp"],
+    );
+    // The server a host runs once it has listed its tools (the first
+    // process, which tried the newest protocol, is replaced by a fresh one).
+    let listed_by = |worker: &Proc| {
+        let running = children_running(worker.pid(), "legacy_server");
+        let pid = running.first()?.to_string();
+        logged_methods(&log)
+            .iter()
+            .any(|(p, m)| *p == pid && m == "tools/list")
+            .then_some(pid)
+    };
+    wait_until(
+        "both hosts to run the server",
+        Duration::from_secs(60),
+        || listed_by(&one).is_some() && listed_by(&two).is_some(),
+    );
+    let (server_one, server_two) = (listed_by(&one).unwrap(), listed_by(&two).unwrap());
+    let echo = || {
+        fleet.call(
+            &coordinator,
+            "mcp__slow__echo",
+            &json!({"text": "hi"}),
+            "s1",
+        )
+    };
+    let served_by = |server: &str| {
+        logged_methods(&log)
+            .iter()
+            .filter(|(pid, method)| pid == server && method == "tools/call")
+            .count()
+    };
+
+    wait_until(
+        "the server's tools to be offered",
+        Duration::from_secs(60),
+        || tool_names(&fleet, &coordinator, "").contains(&"mcp__slow__echo".to_owned()),
+    );
+    // Spread: once both have announced, calls take turns between them.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while served_by(&server_one) == 0 || served_by(&server_two) == 0 {
+        let said = echo();
+        assert_eq!(said["result"], "hi", "{said}");
+        assert!(
+            Instant::now() < deadline,
+            "calls did not reach both hosts ({server_one}, {server_two}): {:?}",
+            logged_methods(&log)
+        );
+    }
+
+    // SIGSTOP one host: once it is suspect, every call goes to the other.
+    signal(one.pid(), "STOP");
+    wait_until("host-one to be suspect", Duration::from_secs(30), || {
+        worker_state(&fleet, &coordinator, "host-one") == "suspect"
+    });
+    let before = served_by(&server_two);
+    for _ in 0..4 {
+        let said = echo();
+        assert_eq!(said["result"], "hi", "{said}");
+    }
+    assert_eq!(served_by(&server_two), before + 4, "all went to host-two");
+    signal(one.pid(), "CONT");
+    wait_until(
+        "host-one to be ready again",
+        Duration::from_secs(30),
+        || worker_state(&fleet, &coordinator, "host-one") == "ready",
+    );
+
+    // kill -9 the host serving a call mid-call: that call ends once, with
+    // an error that says so; the next goes to the surviving host.
+    let mark = state.path().join("serving.pid");
+    let outcome = std::thread::scope(|scope| {
+        let call = scope.spawn(|| {
+            fleet.call_at(
+                &url,
+                "mcp__slow__wait",
+                &json!({"seconds": 120, "mark": mark.display().to_string()}),
+                "s2",
+            )
+        });
+        wait_until("the call to reach a host", Duration::from_secs(60), || {
+            std::fs::read_to_string(&mark).is_ok_and(|p| !p.is_empty())
+        });
+        let serving = std::fs::read_to_string(&mark).unwrap();
+        let (killed, survivor) = if serving == server_one {
+            (&mut one, "host-two")
+        } else {
+            assert_eq!(serving, server_two);
+            (&mut two, "host-one")
+        };
+        killed.kill();
+        (call.join().unwrap(), survivor)
+    });
+    let (result, survivor) = outcome;
+    let error = result["error"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{result}"));
+    assert!(
+        error.contains("running the MCP server 'slow' was lost during this call")
+            && error.contains("was not retried"),
+        "{error}"
+    );
+    wait_until("the killed host to leave", Duration::from_secs(30), || {
+        fleet.worker_names(&coordinator) == [survivor.to_owned()]
+    });
+    let _ = std::fs::remove_file(&mark);
+    let after = fleet.call(
+        &coordinator,
+        "mcp__slow__wait",
+        &json!({"seconds": 0, "mark": mark.display().to_string()}),
+        "s3",
+    );
+    assert_eq!(after["result"], "waited", "{after}");
+    let survivor_server = if survivor == "host-one" {
+        &server_one
+    } else {
+        &server_two
+    };
+    assert_eq!(&std::fs::read_to_string(&mark).unwrap(), survivor_server);
+}

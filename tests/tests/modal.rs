@@ -29,7 +29,11 @@ fn the_official_sdk_drives_the_stand_in() {
         return;
     };
     let fake = FakeModal::start();
-    let out = Command::new(&python)
+    // Under a timeout: a stand-in that stops answering must fail the test,
+    // not hold it (coreutils' timeout; exit 124 when it fired).
+    let out = Command::new("timeout")
+        .args(["-k", "10", "600"])
+        .arg(&python)
         .args(["-W", "ignore", SDK_CHECK])
         .envs(fake.env())
         .env_remove("MODAL_PROFILE")
@@ -189,6 +193,23 @@ mod native {
         .await;
     }
 
+    /// A stand-in dropped with sandboxes running (a test that failed, or
+    /// one that SIGSTOPped it) takes their processes with it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_dropped_stand_in_leaves_no_sandbox_process() {
+        let fake = FakeModal::start();
+        let provider = ModalProvider::new(settings(&fake, FakeModal::TOKEN_SECRET));
+        let sandbox = provider.create(&request("t-drop")).await.unwrap();
+        let _sleeper = sandbox.spawn(bash("sleep 300")).await.unwrap();
+        let id = sandbox.id().to_owned();
+        assert!(!fake.processes_of(&id).is_empty());
+        caduceus_tests::signal(fake.pid(), "STOP");
+        let needle = format!("MODAL_SANDBOX_ID={id}");
+        drop(fake);
+        let left = caduceus_tests::standins::processes_with_env(|v| v == needle.as_bytes());
+        assert!(left.is_empty(), "left running: {left:?}");
+    }
+
     /// A sandbox whose Modal `timeout` passes ends on the stand-in's side;
     /// the backend notices (vanished), and a sandbox nobody holds whose lease
     /// passed is terminated by the sweep.
@@ -200,6 +221,25 @@ mod native {
         short.timeout = Duration::from_secs(2);
         let provider = ModalProvider::new(short);
         let sandbox = provider.create(&request("t-short")).await.unwrap();
+        // Held: renewed as a live environment is (else its lease watchdog
+        // would end it first, at one lease).
+        let renewer = {
+            let sandbox = sandbox.clone();
+            tokio::spawn(async move {
+                loop {
+                    let record = caduceus_worker::backends::lease::LeaseRecord {
+                        task: "t-short".to_owned(),
+                        renewed_at: caduceus_worker::backends::lease::epoch_secs(
+                            std::time::SystemTime::now(),
+                        ),
+                        ttl_secs: 1,
+                        ..Default::default()
+                    };
+                    let _ = sandbox.renew_lease(&record).await;
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                }
+            })
+        };
         let mut waited = 0;
         while !sandbox.vanished() {
             assert!(waited < 300, "the timed-out sandbox never vanished");
@@ -215,11 +255,21 @@ mod native {
             sandbox.spawn(bash("true")).await,
             Err(caduceus_worker::sandbox::SandboxError::Gone(_))
         ));
+        renewer.abort();
 
         let mut long = settings(&fake, FakeModal::TOKEN_SECRET);
         long.lease = Duration::from_secs(1);
         let provider = ModalProvider::new(long);
         let orphan = provider.create(&request("t-orphan")).await.unwrap();
+        // A sandbox whose own watchdog cannot act (frozen) and that is not
+        // idle (a process runs, as a live shell would): only the sweep ends it.
+        let _busy = orphan.spawn(bash("sleep 60")).await.unwrap();
+        for pid in fake.processes_of(orphan.id()) {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            if String::from_utf8_lossy(&cmdline).contains("caduceus-lease") {
+                caduceus_tests::signal(pid as u32, "STOP");
+            }
+        }
         tokio::time::sleep(Duration::from_millis(2100)).await;
         let removed = provider
             .sweep(&SweepContext {
@@ -390,4 +440,82 @@ fn modal_credentials_reach_no_log_output_or_sandbox() {
             assert!(!text.contains(secret), "{secret} in {what}:\n{text}");
         }
     }
+}
+
+/// The stand-in frozen (SIGSTOP) under a live environment: a command with a
+/// 5 s timeout comes back from the worker (exit 124) with an error naming
+/// Modal's task router as what is not answering, instead of waiting on
+/// signals whose control execs get no answer (or the coordinator's
+/// deadline); after SIGCONT the task works again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_modal_fails_calls_clearly_and_they_work_after() {
+    use caduceus_tests::conformance::{BackendUnderTest, Stand};
+    let backend = BackendUnderTest::modal_with("");
+    let stand = Stand::start(backend.clone()).await;
+    let mut control = stand.control().await;
+    let before = control.terminal("md-frozen", "echo before", None).await;
+    assert_eq!(before["output"], "before", "{before}");
+    let fake = backend.fake_modal().unwrap();
+    caduceus_tests::signal(fake.pid(), "STOP");
+    let started = std::time::Instant::now();
+    let during = control.terminal("md-frozen", "echo during", Some(5)).await;
+    // Said, not asserted: the coordinator's deadline (timeout + 30 s) is
+    // what a slow stop sequence would run into, and the test would fail.
+    eprintln!("the frozen call took {:?}", started.elapsed());
+    caduceus_tests::signal(fake.pid(), "CONT");
+    assert_eq!(during["exit_code"], 124, "{during}");
+    let error = during["error"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no error in {during}"));
+    assert!(
+        error.contains("Modal: the task router of sandbox") && error.contains("not answering"),
+        "{during}"
+    );
+    stand
+        .wait_for_backend(std::time::Duration::from_secs(60))
+        .await;
+    let after = control.terminal("md-frozen", "echo after", None).await;
+    assert_eq!(after["output"], "after", "{after}");
+    assert!(after["error"].is_null(), "{after}");
+}
+
+/// A worker killed with SIGKILL leaves its sandbox behind with nobody to
+/// renew it or sweep it: the sandbox's lease watchdog ends it on Modal's
+/// side one lease after the last renewal (here 6 s), long before its Modal
+/// `timeout` (an hour), while its live shell still runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_workers_modal_sandbox_ends_one_lease_after_its_last_renewal() {
+    use caduceus_tests::conformance::{BackendUnderTest, Stand};
+    let backend =
+        BackendUnderTest::modal_with("  sandbox_lease_seconds: 6\n  modal_timeout_seconds: 3600\n");
+    let mut stand = Stand::start(backend.clone()).await;
+    let fake = backend.fake_modal().unwrap();
+    let mut control = stand.control().await;
+    let task = "modal-killed-worker";
+    // Longer than a lease: the renewals keep it alive while the worker is.
+    let first = control.terminal(task, "sleep 8; echo alive", None).await;
+    assert_eq!(first["output"], "alive", "{first}");
+    let sandbox = control.sandbox_of(task).await;
+    assert!(!fake.log().contains(&format!("sandbox {sandbox} finished")));
+    stand.worker.kill();
+    // A hang guard, not a speed check: the lease is 6 s, the timeout 3600 s.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let finished = format!("sandbox {sandbox} finished");
+    while !fake.log().contains(&finished) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the abandoned sandbox never ended:\n{}",
+            fake.log()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let log = fake.log();
+    assert!(
+        !log.contains(&format!("sandbox {sandbox} reached its timeout")),
+        "{log}"
+    );
+    // Its entrypoint (the watchdog) ended it, not a terminate from anyone.
+    let line = log.lines().find(|l| l.contains(&finished)).unwrap();
+    assert!(line.contains("status 1 "), "{line}");
+    assert!(fake.processes_of(&sandbox).is_empty());
 }

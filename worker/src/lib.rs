@@ -521,6 +521,20 @@ impl Worker {
             Ok(found) => found,
             Err(reply) => return (reply, None),
         };
+        if let Some(setting) = env.sandbox.network_cut()
+            && reaches_network(&call.tool, &args)
+        {
+            return (
+                ToolReply::failed_json(&serde_json::json!({
+                    "success": false,
+                    "error": format!(
+                        "{} is refused here: this environment has no network ({setting}), and the tool would reach the network from the worker on its behalf",
+                        call.tool
+                    ),
+                })),
+                reset,
+            );
+        }
         if browser::is_browser_tool(&call.tool) {
             // The browser belongs to the task's environment (it ends with
             // it), but runs on this worker's host.
@@ -724,5 +738,20 @@ fn call_result(
         status: caduceus_proto::CallStatus::from(reply.status) as i32,
         environment_reset: reset.unwrap_or_default(),
         duration_us: u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
+    }
+}
+
+/// The outside-world tools whose call reaches the network from the worker:
+/// the browser, `web_extract`, and `vision_analyze` of an http(s) image
+/// (one read from the environment's files does not).
+fn reaches_network(tool: &str, args: &Map<String, Value>) -> bool {
+    match tool {
+        tools::web::TOOL => true,
+        tools::image::TOOL => args
+            .get("image_url")
+            .and_then(Value::as_str)
+            .map(|u| u.trim().to_ascii_lowercase())
+            .is_some_and(|u| u.starts_with("http://") || u.starts_with("https://")),
+        other => browser::is_browser_tool(other),
     }
 }

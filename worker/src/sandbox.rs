@@ -121,6 +121,14 @@ pub trait Sandbox: Send + Sync + fmt::Debug {
     /// can outlive their worker on its host (local) notes it, so that it is
     /// removed even when the worker dies without cleaning up.
     fn record_private_dir(&self, _path: &str) {}
+    /// The setting that leaves the sandbox's processes without network
+    /// (`terminal.local_isolation: strict`, `docker_network: false`), if
+    /// any. The outside-world tools run in the worker, outside every
+    /// sandbox, so for such an environment they refuse instead of reaching
+    /// the network on its behalf.
+    fn network_cut(&self) -> Option<&'static str> {
+        None
+    }
     /// File access inside the sandbox, for the file tools (one round trip per
     /// call where the backend allows).
     fn files(&self) -> Arc<dyn FileSystem>;

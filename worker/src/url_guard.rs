@@ -16,6 +16,9 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 
+use std::borrow::Cow;
+
+use caduceus_common::redact::{RedactMode, redact};
 use futures::StreamExt;
 
 /// Why a URL may not be opened.
@@ -30,6 +33,11 @@ pub enum Refusal {
     /// Not http(s) (a `file:` URL would read the worker's disk).
     #[error("Blocked: '{0}:' URLs cannot be opened; use an http(s) URL")]
     Scheme(String),
+    /// The URL holds a credential's shape (hermes: an exfiltration attempt).
+    #[error(
+        "Blocked: URL contains what appears to be an API key or token. Secrets must not be sent in URLs."
+    )]
+    Secret,
     /// The host did not resolve: nothing to judge it by.
     #[error("Blocked: the host '{0}' does not resolve, so its address cannot be checked")]
     Unresolved(String),
@@ -316,6 +324,9 @@ fn ensure_crypto_provider() {
 /// GETs `url`, following up to ten redirects, each hop judged (scheme,
 /// literal addresses here; names in the resolver) before it is requested.
 pub async fn fetch(url: &str, limits: FetchLimits) -> Result<Fetched, FetchError> {
+    if carries_secret(url) {
+        return Err(FetchError::Refused(Refusal::Secret));
+    }
     let client = client(limits.allow_private, limits.timeout)?;
     let run = async {
         let mut current =
@@ -449,6 +460,35 @@ async fn read_capped(response: reqwest::Response, max: usize) -> Result<Vec<u8>,
         body.extend_from_slice(&chunk);
     }
     Ok(body)
+}
+
+/// A URL (or its percent-decoded form) that holds a credential's shape:
+/// refused by every outside-world tool that takes a URL (the browser's
+/// navigations, `web_extract`, `vision_analyze`), before any request.
+pub fn carries_secret(url: &str) -> bool {
+    let decoded = percent_decode(url);
+    [url, decoded.as_str()]
+        .iter()
+        .any(|text| matches!(redact(text, RedactMode::General), Cow::Owned(_)))
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && let Some(hex) = s.get(i + 1..i + 3)
+            && let Ok(b) = u8::from_str_radix(hex, 16)
+        {
+            out.push(b);
+            i += 3;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[cfg(test)]

@@ -248,3 +248,29 @@ fn only_http_urls_are_fetched() {
     let mapped = url::Url::parse("http://[::ffff:10.0.0.1]/").unwrap();
     assert_eq!(judge_url(&mapped, false), Err(Refusal::Private));
 }
+
+/// The fetch behind web_extract and vision_analyze refuses a URL carrying a
+/// credential before any connection (the server sees nothing).
+#[tokio::test]
+async fn a_url_carrying_a_credential_is_never_requested() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let seen = std::sync::Arc::new(AtomicUsize::new(0));
+    let counter = seen.clone();
+    tokio::spawn(async move {
+        while let Ok(_socket) = listener.accept().await {
+            counter.fetch_add(1, Ordering::SeqCst);
+        }
+    });
+    for url in [
+        format!("{base}/?k=sk-proj-abcdefghijklmnopqrstuvwxyz0123456789"),
+        format!("{base}/img/%73k-proj-abcdefghijklmnopqrstuvwxyz0123456789.png"),
+    ] {
+        assert!(matches!(
+            fetch(&url, limits(true)).await,
+            Err(FetchError::Refused(Refusal::Secret))
+        ));
+    }
+    assert_eq!(seen.load(Ordering::SeqCst), 0);
+}

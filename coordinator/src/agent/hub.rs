@@ -343,7 +343,8 @@ impl SessionHub {
                 .scheduler()
                 .set_task_labels(&task_id, request.labels);
         }
-        if let Some(dir) = request.workdir.as_deref().filter(|d| !d.is_empty()) {
+        let workdir = request.workdir.filter(|d| !d.is_empty());
+        if let Some(dir) = &workdir {
             self.inner.dispatcher.set_task_workdir(&task_id, dir);
         }
         let spec = SessionSpec {
@@ -369,6 +370,7 @@ impl SessionHub {
             task_index: None,
             parent_call_id: None,
             output_schema: None,
+            workdir,
         };
         let (events, rx) = EventStream::recorded(
             self.inner.store().map(|s| (s.clone(), session_id.clone())),
@@ -548,6 +550,10 @@ impl SessionHub {
         let stream = events.clone();
         tokio::spawn(async move {
             let spec = resume::spec_of(&root, CancellationToken::new());
+            // The environment starts where it did before (a cron job's workdir).
+            if let Some(dir) = &spec.workdir {
+                hub.dispatcher.set_task_workdir(&spec.task_id, dir);
+            }
             let prepared = store
                 .as_ref()
                 .ok_or_else(|| "sessions are not recorded".to_owned())

@@ -226,6 +226,7 @@ pub(crate) fn spec_of(session: &StoredSession, cancel: CancellationToken) -> Ses
         task_index: session.task_index,
         parent_call_id: session.parent_call_id.clone(),
         output_schema: spec.output_schema.clone(),
+        workdir: spec.workdir.clone(),
     }
 }
 

@@ -64,6 +64,9 @@ pub(crate) struct SessionSpec {
     pub parent_call_id: Option<String>,
     /// The JSON Schema a child's final answer must satisfy.
     pub output_schema: Option<serde_json::Value>,
+    /// The directory its environment starts in (a cron job's `workdir`),
+    /// recorded so a resumed session's environment starts there too.
+    pub workdir: Option<String>,
 }
 
 /// How a session ended.

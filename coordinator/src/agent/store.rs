@@ -75,6 +75,8 @@ pub struct ResumeSpec {
     pub interactive: bool,
     /// A child's `output_schema`.
     pub output_schema: Option<serde_json::Value>,
+    /// The directory the session's environment starts in (a cron job's).
+    pub workdir: Option<String>,
 }
 
 /// A session row as it starts.

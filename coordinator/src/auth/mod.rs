@@ -12,6 +12,7 @@
 //! extensions, so that `Attach` can remember which token a worker used and a
 //! revoked token disconnects it.
 
+pub mod grants;
 pub mod tokens;
 
 use std::convert::Infallible;
@@ -29,6 +30,7 @@ use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
 use crate::audit::{AuditLog, TokenUseLine};
 use caduceus_proto::{AUTHORIZATION, token_from_authorization, tokens_match};
 
+pub use grants::{Grant, HostGrant, WorkerGrant, WorkerGrants};
 pub use tokens::{Role, TokenError, TokenInfo, TokenStore};
 
 /// Methods of `Control` a client may call; the others (approvals, tokens)

@@ -12,7 +12,7 @@
 //! the JSON the configuration's owner (the CLI) made of them.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
@@ -20,9 +20,101 @@ use serde_json::Value;
 
 use caduceus_proto::{HostProviders, HostedProvider, HostedTools};
 
+use crate::auth::HostGrant;
+
 use super::link::CallTable;
 use crate::registry::actor::RegistryHandle;
 use crate::registry::{Availability, Caller, Handler, Owner, ParallelClass, ToolEntry};
+
+/// At most this many tools per provider and worker are taken; the rest of
+/// an announcement is refused (logged).
+pub const MAX_TOOLS: usize = 1000;
+/// A tool's name (the MCP spec's limit, with our `mcp__<server>__` prefix).
+pub const MAX_NAME_CHARS: usize = 192;
+/// A tool's description, as the server wrote it.
+pub const MAX_DESCRIPTION_CHARS: usize = 8 * 1024;
+/// A tool's whole schema JSON.
+pub const MAX_SCHEMA_BYTES: usize = 64 * 1024;
+
+/// The schema a hosted tool is registered with, or why it is refused. The
+/// worker that announced it is trusted only as far as its grant: the name
+/// must lie in the provider's namespace and be a plain identifier, the
+/// schema must be the model's shape (`parameters` an object) within the
+/// size limits, and the description is marked as the server's words, so
+/// that the model (and whoever reads the definitions) can tell a hosted
+/// server's text from caduceus' own.
+pub(crate) fn checked_tool(
+    provider: &HostedProviderConfig,
+    name: &str,
+    schema_json: &str,
+) -> Result<Value, String> {
+    if !name.starts_with(&provider.tool_prefix) || name.len() == provider.tool_prefix.len() {
+        return Err(format!(
+            "its name is outside the provider's namespace `{}*`",
+            provider.tool_prefix
+        ));
+    }
+    if name.chars().count() > MAX_NAME_CHARS
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+    {
+        return Err(format!(
+            "its name is not 1-{MAX_NAME_CHARS} letters, digits, `_`, `-` or `.`"
+        ));
+    }
+    if schema_json.len() > MAX_SCHEMA_BYTES {
+        return Err(format!(
+            "its schema is {} bytes, over {MAX_SCHEMA_BYTES}",
+            schema_json.len()
+        ));
+    }
+    let mut schema = serde_json::from_str::<Value>(schema_json)
+        .ok()
+        .filter(Value::is_object)
+        .ok_or("its schema is not a JSON object")?;
+    if !schema.get("parameters").is_none_or(Value::is_object) {
+        return Err("its `parameters` is not a JSON object".to_owned());
+    }
+    let description = match schema.get("description") {
+        None | Some(Value::Null) => String::new(),
+        Some(Value::String(text)) => text.clone(),
+        Some(_) => return Err("its description is not a string".to_owned()),
+    };
+    if description.chars().count() > MAX_DESCRIPTION_CHARS {
+        return Err(format!(
+            "its description is {} characters, over {MAX_DESCRIPTION_CHARS}",
+            description.chars().count()
+        ));
+    }
+    let object = schema
+        .as_object_mut()
+        .ok_or("its schema is not a JSON object")?;
+    // The name the model sees is the one routed on, whatever the schema said.
+    object.insert("name".to_owned(), Value::String(name.to_owned()));
+    object.insert(
+        "description".to_owned(),
+        Value::String(marked_description(&provider.name, &description)),
+    );
+    Ok(schema)
+}
+
+/// A hosted tool's description as the model sees it: the server's text,
+/// marked as that server's.
+pub fn marked_description(provider: &str, description: &str) -> String {
+    format!("[from the MCP server '{provider}', run on a worker] {description}")
+}
+
+/// What a worker sent, cut for a log line.
+fn truncated(text: &str) -> String {
+    const MAX: usize = 200;
+    if text.chars().count() <= MAX {
+        text.to_owned()
+    } else {
+        let cut: String = text.chars().take(MAX).collect();
+        format!("{cut}…")
+    }
+}
 
 /// A provider that runs on workers, as the configuration names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,20 +165,29 @@ pub(crate) struct Route {
 /// provider -> the workers serving its tools now. Written by the scheduler
 /// actor, read by callers without a message (as placements are).
 #[derive(Clone, Default)]
-pub struct HostedTable(Arc<RwLock<HashMap<String, Vec<Host>>>>);
+pub struct HostedTable {
+    hosts: Arc<RwLock<HashMap<String, Vec<Host>>>>,
+    /// Turns among equally busy hosts, so that calls spread over them.
+    turn: Arc<AtomicUsize>,
+}
 
 impl HostedTable {
     /// The worker that runs `tool` of `provider`: the one holding the
     /// task's environment when it hosts the provider (the call then runs
-    /// next to the task's files), else the least busy host.
+    /// next to the task's files), else the least busy host, taking turns
+    /// among equally busy ones. A host silent for longer than
+    /// `suspect_after` (stopped, or cut off) is passed over while another
+    /// is heard from; with only silent hosts the call goes to one and ends
+    /// when it is heard from again or found lost.
     pub(crate) fn route(
         &self,
         provider: &str,
         tool: &str,
         task_worker: Option<&str>,
+        suspect_after: Duration,
     ) -> Option<Route> {
-        let table = self.0.read().unwrap_or_else(PoisonError::into_inner);
-        let hosts: Vec<&Host> = table
+        let table = self.hosts.read().unwrap_or_else(PoisonError::into_inner);
+        let serving: Vec<&Host> = table
             .get(provider)?
             .iter()
             .filter(|h| {
@@ -95,14 +196,28 @@ impl HostedTable {
                     && !h.calls.shared().draining.load(Ordering::Relaxed)
             })
             .collect();
-        let chosen = hosts
+        let heard: Vec<&Host> = serving
+            .iter()
+            .copied()
+            .filter(|h| h.calls.shared().heartbeat_age() <= suspect_after)
+            .collect();
+        let hosts = if heard.is_empty() { serving } else { heard };
+        let chosen = match hosts
             .iter()
             .find(|h| Some(h.worker_id.as_str()) == task_worker)
-            .or_else(|| {
-                hosts
+        {
+            Some(host) => *host,
+            None => {
+                let running = |h: &Host| h.calls.shared().running.load(Ordering::Relaxed);
+                let least = hosts.iter().map(|h| running(h)).min()?;
+                let idle: Vec<&Host> = hosts
                     .iter()
-                    .min_by_key(|h| h.calls.shared().running.load(Ordering::Relaxed))
-            })?;
+                    .copied()
+                    .filter(|h| running(h) == least)
+                    .collect();
+                idle[self.turn.fetch_add(1, Ordering::Relaxed) % idle.len()]
+            }
+        };
         Some(Route {
             worker_name: chosen.worker_name.clone(),
             calls: chosen.calls.clone(),
@@ -110,7 +225,7 @@ impl HostedTable {
     }
 
     fn set(&self, provider: &str, hosts: Vec<Host>) {
-        let mut table = self.0.write().unwrap_or_else(PoisonError::into_inner);
+        let mut table = self.hosts.write().unwrap_or_else(PoisonError::into_inner);
         if hosts.is_empty() {
             table.remove(provider);
         } else {
@@ -153,15 +268,29 @@ impl Hosted {
         self.providers.iter().find(|p| p.name == name)
     }
 
-    /// What a worker with `labels` is to host: sent to every worker, empty
-    /// too, so that one returning to a coordinator whose configuration no
-    /// longer names its providers stops them.
-    pub fn for_worker(&self, labels: &HashMap<String, String>) -> HostProviders {
+    /// What a worker with `labels` whose credential grants `grant` is to
+    /// host: sent to every worker, empty too, so that one returning to a
+    /// coordinator whose configuration no longer names its providers (or
+    /// no longer grants them) stops them. A provider its labels match but
+    /// its grant does not allow is withheld, settings and all, and logged.
+    pub fn for_worker(
+        &self,
+        worker_name: &str,
+        labels: &HashMap<String, String>,
+        grant: &HostGrant,
+    ) -> HostProviders {
         HostProviders {
             providers: self
                 .providers
                 .iter()
                 .filter(|p| p.hosted_by(labels))
+                .filter(|p| {
+                    let allowed = grant.allows(&p.name);
+                    if !allowed {
+                        tracing::warn!(worker = %worker_name, provider = %p.name, "hosted provider withheld: the worker's token is not granted it (worker_grants.<token>.host)");
+                    }
+                    allowed
+                })
                 .map(|p| HostedProvider {
                     name: p.name.clone(),
                     kind: p.kind.clone(),
@@ -171,37 +300,40 @@ impl Hosted {
         }
     }
 
-    /// A worker's announcement. One for a provider it was not given, or
-    /// naming tools outside the provider's namespace, is refused (logged).
+    /// A worker's announcement. One for a provider the worker was not
+    /// given (`hosting`: what [`Hosted::for_worker`] sent it) is dropped;
+    /// of the rest, each tool is checked ([`checked_tool`]) and one that
+    /// fails is refused; both are logged.
     pub async fn announce(
         &mut self,
         registry: &RegistryHandle,
-        worker: (&str, &str, &HashMap<String, String>),
+        worker: (&str, &str, &BTreeSet<String>),
         calls: &Arc<CallTable>,
         announced: HostedTools,
     ) {
-        let (worker_id, worker_name, labels) = worker;
+        let (worker_id, worker_name, hosting) = worker;
         let Some(provider) = self.provider(&announced.provider).cloned() else {
-            tracing::warn!(worker = %worker_name, provider = %announced.provider, "announcement for a provider this coordinator does not host dropped");
+            tracing::warn!(worker = %worker_name, provider = %truncated(&announced.provider), "announcement for a provider this coordinator does not host dropped");
             return;
         };
-        if !provider.hosted_by(labels) {
-            tracing::warn!(worker = %worker_name, provider = %provider.name, "announcement from a worker without the provider's labels dropped");
+        if !hosting.contains(&provider.name) {
+            tracing::warn!(worker = %worker_name, provider = %provider.name, "announcement for a provider this worker was not given dropped");
             return;
         }
         let mut tools = BTreeMap::new();
-        for tool in announced.tools {
-            let schema = serde_json::from_str::<Value>(&tool.schema_json)
-                .ok()
-                .filter(Value::is_object);
-            match schema {
-                Some(schema) if tool.name.starts_with(&provider.tool_prefix) => {
+        let announced_count = announced.tools.len();
+        for tool in announced.tools.into_iter().take(MAX_TOOLS) {
+            match checked_tool(&provider, &tool.name, &tool.schema_json) {
+                Ok(schema) => {
                     tools.insert(tool.name, schema);
                 }
-                _ => {
-                    tracing::warn!(worker = %worker_name, provider = %provider.name, tool = %tool.name, "hosted tool refused: its name is outside the provider's namespace or its schema is not a JSON object");
+                Err(why) => {
+                    tracing::warn!(worker = %worker_name, provider = %provider.name, tool = %truncated(&tool.name), "hosted tool refused: {why}");
                 }
             }
+        }
+        if announced_count > MAX_TOOLS {
+            tracing::warn!(worker = %worker_name, provider = %provider.name, announced = announced_count, "hosted tools beyond the first {MAX_TOOLS} refused");
         }
         let offers = self.offers.entry(provider.name.clone()).or_default();
         if tools.is_empty() && announced.unavailable.is_empty() {
@@ -213,7 +345,7 @@ impl Hosted {
                     worker_name: worker_name.to_owned(),
                     calls: calls.clone(),
                     tools,
-                    unavailable: announced.unavailable,
+                    unavailable: truncated(&announced.unavailable),
                 },
             );
         }
@@ -316,3 +448,7 @@ impl Hosted {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "hosted_tests.rs"]
+mod tests;

@@ -39,6 +39,7 @@ use caduceus_proto::{
 };
 
 use crate::ask;
+use crate::auth::HostGrant;
 use crate::call::{CallStatus, ToolReply};
 use crate::registry::actor::RegistryHandle;
 pub use link::{
@@ -110,6 +111,14 @@ pub enum ScheduleError {
         "The worker '{worker}' running this call was lost ({reason}). The task's environment is gone; the next call starts a fresh one."
     )]
     WorkerLost { worker: String, reason: String },
+    #[error(
+        "The worker '{worker}' running the MCP server '{provider}' was lost during this call ({reason}). The call was not retried (it may have taken effect there); the next call goes to a host that is still attached."
+    )]
+    HostLost {
+        worker: String,
+        provider: String,
+        reason: String,
+    },
     #[error("The worker '{worker}' is draining and takes no new calls; retry shortly.")]
     Draining { worker: String },
     #[error(
@@ -132,6 +141,7 @@ impl ScheduleError {
     pub fn worker(&self) -> Option<&str> {
         match self {
             ScheduleError::WorkerLost { worker, .. }
+            | ScheduleError::HostLost { worker, .. }
             | ScheduleError::Draining { worker }
             | ScheduleError::Suspect { worker, .. }
             | ScheduleError::Timeout { worker, .. } => Some(worker),
@@ -184,6 +194,8 @@ pub enum SchedulerMsg {
         hello: Hello,
         peer: String,
         commands: crate::CommandSender,
+        /// The hosted providers its credential may run.
+        host: HostGrant,
         reply: RpcReplyPort<Result<AttachedWorker, AttachError>>,
     },
     Place {
@@ -263,6 +275,9 @@ struct WorkerRecord {
     attached_at: Instant,
     link: ActorRef<LinkMsg>,
     calls: Arc<CallTable>,
+    /// The hosted providers it was given (labels and grant matched); an
+    /// announcement for any other is dropped.
+    hosting: BTreeSet<String>,
 }
 
 impl WorkerRecord {
@@ -710,9 +725,10 @@ impl Actor for Scheduler {
                 hello,
                 peer,
                 commands,
+                host,
                 reply,
             } => {
-                let outcome = attach(&myself, state, hello, peer, commands).await;
+                let outcome = attach(&myself, state, hello, peer, commands, &host).await;
                 if outcome.is_ok() {
                     state.fleet_changed();
                 }
@@ -829,7 +845,7 @@ impl Actor for Scheduler {
                     let worker = (
                         record.worker_id.as_str(),
                         record.name.as_str(),
-                        &record.labels,
+                        &record.hosting,
                     );
                     state
                         .hosted
@@ -890,6 +906,7 @@ async fn attach(
     hello: Hello,
     peer: String,
     commands: crate::CommandSender,
+    host_grant: &HostGrant,
 ) -> Result<AttachedWorker, AttachError> {
     let name = hello.name.trim().to_owned();
     if name.is_empty() {
@@ -930,7 +947,7 @@ async fn attach(
         .await
         .map_err(|_| AttachError::Unavailable)?;
     tracing::info!(worker = %name, %peer, backends = ?hello.backends, capacity = hello.capacity, "worker attached");
-    let record = WorkerRecord {
+    let mut record = WorkerRecord {
         worker_id: worker_id.clone(),
         name,
         version: hello.version,
@@ -944,9 +961,13 @@ async fn attach(
         attached_at: Instant::now(),
         link: link.clone(),
         calls: calls.clone(),
+        hosting: BTreeSet::new(),
     };
     let stale = adopt_environments(state, &record, &hello.environments);
-    let host = state.hosted.for_worker(&record.labels);
+    let host = state
+        .hosted
+        .for_worker(&record.name, &record.labels, host_grant);
+    record.hosting = host.providers.iter().map(|p| p.name.clone()).collect();
     state.workers.insert(worker_id.clone(), record);
     state.publish_fleet().await;
     Ok(AttachedWorker {
@@ -1073,16 +1094,20 @@ impl SchedulerHandle {
         ))
     }
 
+    /// Attaches a worker whose credential may run the hosted providers
+    /// `host` allows (its labels were checked against its grant before).
     pub async fn attach(
         &self,
         hello: Hello,
         peer: String,
         commands: crate::CommandSender,
+        host: HostGrant,
     ) -> Result<AttachedWorker, AttachError> {
         ask(&self.actor, |reply| SchedulerMsg::Attach {
             hello,
             peer,
             commands,
+            host,
             reply,
         })
         .await
@@ -1217,10 +1242,12 @@ impl SchedulerHandle {
             .read()
             .ok()
             .and_then(|p| p.get(&call.task_id).map(|p| p.worker_id.clone()));
-        let Some(route) = self
-            .hosted
-            .route(&call.provider, &call.tool, task_worker.as_deref())
-        else {
+        let Some(route) = self.hosted.route(
+            &call.provider,
+            &call.tool,
+            task_worker.as_deref(),
+            self.liveness.suspect_after,
+        ) else {
             return Err(ScheduleError::NotHosted {
                 provider: call.provider,
                 tool: call.tool,
@@ -1239,7 +1266,7 @@ impl SchedulerHandle {
             arguments_json: call.arguments_json,
             session_id: call.session_id,
             traceparent: call.traceparent,
-            provider: call.provider,
+            provider: call.provider.clone(),
             ..RunCall::default()
         };
         let done = send_and_wait(
@@ -1249,7 +1276,16 @@ impl SchedulerHandle {
             None,
             deadline,
         )
-        .await?;
+        .await
+        .map_err(|err| match err {
+            // No environment was involved: say what a lost host means here.
+            ScheduleError::WorkerLost { worker, reason } => ScheduleError::HostLost {
+                worker,
+                provider: call.provider,
+                reason,
+            },
+            other => other,
+        })?;
         Ok(WorkerCallDone {
             reply: ToolReply::new(caduceus_proto::call_status(done.status), done.body),
             worker: route.worker_name,

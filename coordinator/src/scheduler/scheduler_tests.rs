@@ -120,6 +120,7 @@ async fn attach_hello(
             },
             "test".to_owned(),
             commands,
+            HostGrant::All,
         )
         .await
         .unwrap();

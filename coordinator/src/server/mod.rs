@@ -134,13 +134,16 @@ impl WorkerGateway for GatewayService {
             .remote_addr()
             .map(|a: SocketAddr| a.to_string())
             .unwrap_or_default();
-        let token = request
-            .extensions()
-            .get::<Caller>()
-            .and_then(|caller| caller.token.clone());
+        let caller = request.extensions().get::<Caller>().cloned();
+        let token = caller.as_ref().and_then(|caller| caller.token.clone());
         let (commands, rx) = mpsc::unbounded_channel();
         self.coordinator
-            .attach_worker(Box::pin(request.into_inner()), commands.clone(), peer)
+            .attach_worker_as(
+                Box::pin(request.into_inner()),
+                commands.clone(),
+                peer,
+                caller.as_ref(),
+            )
             .await?;
         if let Some(token) = token {
             // Revoking the token, or its expiry, disconnects this worker.

@@ -55,8 +55,9 @@ pub async fn searxng(http: &reqwest::Client, base: &str, query: &str, limit: usi
         &format!("{base}/search"),
         &[("q", query), ("format", "json"), ("pageno", "1")],
     ) else {
-        return json!({"success": false, "error": format!("SEARXNG_URL is not a valid URL: {base}")});
+        return json!({"success": false, "error": "SEARXNG_URL is not a valid URL"});
     };
+    let shown = shown(&url);
     let sent = http
         .get(url)
         .header(reqwest::header::ACCEPT, "application/json")
@@ -66,7 +67,7 @@ pub async fn searxng(http: &reqwest::Client, base: &str, query: &str, limit: usi
     let response = match sent {
         Ok(response) => response,
         Err(err) => {
-            return json!({"success": false, "error": format!("Could not reach SearXNG at {base}: {}", describe(&err))});
+            return json!({"success": false, "error": format!("Could not reach SearXNG at {shown}: {}", describe(&err.without_url()))});
         }
     };
     if !response.status().is_success() {
@@ -109,6 +110,16 @@ fn text(value: &Value) -> String {
         Value::Null => String::new(),
         other => other.to_string(),
     }
+}
+
+/// The instance as errors name it: scheme, host and port only — a
+/// `user:password@` or a `?token=` of `SEARXNG_URL` is a credential.
+fn shown(url: &reqwest::Url) -> String {
+    let mut text = format!("{}://{}", url.scheme(), url.host_str().unwrap_or_default());
+    if let Some(port) = url.port() {
+        text.push_str(&format!(":{port}"));
+    }
+    text
 }
 
 fn describe(err: &reqwest::Error) -> String {

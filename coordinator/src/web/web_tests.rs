@@ -84,3 +84,31 @@ async fn backend_failures_are_hermes_errors() {
         "{unreachable}"
     );
 }
+
+/// `SEARXNG_URL` may carry a password or a token; no error repeats them.
+#[tokio::test]
+async fn the_instances_credentials_are_not_in_any_error() {
+    // A port nothing listens on: the connection is refused.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let got = searxng(
+        &client(),
+        &format!("http://admin:hunter2pass@127.0.0.1:{port}/?token=tok3n"),
+        "q",
+        5,
+    )
+    .await;
+    let error = got["error"].as_str().unwrap();
+    assert!(
+        error.starts_with(&format!(
+            "Could not reach SearXNG at http://127.0.0.1:{port}: "
+        )),
+        "{error}"
+    );
+    for secret in ["hunter2pass", "admin", "tok3n"] {
+        assert!(!error.contains(secret), "{error}");
+    }
+    let bad = searxng(&client(), "http://admin:hunter2pass@[::1", "q", 5).await;
+    assert_eq!(bad["error"], "SEARXNG_URL is not a valid URL");
+}

@@ -107,6 +107,8 @@ struct Exec {
     stdin_eof: bool,
     stdin: Option<std::sync::mpsc::Sender<Option<Vec<u8>>>>,
     pgid: u32,
+    /// When it ended (the end of its activity, for the idle timeout).
+    ended_at: Option<Instant>,
 }
 
 struct Box_ {
@@ -118,6 +120,11 @@ struct Box_ {
     created_at: f64,
     timeout_secs: u32,
     deadline: Instant,
+    /// `idle_timeout_secs`: ended when nothing ran for this long.
+    idle_timeout: Option<Duration>,
+    /// Last moment it was active (created, or an exec running), as Modal
+    /// counts activity: a running `exec` (stdin is written only to one).
+    last_active: Instant,
     result: Option<api::GenericResult>,
     home: PathBuf,
     workdir: Option<String>,
@@ -193,21 +200,47 @@ impl Fake {
         self.bump();
     }
 
-    /// Ends sandboxes whose `timeout` passed (TIMEOUT, as Modal does).
+    /// Ends sandboxes whose `timeout` passed (TIMEOUT, as Modal does), and
+    /// those with an `idle_timeout` that were idle that long (IDLE_TIMEOUT):
+    /// no exec running since.
     async fn timeout_loop(self) {
         loop {
             tokio::time::sleep(Duration::from_millis(200)).await;
             let now = Instant::now();
-            let due: Vec<String> = self
-                .lock()
-                .boxes
-                .values()
-                .filter(|b| b.result.is_none() && b.deadline <= now)
-                .map(|b| b.id.clone())
-                .collect();
+            let mut due = Vec::new();
+            let mut idle = Vec::new();
+            for b in self.lock().boxes.values_mut() {
+                if b.result.is_some() {
+                    continue;
+                }
+                if b.deadline <= now {
+                    due.push(b.id.clone());
+                    continue;
+                }
+                let mut running = false;
+                for exec in b.execs.values() {
+                    if let Ok(e) = exec.lock() {
+                        running |= e.exit.is_none();
+                        if let Some(ended) = e.ended_at {
+                            b.last_active = b.last_active.max(ended);
+                        }
+                    }
+                }
+                if running {
+                    b.last_active = now;
+                } else if let Some(limit) = b.idle_timeout
+                    && now.duration_since(b.last_active) >= limit
+                {
+                    idle.push(b.id.clone());
+                }
+            }
             for id in due {
                 log(format!("sandbox {id} reached its timeout"));
                 self.finish(&id, result(GenericStatus::Timeout, 0, "timed out"));
+            }
+            for id in idle {
+                log(format!("sandbox {id} reached its idle timeout"));
+                self.finish(&id, result(GenericStatus::IdleTimeout, 0, "idle timeout"));
             }
         }
     }
@@ -355,6 +388,11 @@ impl Fake {
                 created_at: now_secs(),
                 timeout_secs,
                 deadline: Instant::now() + Duration::from_secs(u64::from(timeout_secs)),
+                idle_timeout: definition
+                    .idle_timeout_secs
+                    .filter(|s| *s > 0)
+                    .map(|s| Duration::from_secs(u64::from(s))),
+                last_active: Instant::now(),
                 result: None,
                 home,
                 workdir,
@@ -406,6 +444,7 @@ impl Fake {
             tags: tags_of(&sandbox.tags),
             image_id: sandbox.image_id.clone(),
             timeout_secs: sandbox.timeout_secs,
+            idle_timeout_secs: sandbox.idle_timeout.map(|d| d.as_secs() as u32),
             ..Default::default()
         }
     }
@@ -1089,6 +1128,7 @@ impl TaskCommandRouter for Fake {
             std::thread::spawn(move || {
                 let status = child.wait();
                 if let Ok(mut e) = exec.lock() {
+                    e.ended_at = Some(Instant::now());
                     e.exit = Some(match status {
                         Ok(s) => {
                             match (s.code(), std::os::unix::process::ExitStatusExt::signal(&s)) {

@@ -157,6 +157,13 @@ impl Sandbox for LocalSandbox {
         "local"
     }
 
+    fn network_cut(&self) -> Option<&'static str> {
+        self.confinement
+            .as_ref()
+            .is_some_and(|c| c.mode == super::isolation::LocalIsolation::Strict)
+            .then_some("terminal.local_isolation: strict")
+    }
+
     fn id(&self) -> &str {
         &self.id
     }

@@ -850,6 +850,9 @@ impl BrowserSession {
                 if url.is_empty() {
                     return Err(BrowserError::Input("url is required".into()));
                 }
+                if guard::carries_secret(&url) {
+                    return Err(BrowserError::Input(guard::Refusal::Secret.to_string()));
+                }
                 if let Err(refusal) = guard::check(&url, allow_private).await {
                     return Err(BrowserError::Input(refusal.to_string()));
                 }

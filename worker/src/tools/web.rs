@@ -11,10 +11,10 @@ use regex::Regex;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
-use caduceus_common::redact::{RedactMode, redact};
 use caduceus_common::result::ToolReply;
 
 use crate::env::Environment;
+pub use crate::url_guard::carries_secret;
 use crate::url_guard::{self, FetchLimits};
 
 pub const TOOL: &str = "web_extract";
@@ -107,7 +107,7 @@ pub async fn run(
                 if carries_secret(&url) {
                     return ToolReply::failed_json(&json!({
                         "success": false,
-                        "error": "Blocked: URL contains what appears to be an API key or token. Secrets must not be sent in URLs.",
+                        "error": url_guard::Refusal::Secret.to_string(),
                     }));
                 }
                 urls.push(Ok(url));
@@ -146,10 +146,11 @@ async fn extract_one(env: &Environment, url: &str, limits: FetchLimits, limit: u
         Ok(fetched) => fetched,
         Err(err) => return Page::failed(url.to_owned(), fetch_error_text(&err)),
     };
-    let (title, content) = match convert_off_the_runtime(fetched.content_type, fetched.body).await {
-        Ok(found) => found,
-        Err(error) => return Page::failed(url.to_owned(), error),
-    };
+    let (title, content) =
+        match convert_off_the_runtime(fetched.content_type, fetched.charset, fetched.body).await {
+            Ok(found) => found,
+            Err(error) => return Page::failed(url.to_owned(), error),
+        };
     let clean = images_to_placeholders(&content);
     let content = truncate_with_footer(env, &clean, url, limit).await;
     Page {
@@ -176,6 +177,7 @@ fn fetch_error_text(err: &url_guard::FetchError) -> String {
 /// worker's other calls nor overflow the stack of the thread that serves them.
 async fn convert_off_the_runtime(
     content_type: String,
+    charset: Option<String>,
     body: Vec<u8>,
 ) -> Result<(String, String), String> {
     let (done, result) = tokio::sync::oneshot::channel();
@@ -183,7 +185,7 @@ async fn convert_off_the_runtime(
         .name("web-extract".into())
         .stack_size(64 << 20)
         .spawn(move || {
-            let text = String::from_utf8_lossy(&body);
+            let text = decode(charset.as_deref(), &content_type, &body);
             let _ = done.send(readable(&content_type, &text));
         });
     if let Err(err) = spawned {
@@ -192,6 +194,27 @@ async fn convert_off_the_runtime(
     result
         .await
         .unwrap_or_else(|_| Err("Error extracting content: the converter failed".to_owned()))
+}
+
+/// The body as text: by a byte-order mark, else the header's charset, else
+/// (HTML) a `<meta charset>` / `http-equiv` declaration in its first 1024
+/// bytes (the HTML standard's prescan window), else UTF-8; undecodable
+/// bytes become U+FFFD.
+fn decode(charset: Option<&str>, content_type: &str, body: &[u8]) -> String {
+    static META: LazyLock<Option<Regex>> = LazyLock::new(|| {
+        Regex::new(r#"(?i)<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9_:.-]+)"#).ok()
+    });
+    let declared = charset.map(str::to_owned).or_else(|| {
+        if !content_type.contains("html") && !content_type.is_empty() {
+            return None;
+        }
+        let head = String::from_utf8_lossy(&body[..body.len().min(1024)]);
+        META.as_ref()?.captures(&head).map(|c| c[1].to_owned())
+    });
+    let encoding = declared
+        .and_then(|label| encoding_rs::Encoding::for_label(label.as_bytes()))
+        .unwrap_or(encoding_rs::UTF_8);
+    encoding.decode(body).0.into_owned()
 }
 
 /// The page's title and its text as markdown (HTML), or the text as it is
@@ -492,33 +515,6 @@ fn thousands(n: usize) -> String {
         out.push(c);
     }
     out
-}
-
-/// A URL (or its percent-decoded form) that holds a credential's shape.
-pub fn carries_secret(url: &str) -> bool {
-    let decoded = percent_decode(url);
-    [url, decoded.as_str()]
-        .iter()
-        .any(|text| matches!(redact(text, RedactMode::General), Cow::Owned(_)))
-}
-
-fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%'
-            && let Some(hex) = s.get(i + 1..i + 3)
-            && let Ok(b) = u8::from_str_radix(hex, 16)
-        {
-            out.push(b);
-            i += 3;
-            continue;
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[cfg(test)]

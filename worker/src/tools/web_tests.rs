@@ -87,3 +87,29 @@ fn a_page_nested_past_any_real_document_comes_back_as_text_not_a_crash() {
     let (_, normal) = html_to_markdown("<html><body><h1>Title</h1><p>para</p></body></html>");
     assert!(normal.contains("# Title"), "{normal}");
 }
+
+#[test]
+fn a_page_is_decoded_by_its_declared_charset() {
+    // "café" in Latin-1 and in Shift_JIS "日本".
+    let latin1 = b"<p>caf\xe9</p>";
+    assert_eq!(
+        decode(Some("iso-8859-1"), "text/html", latin1),
+        "<p>café</p>"
+    );
+    let meta = b"<html><head><meta charset=\"windows-1252\"></head><p>caf\xe9 \x93quoted\x94</p>";
+    assert!(decode(None, "text/html", meta).contains("café “quoted”"));
+    let equiv = b"<meta http-equiv=\"Content-Type\" content=\"text/html; charset=Shift_JIS\">\x93\xfa\x96\x7b";
+    assert!(decode(None, "text/html", equiv).ends_with("日本"));
+    // The header wins over the page; no declaration is UTF-8; a BOM wins over both.
+    assert_eq!(decode(Some("utf-8"), "text/html", "é".as_bytes()), "é");
+    assert_eq!(decode(None, "text/plain", "naïve".as_bytes()), "naïve");
+    assert_eq!(
+        decode(Some("iso-8859-1"), "text/html", b"\xef\xbb\xbf\xc3\xa9"),
+        "é"
+    );
+    // An unknown label falls back to UTF-8 with replacement characters.
+    assert_eq!(
+        decode(Some("no-such-charset"), "text/html", b"a\xffb"),
+        "a\u{fffd}b"
+    );
+}

@@ -158,6 +158,7 @@ impl AgentLoop {
                 task_index: Some(task.index),
                 parent_call_id: Some(call_id.to_owned()),
                 output_schema: task.output_schema.clone(),
+                workdir: None,
             };
             self.emit(
                 events::CHILD_STARTED,

@@ -316,6 +316,7 @@ impl AgentLoop {
                 }),
                 interactive: spec.interactive,
                 output_schema: spec.output_schema.clone(),
+                workdir: spec.workdir.clone(),
             },
         });
     }

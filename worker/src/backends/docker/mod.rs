@@ -196,7 +196,10 @@ impl DockerProvider {
             settings.cwd.clone(),
             settings.forward_env.clone(),
             persistent_paths,
-            served,
+            sandbox::ContainerTraits {
+                file_server_mounted: served,
+                network_cut: !settings.network,
+            },
         );
         tracing::debug!(container = %sandbox.name(), image = %settings.image, "container started");
         Ok(sandbox)

@@ -43,6 +43,17 @@ pub struct DockerSandbox {
     watch: Arc<Watch>,
     watcher: tokio::task::JoinHandle<()>,
     files: Arc<dyn FileSystem>,
+    /// Started with `--network=none` (`docker_network: false`).
+    network_cut: bool,
+}
+
+/// What a started container was given, beyond its names.
+#[derive(Debug, Clone, Copy)]
+pub struct ContainerTraits {
+    /// The worker's file server is bind-mounted in it.
+    pub file_server_mounted: bool,
+    /// It runs with `--network=none`.
+    pub network_cut: bool,
 }
 
 impl std::fmt::Debug for DockerSandbox {
@@ -69,8 +80,12 @@ impl DockerSandbox {
         cwd: String,
         forward_env: Vec<String>,
         persistent_paths: Vec<String>,
-        file_server_mounted: bool,
+        traits: ContainerTraits,
     ) -> Arc<Self> {
+        let ContainerTraits {
+            file_server_mounted,
+            network_cut,
+        } = traits;
         let watch = Arc::new(Watch::default());
         let watcher = tokio::spawn(watch_container(docker.clone(), id.clone(), watch.clone()));
         Arc::new_cyclic(|me: &std::sync::Weak<DockerSandbox>| {
@@ -93,6 +108,7 @@ impl DockerSandbox {
                 watch,
                 watcher,
                 files,
+                network_cut,
             }
         })
     }
@@ -139,6 +155,10 @@ async fn watch_container(docker: Docker, id: String, watch: Arc<Watch>) {
 
 #[async_trait]
 impl Sandbox for DockerSandbox {
+    fn network_cut(&self) -> Option<&'static str> {
+        self.network_cut.then_some("docker_network: false")
+    }
+
     fn backend(&self) -> &str {
         "docker"
     }

@@ -395,8 +395,42 @@ pub struct Router {
     url: String,
     channel: Channel,
     jwt: Arc<std::sync::Mutex<String>>,
-    /// See [`Router::mark_stalled`].
-    stalled: Arc<AtomicBool>,
+    health: Arc<RouterHealth>,
+}
+
+/// What the router's answers say about it (see [`Router::stalled`]).
+#[derive(Default)]
+struct RouterHealth {
+    /// A control exec got no answer in time (cleared by any answer).
+    stalled: AtomicBool,
+    /// Quick calls in flight, by start.
+    in_flight: std::sync::Mutex<HashMap<u64, Instant>>,
+    next: std::sync::atomic::AtomicU64,
+    /// A probe is out (at most one at a time).
+    probing: AtomicBool,
+    /// When the router last answered anything.
+    last_answer: std::sync::Mutex<Option<Instant>>,
+}
+
+/// How long a quick router call (an exec start, a stdin write) may go
+/// unanswered before the router counts as stalled: they answer in
+/// milliseconds, and a command's own timeout is often only a few seconds.
+pub const ROUTER_STALL: Duration = Duration::from_secs(5);
+/// How long the probe of a stalled router waits for its answer.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Removes a quick call from the in-flight set when it ends either way.
+struct InFlight<'a> {
+    health: &'a RouterHealth,
+    key: u64,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut in_flight) = self.health.in_flight.lock() {
+            in_flight.remove(&self.key);
+        }
+    }
 }
 
 impl std::fmt::Debug for Router {
@@ -417,7 +451,7 @@ impl Router {
             url: access.url.clone(),
             channel: api.router_channel(&access.url)?,
             jwt: Arc::new(std::sync::Mutex::new(access.jwt.clone())),
-            stalled: Arc::new(AtomicBool::new(false)),
+            health: Arc::default(),
         })
     }
 
@@ -459,29 +493,134 @@ impl Router {
     }
 
     /// A control exec got no answer in time: until the router answers
-    /// anything again, the next ones are given a short time only, so a
-    /// wedged router costs one full wait, not one per signal of a stop.
+    /// anything again it counts as stalled (see [`Router::stalled`]).
     pub fn mark_stalled(&self) {
-        self.stalled.store(true, Ordering::SeqCst);
+        self.health.stalled.store(true, Ordering::SeqCst);
     }
 
+    /// Stalled: a control exec went unanswered, or a quick call has been
+    /// waiting [`ROUTER_STALL`] or longer with no answer to anything in
+    /// that time. Control execs and kills are then refused at once instead
+    /// of each waiting out its own timeout: a frozen router would otherwise
+    /// hold a timed-out command through every signal of its stop sequence,
+    /// past the coordinator's deadline. Any answer clears it
+    /// ([`Router::probe`] asks for one).
     pub fn stalled(&self) -> bool {
-        self.stalled.load(Ordering::SeqCst)
+        self.stalled_for().is_some()
+    }
+
+    /// How long it has been stalled, when it is (zero: marked by a
+    /// control exec with nothing in flight now).
+    pub fn stalled_for(&self) -> Option<Duration> {
+        let oldest = self
+            .health
+            .in_flight
+            .lock()
+            .ok()
+            .and_then(|in_flight| in_flight.values().min().copied());
+        let quiet = self
+            .health
+            .last_answer
+            .lock()
+            .ok()
+            .and_then(|at| *at)
+            .is_none_or(|at| at.elapsed() >= ROUTER_STALL);
+        if let Some(since) = oldest.filter(|since| since.elapsed() >= ROUTER_STALL)
+            && quiet
+        {
+            return Some(since.elapsed());
+        }
+        self.health
+            .stalled
+            .load(Ordering::SeqCst)
+            .then_some(Duration::ZERO)
     }
 
     /// The router answered (a reply or a chunk of output).
     pub fn answered(&self) {
-        self.stalled.store(false, Ordering::SeqCst);
+        self.health.stalled.store(false, Ordering::SeqCst);
+        if let Ok(mut at) = self.health.last_answer.lock() {
+            *at = Some(Instant::now());
+        }
+    }
+
+    fn track(&self) -> InFlight<'_> {
+        let key = self.health.next.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut in_flight) = self.health.in_flight.lock() {
+            in_flight.insert(key, Instant::now());
+        }
+        InFlight {
+            health: &self.health,
+            key,
+        }
+    }
+
+    /// Asks a stalled router for any answer in the background, one probe
+    /// at a time (see [`Router::probe_now`]). Without it a router that came
+    /// back would stay refused while nothing else was in flight.
+    pub fn probe(&self, task_id: &str) {
+        if self.health.probing.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let router = self.clone();
+        let task_id = task_id.to_owned();
+        tokio::spawn(async move {
+            router.probe_now(&task_id).await;
+            router.health.probing.store(false, Ordering::SeqCst);
+        });
+    }
+
+    /// Asks the router for any answer (a `TaskExecPoll` of an exec that
+    /// does not exist: NOT_FOUND is an answer too), waiting at most
+    /// [`PROBE_TIMEOUT`]; true (and the stall cleared) when it answered.
+    pub async fn probe_now(&self, task_id: &str) -> bool {
+        let request = caduceus_modal_proto::task_command_router::TaskExecPollRequest {
+            task_id: task_id.to_owned(),
+            exec_id: "caduceus-probe".to_owned(),
+        };
+        let Ok(req) = self.request(request) else {
+            return false;
+        };
+        let answered =
+            match tokio::time::timeout(PROBE_TIMEOUT, self.client().task_exec_poll(req)).await {
+                Ok(Ok(_)) => true,
+                // A status the server sent, not one tonic made up for a
+                // connection that failed.
+                Ok(Err(status)) => std::error::Error::source(&status).is_none(),
+                Err(_) => false,
+            };
+        if answered {
+            self.answered();
+        }
+        answered
     }
 
     pub fn client(&self) -> TaskCommandRouterClient<Channel> {
         TaskCommandRouterClient::new(self.channel.clone()).max_decoding_message_size(64 << 20)
     }
 
-    /// One unary router call: retried on transient codes while `deadline`
-    /// (the whole call's) lasts, and once after fetching a fresh JWT on
-    /// UNAUTHENTICATED.
+    /// One quick unary router call (an exec start, a stdin write): retried
+    /// on transient codes while `deadline` (the whole call's) lasts, and
+    /// once after fetching a fresh JWT on UNAUTHENTICATED; while it waits it
+    /// counts towards [`Router::stalled`].
     pub async fn call<Req, Resp, F, Fut>(
+        &self,
+        request: Req,
+        deadline: Duration,
+        rpc: F,
+    ) -> Result<Resp, ModalError>
+    where
+        Req: Clone,
+        F: Fn(TaskCommandRouterClient<Channel>, tonic::Request<Req>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<Resp>, tonic::Status>>,
+    {
+        let _in_flight = self.track();
+        self.call_blocking(request, deadline, rpc).await
+    }
+
+    /// [`Router::call`] for a call that blocks by design (`TaskExecWait`):
+    /// its wait says nothing about the router's health.
+    pub async fn call_blocking<Req, Resp, F, Fut>(
         &self,
         request: Req,
         deadline: Duration,

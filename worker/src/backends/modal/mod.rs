@@ -7,8 +7,10 @@
 //! tags at creation, the lease's renewal time in the tag
 //! `caduceus.renewed-at` (tags can be replaced), and the sweeper's
 //! `lease::judge` over `SandboxListV2` by tag. Self-expiry is Modal's own:
-//! every sandbox is created with a `timeout` (its whole lifetime, at least
-//! the lease), so a sandbox is ended on Modal's side even when no worker is
+//! every sandbox's entrypoint is a lease watchdog ([`watchdog_args`]) that
+//! ends it one lease after the last renewal, its `idle_timeout` is one
+//! lease, and its `timeout` (its whole lifetime, at least the lease) bounds
+//! the rest, so a sandbox is ended on Modal's side even when no worker is
 //! left. Modal cannot extend a running sandbox's timeout: an environment
 //! that outlives it is recreated with a reset notice, like any vanished one.
 
@@ -140,15 +142,55 @@ impl ModalSettings {
             .clamp(1, MAX_TIMEOUT_SECS);
         u32::try_from(secs).unwrap_or(u32::MAX)
     }
+
+    /// The sandbox `idle_timeout_secs`: one lease (renewals run an exec a
+    /// third of a lease apart), never past the timeout.
+    pub fn idle_timeout_secs(&self) -> u32 {
+        let secs = self.lease.as_secs().max(1);
+        u32::try_from(secs)
+            .unwrap_or(u32::MAX)
+            .min(self.timeout_secs())
+    }
 }
 
-/// The `SandboxCreateV2` definition: `sleep infinity` in the image, the
-/// timeout, open network (what the SDK sends by default).
-pub fn definition(settings: &ModalSettings, image_id: &str) -> pb::Sandbox {
+/// The sandbox's entrypoint: a lease watchdog. Modal ends a sandbox when
+/// its entrypoint exits, so this one exits once `lease_file` has not been
+/// touched for a lease (the worker touches it at every renewal): a sandbox
+/// whose worker died ends one lease after the last renewal, on Modal's side,
+/// without waiting for the sandbox `timeout`. Modal's own `idle_timeout`
+/// cannot do this alone: a running exec counts as activity, and the live
+/// shell is one. A file it cannot read (removed from inside) never ends it;
+/// the `timeout` still does.
+pub fn watchdog_args(lease_file: &str, lease: Duration) -> Vec<String> {
+    let lease = lease.as_secs().max(1);
+    let step = (lease / 6).clamp(1, 10);
+    vec![
+        "sh".to_owned(),
+        "-c".to_owned(),
+        concat!(
+            "touch \"$1\"; while sleep \"$3\"; do ",
+            "m=$(stat -c %Y \"$1\" 2>/dev/null) || continue; ",
+            "[ $(( $(date +%s) - m )) -le \"$2\" ] && continue; ",
+            "echo \"caduceus: lease not renewed for $2s, ending the sandbox\" >&2; exit 0; done"
+        )
+        .to_owned(),
+        "caduceus-lease".to_owned(),
+        lease_file.to_owned(),
+        lease.to_string(),
+        step.to_string(),
+    ]
+}
+
+/// The `SandboxCreateV2` definition: the lease watchdog as entrypoint, the
+/// timeout, an idle timeout of one lease (a sandbox nobody runs anything in
+/// for that long is abandoned: renewals are execs), open network (what the
+/// SDK sends by default).
+pub fn definition(settings: &ModalSettings, image_id: &str, lease_file: &str) -> pb::Sandbox {
     pb::Sandbox {
-        entrypoint_args: vec!["sleep".to_owned(), "infinity".to_owned()],
+        entrypoint_args: watchdog_args(lease_file, settings.lease),
         image_id: image_id.to_owned(),
         timeout_secs: settings.timeout_secs(),
+        idle_timeout_secs: Some(settings.idle_timeout_secs()),
         workdir: settings.cwd.clone(),
         network_access: Some(pb::NetworkAccess {
             network_access_type: pb::network_access::NetworkAccessType::Open as i32,
@@ -318,12 +360,13 @@ impl ModalProvider {
             |e: ModalError| SandboxError::Other(format!("creating a Modal sandbox failed: {e}"));
         let app_id = self.app_id(api).await.map_err(fail)?;
         let image_id = self.image_id(api, &app_id).await.map_err(fail)?;
+        let lease_file = format!("/tmp/.caduceus-lease-{}", uuid::Uuid::new_v4().simple());
         let created = api
             .call(
                 "SandboxCreateV2",
                 pb::SandboxCreateV2Request {
                     app_id,
-                    definition: Some(definition(&self.settings, &image_id)),
+                    definition: Some(definition(&self.settings, &image_id, &lease_file)),
                     tags: sandbox::tags_of(&tags),
                     ..Default::default()
                 },
@@ -372,6 +415,7 @@ impl ModalProvider {
                     home: std::sync::Mutex::new("/root".to_owned()),
                     cwd: std::sync::Mutex::new(None),
                     tags: std::sync::Mutex::new(tags),
+                    lease_file,
                     vanished: Arc::new(AtomicBool::new(false)),
                     watcher: std::sync::Mutex::new(None),
                     files: Arc::new(ShellFs::new(weak)),

@@ -68,9 +68,13 @@ fn the_timeout_is_at_least_the_lease_and_at_most_a_day() {
     assert_eq!(settings.timeout_secs(), 90);
     settings.timeout = Duration::from_secs(7 * 24 * 3600);
     assert_eq!(settings.timeout_secs(), 24 * 3600);
-    let definition = definition(&settings, "im-1");
-    assert_eq!(definition.entrypoint_args, ["sleep", "infinity"]);
+    let definition = definition(&settings, "im-1", "/tmp/.lease");
+    assert_eq!(definition.entrypoint_args[..2], ["sh", "-c"]);
+    assert_eq!(definition.entrypoint_args[4..], ["/tmp/.lease", "90", "10"]);
     assert_eq!(definition.timeout_secs, 24 * 3600);
+    assert_eq!(definition.idle_timeout_secs, Some(90));
+    settings.lease = Duration::from_secs(7 * 24 * 3600);
+    assert_eq!(settings.idle_timeout_secs(), 24 * 3600);
 }
 
 #[test]

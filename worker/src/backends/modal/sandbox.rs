@@ -45,8 +45,6 @@ const STDIN_CHUNK: usize = 1 << 20;
 const WAIT_TRY: Duration = Duration::from_secs(60);
 /// Longest a control exec ([`ModalSandbox::run`]) may take end to end.
 const CONTROL_TIMEOUT: Duration = Duration::from_secs(10);
-/// The same while the router is stalled (it did not finish the last one).
-const STALLED_CONTROL_TIMEOUT: Duration = Duration::from_secs(2);
 /// The variable that marks a spawned exec's processes (to find them when
 /// the pid never arrived).
 const EXEC_MARK: &str = "CADUCEUS_MODAL_EXEC";
@@ -62,6 +60,8 @@ pub struct ModalSandbox {
     pub(super) cwd: std::sync::Mutex<Option<String>>,
     /// The tags it was created with (renewals replace the whole set).
     pub(super) tags: std::sync::Mutex<Vec<(String, String)>>,
+    /// The file the entrypoint's lease watchdog watches (touched at renewal).
+    pub(super) lease_file: String,
     pub(super) vanished: Arc<AtomicBool>,
     pub(super) watcher: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
     pub(super) files: Arc<ShellFs>,
@@ -184,25 +184,33 @@ impl ModalSandbox {
     }
 
     /// Runs `args` to the end: exit code and stdout+stderr (short helpers:
-    /// signals, probes). Bounded by [`CONTROL_TIMEOUT`] (less while the
-    /// router is stalled): a router that stops answering must not hold the
-    /// call that needed the signal.
+    /// signals, probes). Bounded by [`CONTROL_TIMEOUT`], and refused at
+    /// once while the router is stalled ([`Router::stalled`]): a router
+    /// that stops answering must not hold the call that needed the signal.
     pub async fn run(&self, args: Vec<String>) -> Result<(i32, Vec<u8>), SandboxError> {
-        let limit = if self.router.stalled() {
-            STALLED_CONTROL_TIMEOUT
-        } else {
-            CONTROL_TIMEOUT
-        };
-        match tokio::time::timeout(limit, self.run_unbounded(args)).await {
+        self.refuse_if_stalled()?;
+        match tokio::time::timeout(CONTROL_TIMEOUT, self.run_unbounded(args)).await {
             Ok(done) => done,
             Err(_) => {
                 self.router.mark_stalled();
                 Err(SandboxError::Other(format!(
                     "Modal sandbox {}: its task router did not finish a control command within {}s",
                     self.id,
-                    limit.as_secs()
+                    CONTROL_TIMEOUT.as_secs()
                 )))
             }
+        }
+    }
+
+    /// Refuses what needs the router while it is stalled (and asks it for
+    /// an answer, which ends the stall).
+    fn refuse_if_stalled(&self) -> Result<(), SandboxError> {
+        match self.unreachable() {
+            Some(reason) => {
+                self.router.probe(&self.task_id);
+                Err(SandboxError::Other(format!("not sent: {reason}")))
+            }
+            None => Ok(()),
         }
     }
 
@@ -376,7 +384,7 @@ impl Exec {
         loop {
             let answer = self
                 .router
-                .call(
+                .call_blocking(
                     tcr::TaskExecWaitRequest {
                         task_id: self.task_id.clone(),
                         exec_id: self.exec_id.clone(),
@@ -424,6 +432,17 @@ impl Sandbox for ModalSandbox {
                 "Modal sandbox {} has ended",
                 self.id
             )));
+        }
+        // A new process (a shell replacing one lost in a stall) asks the
+        // router first: one probe, not a 60 s start against a frozen one.
+        if self.router.stalled()
+            && !self.router.probe_now(&self.task_id).await
+            && let Some(reason) = self.unreachable()
+        {
+            return Err(SandboxError::Spawn {
+                program: spec.program.clone(),
+                reason: format!("not sent: {reason}"),
+            });
         }
         let cwd = spec.cwd.clone().unwrap_or_else(|| self.initial_cwd());
         let exec_id = uuid::Uuid::new_v4().to_string();
@@ -611,6 +630,25 @@ impl Sandbox for ModalSandbox {
             set_tag(&mut tags, label::TASK, &record.task);
             tags.clone()
         };
+        // The watchdog's file first: it is what ends the sandbox when
+        // renewals stop. A stalled router refuses this at once; the tags
+        // below still record the renewal for the sweep.
+        match self
+            .run(vec![
+                "touch".to_owned(),
+                "--".to_owned(),
+                self.lease_file.clone(),
+            ])
+            .await
+        {
+            Ok((0, _)) => {}
+            Ok((code, out)) => tracing::warn!(
+                sandbox = %self.id,
+                "renewing the lease file failed ({code}): {}",
+                String::from_utf8_lossy(&out)
+            ),
+            Err(err) => tracing::warn!(sandbox = %self.id, "renewing the lease file: {err}"),
+        }
         self.api
             .call(
                 "SandboxTagsSetV2",
@@ -633,9 +671,14 @@ impl Sandbox for ModalSandbox {
     }
 
     fn unreachable(&self) -> Option<String> {
-        self.router.stalled().then(|| {
+        self.router.stalled_for().map(|waited| {
+            let waited = if waited.is_zero() {
+                String::new()
+            } else {
+                format!(" for {}s", waited.as_secs())
+            };
             format!(
-                "Modal: the task router of sandbox {} is not answering ({})",
+                "Modal: the task router of sandbox {} is not answering{waited} ({})",
                 self.id,
                 self.router.url()
             )
@@ -703,6 +746,16 @@ impl ProcessHandle for ModalProcess {
     }
 
     async fn kill(&mut self) {
+        if self.sandbox_router.stalled() {
+            // Nothing would carry the kill; the process goes with the
+            // sandbox, or reads end of file once its stdin pump gets through.
+            self.sandbox_router.probe(&self.task_id);
+            tracing::debug!(
+                pid = self.pid,
+                "not killed: the Modal task router is stalled"
+            );
+            return;
+        }
         let args = vec![
             "bash".to_owned(),
             "-c".to_owned(),
