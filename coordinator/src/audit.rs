@@ -350,8 +350,7 @@ fn write_loop(mut file: File, config: &AuditConfig, receiver: &Receiver<Message>
                 }
             }
         }
-        let due = unsynced_since
-            .is_some_and(|since| since.elapsed() >= config.sync_interval);
+        let due = unsynced_since.is_some_and(|since| since.elapsed() >= config.sync_interval);
         if unsynced_since.is_some() && (due || !flushes.is_empty() || size >= config.max_bytes) {
             sync(&file, config);
             unsynced_since = None;

@@ -221,7 +221,10 @@ fn a_line_is_in_the_file_before_its_sync_is_due() {
         None,
     );
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while std::fs::read_to_string(&path).unwrap_or_default().is_empty() {
+    while std::fs::read_to_string(&path)
+        .unwrap_or_default()
+        .is_empty()
+    {
         assert!(
             std::time::Instant::now() < deadline,
             "the line was not written within 10 s without a flush"

@@ -137,8 +137,7 @@ async fn write_frame<W: AsyncWrite + Unpin + ?Sized>(
     let header_len = u32::try_from(header.len()).map_err(|_| too_big())?;
     let blob_len = u32::try_from(blob.len()).map_err(|_| too_big())?;
     let inline = blob.len() <= COALESCE_BLOB;
-    let mut frame =
-        Vec::with_capacity(8 + header.len() + if inline { blob.len() } else { 0 });
+    let mut frame = Vec::with_capacity(8 + header.len() + if inline { blob.len() } else { 0 });
     frame.extend_from_slice(&header_len.to_be_bytes());
     frame.extend_from_slice(&blob_len.to_be_bytes());
     frame.extend_from_slice(header);
@@ -416,7 +415,8 @@ impl ServedFs {
 
 /// The lines of a [`Answer::Page`] blob.
 fn split_lines(data: &[u8], line_bytes: &[usize]) -> Result<Vec<String>, FsError> {
-    let nonsense = || FsError::Backend("the file server sent a page that does not add up".to_owned());
+    let nonsense =
+        || FsError::Backend("the file server sent a page that does not add up".to_owned());
     let mut lines = Vec::with_capacity(line_bytes.len());
     let mut rest = data;
     for &len in line_bytes {
