@@ -135,7 +135,7 @@ pub struct TokenUseLine {
 }
 
 enum Message {
-    Line(SystemTime, AuditEvent),
+    Line(SystemTime, Box<AuditEvent>),
     /// Answered once every line queued before it is on disk.
     Flush(Sender<()>),
 }
@@ -202,7 +202,7 @@ impl AuditLog {
     pub fn record(&self, event: AuditEvent) {
         if self
             .sender
-            .send(Message::Line(SystemTime::now(), event))
+            .send(Message::Line(SystemTime::now(), Box::new(event)))
             .is_err()
         {
             tracing::error!(path = %self.path.display(), "the audit writer stopped; a line was lost");
@@ -330,7 +330,7 @@ fn write_loop(mut file: File, config: &AuditConfig, receiver: &Receiver<Message>
         while let Some(message) = next {
             match message {
                 Message::Line(time, event) => {
-                    if let Some(text) = line_text(time, event) {
+                    if let Some(text) = line_text(time, *event) {
                         batch.push_str(&text);
                         batch.push('\n');
                     }
